@@ -1,0 +1,13 @@
+//! The contract shared by `koord-webhook` and `koord-applier`.
+//!
+//! Everything here is pure data: the label and annotation keys people touch, the
+//! `koordinator.sh/resolved-qos` version 1 document (DESIGN.md section 4), the cgroup knob
+//! names, and Kubernetes quantity arithmetic. No IO, no async runtime.
+
+pub mod keys;
+pub mod knobs;
+pub mod quantity;
+pub mod resolved;
+
+pub use quantity::{Quantity, QuantityError};
+pub use resolved::*;

@@ -1,0 +1,399 @@
+//! `koordinator.sh/resolved-qos` version 1 (DESIGN.md section 4).
+//!
+//! Field order in these structs is the serialized key order, so the JSON is stable. Byte values
+//! are integers; an unlimited memory knob is the string `"max"`; in `batch`, unlimited is `-1`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The contract version this crate writes.
+pub const RESOLVED_QOS_VERSION: u32 = 1;
+
+/// Koordinator QoS classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QosClass {
+    #[serde(rename = "LSE")]
+    Lse,
+    #[serde(rename = "LSR")]
+    Lsr,
+    #[serde(rename = "LS")]
+    Ls,
+    #[serde(rename = "BE")]
+    Be,
+    #[serde(rename = "SYSTEM")]
+    System,
+}
+
+impl QosClass {
+    pub const ALL: [QosClass; 5] = [QosClass::Lse, QosClass::Lsr, QosClass::Ls, QosClass::Be, QosClass::System];
+
+    /// Parses a class name; case-sensitive, as Koordinator does.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Some(match s {
+            "LSE" => Self::Lse,
+            "LSR" => Self::Lsr,
+            "LS" => Self::Ls,
+            "BE" => Self::Be,
+            "SYSTEM" => Self::System,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lse => "LSE",
+            Self::Lsr => "LSR",
+            Self::Ls => "LS",
+            Self::Be => "BE",
+            Self::System => "SYSTEM",
+        }
+    }
+}
+
+impl fmt::Display for QosClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the QoS class came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QosClassSource {
+    Label,
+    LegacyLabel,
+    KubernetesQos,
+}
+
+/// The memory QoS policy as printed (canonical form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryQosPolicy {
+    Auto,
+    Default,
+    None,
+}
+
+/// Which input decided a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecisionSource {
+    PodAnnotation,
+    LegacyAnnotation,
+    NamespaceConfig,
+    ClusterConfig,
+    Default,
+}
+
+/// The nine memory QoS parameters (all resolved, never absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryQosParams {
+    pub min_limit_percent: i64,
+    pub low_limit_percent: i64,
+    pub throttling_percent: i64,
+    pub wmark_ratio: i64,
+    pub wmark_min_adj: i64,
+    pub wmark_scale_permill: i64,
+    pub priority: i64,
+    pub priority_enable: i64,
+    pub oom_kill_group: i64,
+}
+
+/// A parameter's name and inclusive range, for validation and error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamSpec {
+    pub name: &'static str,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl MemoryQosParams {
+    /// Names and hard ranges of every parameter, in serialized order.
+    pub const SPECS: [ParamSpec; 9] = [
+        ParamSpec { name: "minLimitPercent", min: 0, max: 100 },
+        ParamSpec { name: "lowLimitPercent", min: 0, max: 100 },
+        ParamSpec { name: "throttlingPercent", min: 0, max: 100 },
+        ParamSpec { name: "wmarkRatio", min: 0, max: 100 },
+        ParamSpec { name: "wmarkMinAdj", min: -25, max: 50 },
+        ParamSpec { name: "wmarkScalePermill", min: 1, max: 1000 },
+        ParamSpec { name: "priority", min: 0, max: 12 },
+        ParamSpec { name: "priorityEnable", min: 0, max: 1 },
+        ParamSpec { name: "oomKillGroup", min: 0, max: 1 },
+    ];
+
+    /// The reset ("None") parameters written when memory QoS is disabled.
+    pub const RESET: MemoryQosParams = MemoryQosParams {
+        min_limit_percent: 0,
+        low_limit_percent: 0,
+        throttling_percent: 0,
+        wmark_ratio: 0,
+        wmark_min_adj: 0,
+        wmark_scale_permill: 50,
+        priority: 0,
+        priority_enable: 0,
+        oom_kill_group: 0,
+    };
+
+    /// Values in [`Self::SPECS`] order.
+    pub fn values(&self) -> [i64; 9] {
+        [
+            self.min_limit_percent,
+            self.low_limit_percent,
+            self.throttling_percent,
+            self.wmark_ratio,
+            self.wmark_min_adj,
+            self.wmark_scale_permill,
+            self.priority,
+            self.priority_enable,
+            self.oom_kill_group,
+        ]
+    }
+
+    /// Mutable slot of the parameter at `index` of [`Self::SPECS`].
+    pub fn slot_mut(&mut self, index: usize) -> Option<&mut i64> {
+        Some(match index {
+            0 => &mut self.min_limit_percent,
+            1 => &mut self.low_limit_percent,
+            2 => &mut self.throttling_percent,
+            3 => &mut self.wmark_ratio,
+            4 => &mut self.wmark_min_adj,
+            5 => &mut self.wmark_scale_permill,
+            6 => &mut self.priority,
+            7 => &mut self.priority_enable,
+            8 => &mut self.oom_kill_group,
+            _ => return None,
+        })
+    }
+
+    /// The first parameter outside its range, if any.
+    pub fn out_of_range(&self) -> Option<(ParamSpec, i64)> {
+        Self::SPECS
+            .iter()
+            .zip(self.values())
+            .find(|(spec, v)| !(spec.min..=spec.max).contains(v))
+            .map(|(spec, v)| (*spec, v))
+    }
+}
+
+/// A memory byte value that may be unlimited (`"max"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MaxOr {
+    Bytes(i64),
+    Max,
+}
+
+impl MaxOr {
+    pub fn bytes(self) -> Option<i64> {
+        match self {
+            MaxOr::Bytes(b) => Some(b),
+            MaxOr::Max => None,
+        }
+    }
+}
+
+impl fmt::Display for MaxOr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MaxOr::Bytes(b) => write!(f, "{b}"),
+            MaxOr::Max => f.write_str("max"),
+        }
+    }
+}
+
+impl Serialize for MaxOr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MaxOr::Bytes(b) => s.serialize_i64(*b),
+            MaxOr::Max => s.serialize_str("max"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxOr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = MaxOr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte count or \"max\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MaxOr, E> {
+                Ok(MaxOr::Bytes(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MaxOr, E> {
+                i64::try_from(v).map(MaxOr::Bytes).map_err(|_| E::custom("byte count above i64"))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MaxOr, E> {
+                if v == "max" { Ok(MaxOr::Max) } else { Err(E::custom(format!("expected \"max\", got {v:?}"))) }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The ten memory knobs of one cgroup (container level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerMemoryKnobs {
+    #[serde(rename = "memory.min")]
+    pub min: i64,
+    #[serde(rename = "memory.low")]
+    pub low: i64,
+    #[serde(rename = "memory.high")]
+    pub high: MaxOr,
+    #[serde(rename = "memory.wmark_ratio")]
+    pub wmark_ratio: i64,
+    #[serde(rename = "memory.wmark_high")]
+    pub wmark_high: MaxOr,
+    #[serde(rename = "memory.wmark_scale_factor")]
+    pub wmark_scale_factor: i64,
+    #[serde(rename = "memory.wmark_min_adj")]
+    pub wmark_min_adj: i64,
+    #[serde(rename = "memory.priority")]
+    pub priority: i64,
+    #[serde(rename = "memory.use_priority_oom")]
+    pub use_priority_oom: i64,
+    #[serde(rename = "memory.oom.group")]
+    pub oom_group: i64,
+}
+
+/// Pod-level memory knobs: the sums of the containers' min and low.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodMemoryKnobs {
+    #[serde(rename = "memory.min")]
+    pub min: i64,
+    #[serde(rename = "memory.low")]
+    pub low: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedMemoryQos {
+    pub enabled: bool,
+    pub policy: MemoryQosPolicy,
+    pub source: DecisionSource,
+    pub params: MemoryQosParams,
+    pub pod: PodMemoryKnobs,
+    pub containers: BTreeMap<String, ContainerMemoryKnobs>,
+}
+
+/// Memory locality policy (canonical form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LocalityPolicy {
+    #[serde(rename = "bestEffort")]
+    BestEffort,
+    #[serde(rename = "none")]
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedMemoryLocality {
+    pub policy: LocalityPolicy,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub migrate_interval_minutes: Option<u32>,
+    pub source: DecisionSource,
+}
+
+/// Batch cgroup values of one cgroup (`-1` = unlimited, as in cgroup v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchKnobs {
+    #[serde(rename = "cpu.shares")]
+    pub cpu_shares: i64,
+    #[serde(rename = "cpu.cfs_quota_us")]
+    pub cpu_cfs_quota_us: i64,
+    #[serde(rename = "memory.limit_in_bytes")]
+    pub memory_limit_in_bytes: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolvedBatch {
+    pub pod: BatchKnobs,
+    pub containers: BTreeMap<String, BatchKnobs>,
+}
+
+/// The whole `koordinator.sh/resolved-qos` document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedQos {
+    pub version: u32,
+    pub qos_class: QosClass,
+    pub qos_class_source: QosClassSource,
+    #[serde(rename = "memoryQOS")]
+    pub memory_qos: ResolvedMemoryQos,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub memory_locality: Option<ResolvedMemoryLocality>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub batch: Option<ResolvedBatch>,
+}
+
+/// Why an annotation could not be read as a [`ResolvedQos`].
+#[derive(Debug, thiserror::Error)]
+pub enum ResolvedQosError {
+    #[error("{key}: not valid JSON of the resolved-qos contract: {0}", key = crate::keys::ANNOTATION_RESOLVED_QOS)]
+    Json(#[from] serde_json::Error),
+    #[error("{key}: version {0} is not supported (this build reads version {RESOLVED_QOS_VERSION})", key = crate::keys::ANNOTATION_RESOLVED_QOS)]
+    Version(u64),
+}
+
+impl ResolvedQos {
+    /// Compact JSON in stable key order, as written into the annotation.
+    pub fn to_annotation(&self) -> String {
+        // Serializing plain structs and BTreeMaps into a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads the annotation, checking the version first so a newer writer gets a clear error.
+    pub fn from_annotation(s: &str) -> Result<Self, ResolvedQosError> {
+        #[derive(Deserialize)]
+        struct VersionOnly {
+            version: u64,
+        }
+        let v: VersionOnly = serde_json::from_str(s)?;
+        if v.version != u64::from(RESOLVED_QOS_VERSION) {
+            return Err(ResolvedQosError::Version(v.version));
+        }
+        Ok(serde_json::from_str(s)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DESIGN_EXAMPLE: &str = r#"{"version":1,"qosClass":"LS","qosClassSource":"label","memoryQOS":{"enabled":true,"policy":"auto","source":"pod-annotation","params":{"minLimitPercent":0,"lowLimitPercent":0,"throttlingPercent":0,"wmarkRatio":95,"wmarkMinAdj":-25,"wmarkScalePermill":20,"priority":0,"priorityEnable":0,"oomKillGroup":0},"pod":{"memory.min":0,"memory.low":0},"containers":{"redis":{"memory.min":0,"memory.low":0,"memory.high":"max","memory.wmark_ratio":95,"memory.wmark_high":6120325120,"memory.wmark_scale_factor":20,"memory.wmark_min_adj":-25,"memory.priority":0,"memory.use_priority_oom":0,"memory.oom.group":0}}},"memoryLocality":{"policy":"bestEffort","migrateIntervalMinutes":10,"source":"pod-annotation"},"batch":{"pod":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128},"containers":{"ffmpeg":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128}}}}"#;
+
+    #[test]
+    fn design_example_round_trips_byte_for_byte() {
+        let parsed = ResolvedQos::from_annotation(DESIGN_EXAMPLE).expect("parses");
+        assert_eq!(parsed.to_annotation(), DESIGN_EXAMPLE);
+        assert_eq!(parsed.memory_qos.containers["redis"].high, MaxOr::Max);
+    }
+
+    #[test]
+    fn rejects_other_versions_and_forged_fields() {
+        let v2 = DESIGN_EXAMPLE.replacen("\"version\":1", "\"version\":2", 1);
+        assert!(matches!(ResolvedQos::from_annotation(&v2), Err(ResolvedQosError::Version(2))));
+        let forged = DESIGN_EXAMPLE.replacen("\"memory.min\":0,\"memory.low\":0}", "\"memory.min\":0,\"memory.low\":0,\"x\":1}", 1);
+        assert!(ResolvedQos::from_annotation(&forged).is_err());
+        let bad_max = DESIGN_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
+        assert!(ResolvedQos::from_annotation(&bad_max).is_err());
+    }
+
+    #[test]
+    fn param_ranges() {
+        assert_eq!(MemoryQosParams::RESET.out_of_range(), None);
+        let mut p = MemoryQosParams::RESET;
+        p.wmark_min_adj = -26;
+        assert_eq!(p.out_of_range().map(|(s, v)| (s.name, v)), Some(("wmarkMinAdj", -26)));
+        p.wmark_min_adj = 0;
+        p.wmark_scale_permill = 0;
+        assert_eq!(p.out_of_range().map(|(s, _)| s.name), Some(("wmarkScalePermill")));
+    }
+}

@@ -1,0 +1,1 @@
+//! koord-applier: makes the webhook's decisions real on a node.

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("koord-applier: not built yet");
+    std::process::exit(2);
+}

@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# Build, cache, start and stop a real kube-apiserver + etcd for the end-to-end tests.
+#
+# No Docker and no prebuilt downloads: both binaries are compiled from the Go module
+# proxy through small wrapper modules, once per version, and cached outside the repo.
+#
+# Usage:
+#   control-plane.sh build                  build if missing; print the kube-apiserver and etcd paths
+#   control-plane.sh start DIR              start etcd + kube-apiserver on loopback, write DIR/kubeconfig
+#   control-plane.sh stop DIR               stop both processes started into DIR (by PID)
+#   control-plane.sh restart-apiserver DIR  restart only kube-apiserver, same flags, wait until ready
+#   control-plane.sh kubectl                print the kubectl binary to use (version-matched if present)
+#
+# Environment (all optional):
+#   KOORD_E2E_CACHE            binary cache root       (default: $HOME/.cache/koord-qos-e2e)
+#   KOORD_E2E_K8S_VERSION      Kubernetes version      (default below)
+#   KOORD_E2E_ETCD_VERSION     etcd version            (default below)
+#   KOORD_E2E_ETCD_PORT        etcd client port        (default 23790)
+#   KOORD_E2E_ETCD_PEER_PORT   etcd peer port          (default 23800)
+#   KOORD_E2E_APISERVER_PORT   kube-apiserver port     (default 26443)
+#   KOORD_E2E_READY_TIMEOUT    seconds to wait for /readyz (default 90)
+#   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
+set -Eeuo pipefail
+
+# Pinned versions. 1.33.13 is the newest 1.33 patch the Go proxy serves; kubectl.1.33
+# (1.33.1) is within skew. 3.5.35 is the newest 3.5 patch; kubeadm pairs 1.33 with etcd 3.5.
+K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.33.13}
+ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.5.35}
+
+CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-qos-e2e}
+APISERVER_BIN=$CACHE/k8s-$K8S_VERSION/bin/kube-apiserver
+ETCD_BIN=$CACHE/etcd-$ETCD_VERSION/bin/etcd
+
+# High fixed ports, away from the usual 2379/2380/6443 so a local cluster does not clash.
+ETCD_PORT=${KOORD_E2E_ETCD_PORT:-23790}
+ETCD_PEER_PORT=${KOORD_E2E_ETCD_PEER_PORT:-23800}
+APISERVER_PORT=${KOORD_E2E_APISERVER_PORT:-26443}
+READY_TIMEOUT=${KOORD_E2E_READY_TIMEOUT:-90}
+
+PROG=${0##*/}
+trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
+
+die() { echo "$PROG: error: $*" >&2; exit 1; }
+log() { echo "$PROG: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------
+# Build
+# ---------------------------------------------------------------------------------------
+
+# go build flags shared by both binaries: static (upstream ships kube-apiserver static),
+# reproducible paths, stripped. -buildvcs=false because the wrapper dirs are not repos.
+go_build() { # OUT PKG [LDFLAGS]
+    local out=$1 pkg=$2 ldflags=${3:-}
+    # Temp name + mv: an interrupted build never leaves a half-written binary in place.
+    local tmp
+    tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
+    rm -f "$tmp"
+    if ! CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath \
+            -ldflags "-s -w $ldflags" -o "$tmp" "$pkg"; then
+        rm -f "$tmp"
+        die "go build of $pkg failed (see the go output above)"
+    fi
+    mv -f "$tmp" "$out"
+}
+
+build_apiserver() {
+    local dir=$CACHE/k8s-$K8S_VERSION
+    local minor=${K8S_VERSION#1.}
+    minor=${minor%%.*}
+    mkdir -p "$dir/src" "$dir/bin"
+    cd "$dir/src"
+    log "building kube-apiserver v$K8S_VERSION in $dir/src (10-20+ min cold on 2 cores)"
+
+    # Fresh wrapper module each time, so a half-finished earlier attempt cannot poison it.
+    rm -f go.mod go.sum
+    go mod init koord-qos-e2e/kube-apiserver >/dev/null 2>&1
+
+    # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
+    # ./staging/... ; those replaces are ignored for a dependency, so pin each staging
+    # module to its published tag v0.<minor>.<patch>. Derive the list from k8s's own
+    # go.mod: the set changes between releases.
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
+        sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+    [[ -f $gomod ]] || die "cannot fetch go.mod of k8s.io/kubernetes@v$K8S_VERSION from the Go proxy"
+    local staging
+    staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$gomod")
+    [[ -n $staging ]] || die "no staging replaces found in $gomod"
+    local m
+    for m in $staging; do
+        go mod edit "-replace=$m=$m@v0.${K8S_VERSION#1.}"
+    done
+    # Same GODEBUG defaults as an upstream build (k8s's godebug line only applies when
+    # it is the main module).
+    local godebug
+    godebug=$(sed -n 's/^godebug[[:space:]]\{1,\}\(.*\)$/\1/p' "$gomod")
+    if [[ -n $godebug ]]; then go mod edit "-godebug=$godebug"; fi
+
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" ||
+        die "go get k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION failed (a module not served by the proxy, or a Go toolchain too old?)"
+
+    # Version stamps as hack/lib/version.sh sets them. /version must report the real
+    # version: the compatibility-version check and kubectl skew warnings read it.
+    local ld="" p
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    go_build "$dir/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ld"
+    log "built $dir/bin/kube-apiserver"
+}
+
+build_etcd() {
+    local dir=$CACHE/etcd-$ETCD_VERSION
+    mkdir -p "$dir/src" "$dir/bin"
+    cd "$dir/src"
+    log "building etcd v$ETCD_VERSION in $dir/src"
+    rm -f go.mod go.sum
+    go mod init koord-qos-e2e/etcd >/dev/null 2>&1
+    # `go install ...@v` is refused (server/go.mod has replace directives); as a plain
+    # dependency its require lines name the real sibling versions, so this works.
+    go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" ||
+        die "go get go.etcd.io/etcd/server/v3@v$ETCD_VERSION failed"
+    go_build "$dir/bin/etcd" go.etcd.io/etcd/server/v3
+    log "built $dir/bin/etcd"
+}
+
+ensure_built() {
+    [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] && return 0
+    command -v go >/dev/null || die "go is not on PATH; it is needed to build kube-apiserver and etcd"
+    mkdir -p "$CACHE"
+    # Serialise concurrent builders (two test runs at once). Subshell: the lock fd and
+    # the cd must not leak into the daemons that `start` launches afterwards.
+    (
+        flock 9
+        if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
+        if [[ ! -x $APISERVER_BIN ]]; then build_apiserver; fi
+    ) 9>"$CACHE/.build.lock"
+    [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] || die "build finished but binaries are missing"
+}
+
+# ---------------------------------------------------------------------------------------
+# Processes
+# ---------------------------------------------------------------------------------------
+
+# True if PID is a live (not zombie) process running binary NAME. Checking the name
+# guards against a stale pid file whose PID was reused by something else.
+pid_alive() { # PID NAME
+    local pid=$1 name=$2 state
+    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
+    [[ $state != Z ]] || return 1
+    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$name" ]]
+}
+
+read_pid() { [[ -f $1 ]] && cat "$1" || true; }
+
+stop_proc() { # DIR NAME
+    local pidfile=$1/$2.pid pid i
+    pid=$(read_pid "$pidfile")
+    if [[ -z $pid ]]; then return 0; fi
+    if pid_alive "$pid" "$2"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < 200; i++)); do # 20 s for a graceful exit
+            pid_alive "$pid" "$2" || break
+            sleep 0.1
+        done
+        if pid_alive "$pid" "$2"; then
+            log "$2 (pid $pid) ignored SIGTERM; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            for ((i = 0; i < 50; i++)); do pid_alive "$pid" "$2" || break; sleep 0.1; done
+        fi
+        if pid_alive "$pid" "$2"; then die "$2 (pid $pid) is still running"; fi
+        log "stopped $2 (pid $pid)"
+    fi
+    rm -f "$pidfile"
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+tail_logs() { # DIR
+    local f
+    for f in "$1/etcd.log" "$1/kube-apiserver.log"; do
+        [[ -f $f ]] || continue
+        echo "----- last 40 lines of $f -----" >&2
+        tail -n 40 "$f" >&2
+    done
+}
+
+fail_start() { # DIR MESSAGE
+    echo "$PROG: error: $2" >&2
+    tail_logs "$1"
+    stop_proc "$1" kube-apiserver || true
+    stop_proc "$1" etcd || true
+    exit 1
+}
+
+launch() { # DIR NAME BIN ARGS...   (stdin/out/err detached so callers' pipes close)
+    local dir=$1 name=$2 bin=$3
+    shift 3
+    "$bin" "$@" </dev/null >>"$dir/$name.log" 2>&1 &
+    echo $! >"$dir/$name.pid"
+}
+
+wait_etcd() { # DIR
+    local dir=$1 i
+    for ((i = 0; i < READY_TIMEOUT * 5; i++)); do
+        pid_alive "$(read_pid "$dir/etcd.pid")" etcd || fail_start "$dir" "etcd exited during startup"
+        if curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    fail_start "$dir" "etcd not healthy after ${READY_TIMEOUT}s"
+}
+
+wait_apiserver() { # DIR
+    local dir=$1 i start=$SECONDS
+    for ((i = 0; i < READY_TIMEOUT * 2; i++)); do
+        pid_alive "$(read_pid "$dir/kube-apiserver.pid")" kube-apiserver ||
+            fail_start "$dir" "kube-apiserver exited during startup"
+        if curl -fsS --max-time 2 --cacert "$dir/pki/apiserver.crt" \
+                -H "Authorization: Bearer $(cat "$dir/token")" \
+                "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+            log "kube-apiserver ready after $((SECONDS - start))s"
+            return 0
+        fi
+        sleep 0.5
+    done
+    fail_start "$dir" "kube-apiserver not ready after ${READY_TIMEOUT}s"
+}
+
+start_apiserver() { # DIR   (flags come from DIR/kube-apiserver.args, written by cmd_start)
+    local dir=$1 args=()
+    mapfile -t args <"$dir/kube-apiserver.args"
+    launch "$dir" kube-apiserver "$APISERVER_BIN" "${args[@]}"
+    wait_apiserver "$dir"
+}
+
+write_kubeconfig() { # DIR
+    local dir=$1 ca
+    ca=$(base64 -w0 <"$dir/pki/apiserver.crt")
+    # Embedded CA: the kubeconfig keeps working if DIR is copied or mounted elsewhere.
+    cat >"$dir/kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: koord-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $ca
+users:
+- name: admin
+  user:
+    token: $(cat "$dir/token")
+contexts:
+- name: koord-e2e
+  context:
+    cluster: koord-e2e
+    user: admin
+current-context: koord-e2e
+EOF
+    chmod 600 "$dir/kubeconfig.tmp"
+    mv -f "$dir/kubeconfig.tmp" "$dir/kubeconfig"
+}
+
+# Ports and paths of a started DIR, so stop/restart reuse them even if the env changed.
+save_state() {
+    printf 'APISERVER_PORT=%q\nETCD_PORT=%q\nETCD_PEER_PORT=%q\n' \
+        "$APISERVER_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT" >"$1/state.env"
+}
+load_state() {
+    [[ -f $1/state.env ]] || die "$1 was not started by $PROG start (no state.env)"
+    # shellcheck disable=SC1091
+    source "$1/state.env"
+}
+
+# ---------------------------------------------------------------------------------------
+# kubectl
+# ---------------------------------------------------------------------------------------
+
+# Prefer a kubectl of the server's minor version: plain `kubectl` may be an old distro
+# build (outside skew) or a dispatcher. Versioned binaries such as kubectl.1.33 can sit
+# next to the dispatcher without being on PATH, so look there too.
+find_kubectl() {
+    if [[ -n ${KUBECTL:-} ]]; then echo "$KUBECTL"; return; fi
+    local minor=${K8S_VERSION%.*} k real
+    if k=$(command -v "kubectl.$minor"); then echo "$k"; return; fi
+    if k=$(command -v kubectl); then
+        real=$(readlink -f "$k")
+        if [[ -x ${real%/*}/kubectl.$minor ]]; then echo "${real%/*}/kubectl.$minor"; return; fi
+        echo "$k"
+        return
+    fi
+    die "no kubectl found (set KUBECTL)"
+}
+
+# ---------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------
+
+cmd_build() {
+    ensure_built
+    echo "$APISERVER_BIN"
+    echo "$ETCD_BIN"
+}
+
+cmd_start() {
+    local dir=$1
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd) # absolute: paths end up in flags and the kubeconfig
+    if pid_alive "$(read_pid "$dir/etcd.pid")" etcd ||
+        pid_alive "$(read_pid "$dir/kube-apiserver.pid")" kube-apiserver; then
+        die "a control plane is already running in $dir (run: $PROG stop $dir)"
+    fi
+    ensure_built
+    command -v openssl >/dev/null || die "openssl is needed for the service-account key"
+    command -v curl >/dev/null || die "curl is needed for readiness checks"
+    local p
+    for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT"; do
+        if port_busy "$p"; then die "port 127.0.0.1:$p is already in use (override with KOORD_E2E_*_PORT)"; fi
+    done
+
+    local t0=$SECONDS
+    # Fresh state each start: old etcd data or certs from another run must not leak in.
+    rm -rf "$dir/etcd-data" "$dir/pki" "$dir"/*.log
+    mkdir -p "$dir/pki"
+    save_state "$dir"
+
+    # Token auth: one static admin in system:masters, simpler than client certs.
+    (umask 077 && openssl rand -hex 24 >"$dir/token")
+    (umask 077 && echo "$(cat "$dir/token"),admin,admin,\"system:masters\"" >"$dir/pki/tokens.csv")
+    # Service-account signing key: mandatory flag; the key-file flag accepts the private key.
+    (umask 077 && openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null)
+
+    # --unsafe-no-fsync: throwaway data, and fsync on a busy CI disk slows every write.
+    launch "$dir" etcd "$ETCD_BIN" \
+        --name=default \
+        --data-dir="$dir/etcd-data" \
+        --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+        --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" \
+        --unsafe-no-fsync
+    wait_etcd "$dir"
+
+    # Minimal flags (as envtest): no --tls-cert-file, so the apiserver writes a
+    # self-signed pki/apiserver.crt, reused on restart, which the kubeconfig trusts.
+    # --disable-admission-plugins=ServiceAccount: no controller-manager creates the
+    #   "default" ServiceAccount, so Pod creation would fail without it.
+    # --endpoint-reconciler-type=none: the "kubernetes" Endpoints cannot hold a loopback
+    #   address; the reconciler would only spam the log.
+    # --advertise-address/--bind-address: never depend on the host having a default route.
+    cat >"$dir/kube-apiserver.args" <<EOF
+--etcd-servers=http://127.0.0.1:$ETCD_PORT
+--bind-address=127.0.0.1
+--advertise-address=127.0.0.1
+--secure-port=$APISERVER_PORT
+--cert-dir=$dir/pki
+--service-cluster-ip-range=10.0.0.0/24
+--service-account-issuer=https://127.0.0.1:$APISERVER_PORT
+--service-account-key-file=$dir/pki/sa.key
+--service-account-signing-key-file=$dir/pki/sa.key
+--token-auth-file=$dir/pki/tokens.csv
+--authorization-mode=RBAC
+--allow-privileged=true
+--disable-admission-plugins=ServiceAccount
+--endpoint-reconciler-type=none
+--profiling=false
+EOF
+    start_apiserver "$dir"
+    write_kubeconfig "$dir"
+    log "control plane up in $((SECONDS - t0))s: etcd pid $(cat "$dir/etcd.pid"), kube-apiserver pid $(cat "$dir/kube-apiserver.pid")"
+    # stdout: eval-able lines for the caller.
+    echo "KUBECONFIG=$dir/kubeconfig"
+    echo "KUBECTL=$(find_kubectl)"
+}
+
+cmd_stop() {
+    local dir=$1
+    [[ -d $dir ]] || die "no such directory: $dir"
+    # apiserver first, so it does not log a storm of etcd connection errors.
+    stop_proc "$dir" kube-apiserver
+    stop_proc "$dir" etcd
+}
+
+cmd_restart_apiserver() {
+    local dir
+    dir=$(cd "$1" && pwd)
+    load_state "$dir"
+    [[ -f $dir/kube-apiserver.args ]] || die "$dir/kube-apiserver.args missing; run $PROG start first"
+    pid_alive "$(read_pid "$dir/etcd.pid")" etcd || die "etcd is not running in $dir"
+    stop_proc "$dir" kube-apiserver
+    # The old listener can linger for a moment after exit.
+    local i
+    for ((i = 0; i < 50; i++)); do port_busy "$APISERVER_PORT" || break; sleep 0.1; done
+    if port_busy "$APISERVER_PORT"; then die "port 127.0.0.1:$APISERVER_PORT still in use after stopping kube-apiserver"; fi
+    echo "----- restart at $(date -u +%FT%TZ) -----" >>"$dir/kube-apiserver.log"
+    start_apiserver "$dir"
+    # The serving cert is reused from --cert-dir, but rewrite in case it was regenerated.
+    write_kubeconfig "$dir"
+}
+
+usage() {
+    sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+case ${1:-} in
+build) cmd_build ;;
+start) [[ $# -eq 2 ]] || usage; cmd_start "$2" ;;
+stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;
+restart-apiserver) [[ $# -eq 2 ]] || usage; cmd_restart_apiserver "$2" ;;
+kubectl) find_kubectl ;;
+*) usage ;;
+esac
