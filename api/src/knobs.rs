@@ -59,13 +59,33 @@ mod tests {
 
     #[test]
     fn shares_quota_weight_table() {
-        for (milli, shares) in [(0, 2), (-1, 2), (1, 2), (500, 512), (2000, 2048), (70_000, 71_680), (1_000_000, 262_144)] {
+        for (milli, shares) in [
+            (0, 2),
+            (-1, 2),
+            (1, 2),
+            (500, 512),
+            (2000, 2048),
+            (70_000, 71_680),
+            (1_000_000, 262_144),
+        ] {
             assert_eq!(milli_cpu_to_shares(milli), shares, "milli {milli}");
         }
-        for (milli, quota) in [(None, -1), (Some(0), -1), (Some(5), 1000), (Some(500), 50_000), (Some(70_000), 7_000_000)] {
+        for (milli, quota) in [
+            (None, -1),
+            (Some(0), -1),
+            (Some(5), 1000),
+            (Some(500), 50_000),
+            (Some(70_000), 7_000_000),
+        ] {
             assert_eq!(milli_cpu_to_quota(milli), quota, "milli {milli:?}");
         }
-        for (shares, weight) in [(2, 1), (1024, 39), (262_144, 10_000), (71_680, 2735), (0, 1)] {
+        for (shares, weight) in [
+            (2, 1),
+            (1024, 39),
+            (262_144, 10_000),
+            (71_680, 2735),
+            (0, 1),
+        ] {
             assert_eq!(shares_to_weight(shares), weight, "shares {shares}");
         }
     }

@@ -82,7 +82,9 @@ impl Quantity {
 
     /// The value scaled by `10^extra_dec`, rounded up to an integer; `None` past i64.
     fn scaled_ceil(&self, extra_dec: i32) -> Option<i64> {
-        let mut n = self.digits.checked_mul(1024i128.checked_pow(self.bin_exp)?)?;
+        let mut n = self
+            .digits
+            .checked_mul(1024i128.checked_pow(self.bin_exp)?)?;
         let exp = self.dec_exp + extra_dec;
         if exp >= 0 {
             n = n.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?;
@@ -106,12 +108,16 @@ impl Quantity {
 
 /// Parses a quantity and returns its integer value rounded up, with a field-naming error.
 pub fn parse_value(s: &str) -> Result<i64, QuantityError> {
-    Quantity::parse(s)?.value_ceil().ok_or_else(|| QuantityError::TooLarge(s.to_owned()))
+    Quantity::parse(s)?
+        .value_ceil()
+        .ok_or_else(|| QuantityError::TooLarge(s.to_owned()))
 }
 
 /// Parses a quantity and returns its milli value rounded up.
 pub fn parse_milli(s: &str) -> Result<i64, QuantityError> {
-    Quantity::parse(s)?.milli_ceil().ok_or_else(|| QuantityError::TooLarge(s.to_owned()))
+    Quantity::parse(s)?
+        .milli_ceil()
+        .ok_or_else(|| QuantityError::TooLarge(s.to_owned()))
 }
 
 /// Formats an integer in Kubernetes' canonical decimal-SI form, as the apiserver stores it:
@@ -179,7 +185,15 @@ mod tests {
 
     #[test]
     fn canonical_decimal() {
-        for (v, s) in [(0, "0"), (500, "500"), (1000, "1k"), (1500, "1500"), (2000, "2k"), (70_000, "70k"), (2_000_000, "2M")] {
+        for (v, s) in [
+            (0, "0"),
+            (500, "500"),
+            (1000, "1k"),
+            (1500, "1500"),
+            (2000, "2k"),
+            (70_000, "70k"),
+            (2_000_000, "2M"),
+        ] {
             assert_eq!(format_decimal_si(v), s);
         }
     }

@@ -27,7 +27,13 @@ pub enum QosClass {
 }
 
 impl QosClass {
-    pub const ALL: [QosClass; 5] = [QosClass::Lse, QosClass::Lsr, QosClass::Ls, QosClass::Be, QosClass::System];
+    pub const ALL: [QosClass; 5] = [
+        QosClass::Lse,
+        QosClass::Lsr,
+        QosClass::Ls,
+        QosClass::Be,
+        QosClass::System,
+    ];
 
     /// Parses a class name; case-sensitive, as Koordinator does.
     pub fn from_name(s: &str) -> Option<Self> {
@@ -113,15 +119,51 @@ pub struct ParamSpec {
 impl MemoryQosParams {
     /// Names and hard ranges of every parameter, in serialized order.
     pub const SPECS: [ParamSpec; 9] = [
-        ParamSpec { name: "minLimitPercent", min: 0, max: 100 },
-        ParamSpec { name: "lowLimitPercent", min: 0, max: 100 },
-        ParamSpec { name: "throttlingPercent", min: 0, max: 100 },
-        ParamSpec { name: "wmarkRatio", min: 0, max: 100 },
-        ParamSpec { name: "wmarkMinAdj", min: -25, max: 50 },
-        ParamSpec { name: "wmarkScalePermill", min: 1, max: 1000 },
-        ParamSpec { name: "priority", min: 0, max: 12 },
-        ParamSpec { name: "priorityEnable", min: 0, max: 1 },
-        ParamSpec { name: "oomKillGroup", min: 0, max: 1 },
+        ParamSpec {
+            name: "minLimitPercent",
+            min: 0,
+            max: 100,
+        },
+        ParamSpec {
+            name: "lowLimitPercent",
+            min: 0,
+            max: 100,
+        },
+        ParamSpec {
+            name: "throttlingPercent",
+            min: 0,
+            max: 100,
+        },
+        ParamSpec {
+            name: "wmarkRatio",
+            min: 0,
+            max: 100,
+        },
+        ParamSpec {
+            name: "wmarkMinAdj",
+            min: -25,
+            max: 50,
+        },
+        ParamSpec {
+            name: "wmarkScalePermill",
+            min: 1,
+            max: 1000,
+        },
+        ParamSpec {
+            name: "priority",
+            min: 0,
+            max: 12,
+        },
+        ParamSpec {
+            name: "priorityEnable",
+            min: 0,
+            max: 1,
+        },
+        ParamSpec {
+            name: "oomKillGroup",
+            min: 0,
+            max: 1,
+        },
     ];
 
     /// The reset ("None") parameters written when memory QoS is disabled.
@@ -224,10 +266,16 @@ impl<'de> Deserialize<'de> for MaxOr {
                 Ok(MaxOr::Bytes(v))
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MaxOr, E> {
-                i64::try_from(v).map(MaxOr::Bytes).map_err(|_| E::custom("byte count above i64"))
+                i64::try_from(v)
+                    .map(MaxOr::Bytes)
+                    .map_err(|_| E::custom("byte count above i64"))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MaxOr, E> {
-                if v == "max" { Ok(MaxOr::Max) } else { Err(E::custom(format!("expected \"max\", got {v:?}"))) }
+                if v == "max" {
+                    Ok(MaxOr::Max)
+                } else {
+                    Err(E::custom(format!("expected \"max\", got {v:?}")))
+                }
             }
         }
         d.deserialize_any(V)
@@ -379,10 +427,18 @@ mod tests {
     #[test]
     fn rejects_other_versions_and_forged_fields() {
         let v2 = DESIGN_EXAMPLE.replacen("\"version\":1", "\"version\":2", 1);
-        assert!(matches!(ResolvedQos::from_annotation(&v2), Err(ResolvedQosError::Version(2))));
-        let forged = DESIGN_EXAMPLE.replacen("\"memory.min\":0,\"memory.low\":0}", "\"memory.min\":0,\"memory.low\":0,\"x\":1}", 1);
+        assert!(matches!(
+            ResolvedQos::from_annotation(&v2),
+            Err(ResolvedQosError::Version(2))
+        ));
+        let forged = DESIGN_EXAMPLE.replacen(
+            "\"memory.min\":0,\"memory.low\":0}",
+            "\"memory.min\":0,\"memory.low\":0,\"x\":1}",
+            1,
+        );
         assert!(ResolvedQos::from_annotation(&forged).is_err());
-        let bad_max = DESIGN_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
+        let bad_max =
+            DESIGN_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
         assert!(ResolvedQos::from_annotation(&bad_max).is_err());
     }
 
@@ -391,9 +447,15 @@ mod tests {
         assert_eq!(MemoryQosParams::RESET.out_of_range(), None);
         let mut p = MemoryQosParams::RESET;
         p.wmark_min_adj = -26;
-        assert_eq!(p.out_of_range().map(|(s, v)| (s.name, v)), Some(("wmarkMinAdj", -26)));
+        assert_eq!(
+            p.out_of_range().map(|(s, v)| (s.name, v)),
+            Some(("wmarkMinAdj", -26))
+        );
         p.wmark_min_adj = 0;
         p.wmark_scale_permill = 0;
-        assert_eq!(p.out_of_range().map(|(s, _)| s.name), Some(("wmarkScalePermill")));
+        assert_eq!(
+            p.out_of_range().map(|(s, _)| s.name),
+            Some(("wmarkScalePermill"))
+        );
     }
 }

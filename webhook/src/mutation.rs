@@ -1,0 +1,166 @@
+//! Changes the engine makes to a pod, and their two renderings: applied to a manifest (the
+//! `resolve` command) and as an RFC 6902 JSON patch (the admission response).
+
+use serde_json::{Map, Value, json};
+
+use crate::resolve::{OwnedResources, PodView, TranslatedResources};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerList {
+    Containers,
+    InitContainers,
+}
+
+impl ContainerList {
+    pub fn field(self) -> &'static str {
+        match self {
+            ContainerList::Containers => "containers",
+            ContainerList::InitContainers => "initContainers",
+        }
+    }
+}
+
+/// One change to the incoming pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    SetLabel {
+        key: &'static str,
+        value: String,
+    },
+    SetAnnotation {
+        key: &'static str,
+        value: String,
+    },
+    /// Replace a container's requests and limits (BE translation).
+    SetResources {
+        list: ContainerList,
+        index: usize,
+        resources: TranslatedResources,
+    },
+    SetOverhead(OwnedResources),
+}
+
+fn resources_value(r: &OwnedResources) -> Value {
+    Value::Object(
+        r.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    )
+}
+
+fn object_at<'v>(parent: &'v mut Value, key: &str) -> &'v mut Map<String, Value> {
+    if !parent.is_object() {
+        *parent = Value::Object(Map::new());
+    }
+    let Value::Object(map) = parent else {
+        unreachable!("made an object above")
+    };
+    let child = map
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !child.is_object() {
+        *child = Value::Object(Map::new());
+    }
+    match child {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+/// Applies the changes to a pod manifest (as `kubectl` would after the patch).
+pub fn apply_changes(pod: &mut Value, changes: &[Change]) {
+    for change in changes {
+        match change {
+            Change::SetLabel { key, value } => {
+                let meta = object_at(pod, "metadata");
+                object_entry(meta, "labels")
+                    .insert((*key).to_owned(), Value::String(value.clone()));
+            }
+            Change::SetAnnotation { key, value } => {
+                let meta = object_at(pod, "metadata");
+                object_entry(meta, "annotations")
+                    .insert((*key).to_owned(), Value::String(value.clone()));
+            }
+            Change::SetResources {
+                list,
+                index,
+                resources,
+            } => {
+                let Some(container) = pod.pointer_mut(&format!("/spec/{}/{index}", list.field()))
+                else {
+                    continue;
+                };
+                let res = object_at(container, "resources");
+                if let Some(r) = &resources.requests {
+                    res.insert("requests".to_owned(), resources_value(r));
+                }
+                if let Some(l) = &resources.limits {
+                    res.insert("limits".to_owned(), resources_value(l));
+                }
+            }
+            Change::SetOverhead(o) => {
+                object_at(pod, "spec").insert("overhead".to_owned(), resources_value(o));
+            }
+        }
+    }
+}
+
+fn object_entry<'m>(map: &'m mut Map<String, Value>, key: &str) -> &'m mut Map<String, Value> {
+    let v = map
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+/// Escapes one JSON pointer token (RFC 6901): `~` -> `~0`, `/` -> `~1`.
+pub fn escape_pointer_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// The RFC 6902 patch turning `pod` into the pod with `changes` applied. Missing `labels` /
+/// `annotations` maps are created first; `add` on an existing member replaces it.
+pub fn json_patch(pod: &PodView<'_>, changes: &[Change]) -> Value {
+    let mut ops = Vec::with_capacity(changes.len() + 2);
+    let mut has_labels = pod.metadata.labels.is_some();
+    let mut has_annotations = pod.metadata.annotations.is_some();
+    for change in changes {
+        match change {
+            Change::SetLabel { key, value } => {
+                if !has_labels {
+                    ops.push(json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+                    has_labels = true;
+                }
+                ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", escape_pointer_token(key)), "value": value}));
+            }
+            Change::SetAnnotation { key, value } => {
+                if !has_annotations {
+                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+                    has_annotations = true;
+                }
+                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape_pointer_token(key)), "value": value}));
+            }
+            Change::SetResources {
+                list,
+                index,
+                resources,
+            } => {
+                let base = format!("/spec/{}/{index}/resources", list.field());
+                if let Some(r) = &resources.requests {
+                    ops.push(json!({"op": "add", "path": format!("{base}/requests"), "value": resources_value(r)}));
+                }
+                if let Some(l) = &resources.limits {
+                    ops.push(json!({"op": "add", "path": format!("{base}/limits"), "value": resources_value(l)}));
+                }
+            }
+            Change::SetOverhead(o) => ops
+                .push(json!({"op": "add", "path": "/spec/overhead", "value": resources_value(o)})),
+        }
+    }
+    Value::Array(ops)
+}

@@ -1,0 +1,55 @@
+//! Byte arithmetic of memory QoS (DESIGN.md section 3, "Numbers").
+
+use koord_api::knobs::PAGE_SIZE;
+use koord_api::{ContainerMemoryKnobs, MaxOr, MemoryQosParams};
+
+/// A container's memory request and limit in bytes (batch-memory for BE pods).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryBasis {
+    pub request: i64,
+    pub limit: Option<i64>,
+}
+
+fn percent(value: i64, pct: i64) -> i64 {
+    // i128: request * 100 cannot overflow, and the result is at most `value`.
+    i64::try_from(i128::from(value) * i128::from(pct) / 100).unwrap_or(i64::MAX)
+}
+
+fn floor_pages(bytes: i64) -> i64 {
+    bytes / PAGE_SIZE * PAGE_SIZE
+}
+
+/// The ten container knobs for one container.
+pub fn container_knobs(basis: MemoryBasis, p: &MemoryQosParams) -> ContainerMemoryKnobs {
+    let request = basis.request.max(0);
+    let limit = basis.limit.filter(|l| *l > 0);
+    let min = percent(request, p.min_limit_percent);
+    let mut low = percent(request, p.low_limit_percent);
+    if min > 0 && low < min {
+        low = min;
+    }
+    let throttling = p.throttling_percent > 0;
+    let high = match limit {
+        Some(l) if throttling => {
+            MaxOr::Bytes(floor_pages(percent(l, p.throttling_percent)).max(min))
+        }
+        _ => MaxOr::Max,
+    };
+    let wmark_base = if throttling { high.bytes() } else { limit };
+    let wmark_high = match wmark_base {
+        Some(base) => MaxOr::Bytes(percent(base / PAGE_SIZE, p.wmark_ratio) * PAGE_SIZE),
+        None => MaxOr::Max,
+    };
+    ContainerMemoryKnobs {
+        min,
+        low,
+        high,
+        wmark_ratio: p.wmark_ratio,
+        wmark_high,
+        wmark_scale_factor: p.wmark_scale_permill,
+        wmark_min_adj: p.wmark_min_adj,
+        priority: p.priority,
+        use_priority_oom: p.priority_enable,
+        oom_group: p.oom_kill_group,
+    }
+}

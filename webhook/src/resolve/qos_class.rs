@@ -1,0 +1,139 @@
+//! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class.
+
+use koord_api::keys::{LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY};
+use koord_api::quantity::parse_milli;
+use koord_api::{QosClass, QosClassSource};
+
+use super::pod_view::{ContainerView, PodView};
+use crate::policy::FieldError;
+
+/// Kubernetes QoS classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeQos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+/// The resolved class and whether `koordinator.sh/qosClass` must be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassDecision {
+    pub class: QosClass,
+    pub source: QosClassSource,
+    pub kube_qos: KubeQos,
+    /// `Some(class)` when the label must be (re)written.
+    pub write_label: Option<QosClass>,
+}
+
+pub fn resolve_qos_class(pod: &PodView<'_>) -> Result<ClassDecision, FieldError> {
+    let kube_qos = kubernetes_qos(pod)?;
+    let label = pod.label(LABEL_QOS_CLASS);
+    if let Some(class) = label.and_then(QosClass::from_name) {
+        return Ok(ClassDecision {
+            class,
+            source: QosClassSource::Label,
+            kube_qos,
+            write_label: None,
+        });
+    }
+    if let Some(class) = pod
+        .label(LABEL_LEGACY_QOS_CLASS)
+        .and_then(QosClass::from_name)
+    {
+        // A stock koordlet reads only the Koordinator label, so the legacy class is copied.
+        return Ok(ClassDecision {
+            class,
+            source: QosClassSource::LegacyLabel,
+            kube_qos,
+            write_label: Some(class),
+        });
+    }
+    let (class, write) = match kube_qos {
+        // Lookup only: writing LSR would change scheduling semantics of Guaranteed pods.
+        KubeQos::Guaranteed => (QosClass::Lsr, false),
+        KubeQos::Burstable => (QosClass::Ls, true),
+        KubeQos::BestEffort => (QosClass::Be, true),
+    };
+    Ok(ClassDecision {
+        class,
+        source: QosClassSource::KubernetesQos,
+        kube_qos,
+        write_label: write.then_some(class),
+    })
+}
+
+/// `status.qosClass` when present, else computed like the kubelet after the apiserver's
+/// defaulting (limits without requests imply requests = limits).
+pub fn kubernetes_qos(pod: &PodView<'_>) -> Result<KubeQos, FieldError> {
+    match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+        Some("Guaranteed") => return Ok(KubeQos::Guaranteed),
+        Some("Burstable") => return Ok(KubeQos::Burstable),
+        Some("BestEffort") => return Ok(KubeQos::BestEffort),
+        _ => {}
+    }
+    let mut any = false;
+    let mut guaranteed = true;
+    let mut sums = [[0i64; 2]; 2]; // [cpu, memory] x [request, limit]
+    let init = pod
+        .spec
+        .init_containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ("initContainers", i, c));
+    let all = init.chain(
+        pod.spec
+            .containers
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ("containers", i, c)),
+    );
+    for (list, i, c) in all {
+        let mut limits_found = 0;
+        for (r, name) in [RESOURCE_CPU, RESOURCE_MEMORY].into_iter().enumerate() {
+            let limit = milli(c, list, i, name, false)?;
+            let request = milli(c, list, i, name, true)?.or(limit);
+            if let Some(req) = request.filter(|v| *v != 0) {
+                any = true;
+                sums[r][0] += req;
+            }
+            if let Some(lim) = limit.filter(|v| *v != 0) {
+                any = true;
+                limits_found += 1;
+                sums[r][1] += lim;
+            }
+        }
+        if limits_found < 2 {
+            guaranteed = false;
+        }
+    }
+    Ok(if !any {
+        KubeQos::BestEffort
+    } else if guaranteed && sums.iter().all(|[req, lim]| req == lim) {
+        KubeQos::Guaranteed
+    } else {
+        KubeQos::Burstable
+    })
+}
+
+fn milli(
+    c: &ContainerView<'_>,
+    list: &str,
+    index: usize,
+    name: &str,
+    request: bool,
+) -> Result<Option<i64>, FieldError> {
+    let (text, kind) = if request {
+        (c.request(name), "requests")
+    } else {
+        (c.limit(name), "limits")
+    };
+    text.map(|t| {
+        parse_milli(t).map_err(|e| {
+            FieldError::new(
+                format!("spec.{list}[{index}].resources.{kind}.{name}"),
+                e.to_string(),
+            )
+        })
+    })
+    .transpose()
+}

@@ -1,0 +1,304 @@
+//! `koord-webhook resolve`: the engine offline, on manifests a user would `kubectl apply`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::manifest::{self, ManifestError};
+use crate::mutation::apply_changes;
+use crate::policy::PolicyConfig;
+use crate::resolve::{Operation, ParamSource, PodView, Resolution, ResolveContext, resolve_pod};
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// Pod manifest (YAML or JSON, multi-document; `-` reads stdin).
+    #[arg(short = 'f', long = "filename", env = "KOORD_RESOLVE_FILE")]
+    pub file: PathBuf,
+    /// ConfigMap manifest with `resource-qos-config` (ack-slo-config); default: embedded defaults.
+    #[arg(long, env = "KOORD_CLUSTER_CONFIG_FILE")]
+    pub cluster_config: Option<PathBuf>,
+    /// ConfigMap manifest with `memory-qos` (ack-slo-pod-config); default: no namespace lists.
+    #[arg(long, env = "KOORD_NAMESPACE_CONFIG_FILE")]
+    pub namespace_config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, env = "KOORD_RESOLVE_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+    /// Namespace for pods whose manifest names none.
+    #[arg(
+        short = 'n',
+        long,
+        env = "KOORD_RESOLVE_NAMESPACE",
+        default_value = "default"
+    )]
+    pub namespace: String,
+    /// Resolve as an UPDATE (no resource translation) instead of a CREATE.
+    #[arg(long, env = "KOORD_RESOLVE_UPDATE")]
+    pub update: bool,
+    /// Explain on stderr which source decided each value.
+    #[arg(long, env = "KOORD_RESOLVE_EXPLAIN")]
+    pub explain: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveCmdError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Manifest { path: String, source: ManifestError },
+    #[error("{path}: pod {pod}: {message}")]
+    Pod {
+        path: String,
+        pod: String,
+        message: String,
+    },
+    #[error("{path}: no Pod found")]
+    NoPod { path: String },
+}
+
+/// What a run prints: the document on stdout, notes and explanations on stderr.
+#[derive(Debug, Default)]
+pub struct ResolveOutput {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+fn read(path: &Path) -> Result<String, ResolveCmdError> {
+    let err = |source| ResolveCmdError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(err)
+    } else {
+        std::fs::read_to_string(path).map_err(err)
+    }
+}
+
+/// Loads the policy configuration from the optional ConfigMap manifests.
+pub fn load_policy(
+    cluster: Option<&Path>,
+    namespaces: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Result<PolicyConfig, ResolveCmdError> {
+    let mut config = PolicyConfig::default();
+    if let Some(path) = cluster {
+        let text = read(path)?;
+        let out = manifest::cluster_config_from_manifests(&text).map_err(|source| {
+            ResolveCmdError::Manifest {
+                path: path.display().to_string(),
+                source,
+            }
+        })?;
+        notes.extend(out.notes);
+        config.cluster = out.config;
+    }
+    if let Some(path) = namespaces {
+        let text = read(path)?;
+        let out = manifest::namespace_config_from_manifests(&text).map_err(|source| {
+            ResolveCmdError::Manifest {
+                path: path.display().to_string(),
+                source,
+            }
+        })?;
+        notes.extend(out.notes);
+        config.namespaces = out.config;
+    }
+    Ok(config)
+}
+
+/// Resolves every Pod of `text`; pure apart from its arguments, so tests call it directly.
+pub fn resolve_manifests(
+    text: &str,
+    path: &str,
+    config: &PolicyConfig,
+    args: &ResolveArgs,
+) -> Result<ResolveOutput, ResolveCmdError> {
+    let objects = manifest::read_objects(text).map_err(|source| ResolveCmdError::Manifest {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut out = ResolveOutput::default();
+    let mut pods = Vec::new();
+    let operation = if args.update {
+        Operation::Update
+    } else {
+        Operation::Create
+    };
+    for mut obj in objects {
+        if manifest::kind(&obj) != "Pod" {
+            let _ = writeln!(
+                out.stderr,
+                "skipped {} {:?}: not a Pod",
+                manifest::kind(&obj),
+                manifest::name(&obj)
+            );
+            continue;
+        }
+        let pod_error = |message: String, obj: &Value| ResolveCmdError::Pod {
+            path: path.to_owned(),
+            pod: manifest::name(obj).to_owned(),
+            message,
+        };
+        let resolution = {
+            let view = PodView::deserialize(&obj)
+                .map_err(|e| pod_error(format!("not a valid Pod: {e}"), &obj))?;
+            let namespace = view
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(&args.namespace)
+                .to_owned();
+            let ctx = ResolveContext {
+                namespace: &namespace,
+                operation,
+                config,
+            };
+            let resolution =
+                resolve_pod(&view, &ctx).map_err(|e| pod_error(e.to_string(), &obj))?;
+            if args.explain {
+                explain(
+                    &mut out.stderr,
+                    &namespace,
+                    &view.display_name(),
+                    &resolution,
+                );
+            }
+            resolution
+        };
+        apply_changes(&mut obj, &resolution.changes);
+        pods.push(obj);
+    }
+    if pods.is_empty() {
+        return Err(ResolveCmdError::NoPod {
+            path: path.to_owned(),
+        });
+    }
+    out.stdout = render(pods, args.output);
+    Ok(out)
+}
+
+fn render(mut pods: Vec<Value>, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Json => {
+            let doc = if pods.len() == 1 {
+                pods.remove(0)
+            } else {
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "items": pods})
+            };
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        }
+        OutputFormat::Yaml => pods
+            .iter()
+            .map(|p| serde_yaml::to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    }
+}
+
+fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
+    let q = &r.resolved;
+    let m = &q.memory_qos;
+    let class = &r.explanation.class;
+    let _ = writeln!(out, "pod {namespace}/{name}:");
+    let _ = writeln!(
+        out,
+        "  qosClass {} from {:?} (Kubernetes QoS {:?}){}",
+        q.qos_class,
+        q.qos_class_source,
+        class.kube_qos,
+        if class.write_label.is_some() {
+            ", label written"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "  memoryQOS {} (policy {:?}) decided by {:?}",
+        if m.enabled { "enabled" } else { "disabled" },
+        m.policy,
+        m.source
+    );
+    for ((spec, value), source) in koord_api::MemoryQosParams::SPECS
+        .iter()
+        .zip(m.params.values())
+        .zip(r.explanation.param_sources)
+    {
+        let from = match source {
+            ParamSource::Reset => "reset value (disabled)",
+            ParamSource::Recommended => "recommended for the class",
+            ParamSource::ClusterConfig => "cluster ConfigMap",
+            ParamSource::PodAnnotation => "pod annotation",
+        };
+        let _ = writeln!(out, "    {} = {value} ({from})", spec.name);
+    }
+    match &q.memory_locality {
+        Some(l) => {
+            let _ = writeln!(
+                out,
+                "  memoryLocality {:?} decided by {:?}",
+                l.policy, l.source
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  memoryLocality: not set");
+        }
+    }
+    match &q.batch {
+        Some(b) => {
+            let _ = writeln!(
+                out,
+                "  batch: {} container(s) translated; pod cpu.shares {} cpu.cfs_quota_us {} memory.limit_in_bytes {}",
+                r.explanation.translated_containers,
+                b.pod.cpu_shares,
+                b.pod.cpu_cfs_quota_us,
+                b.pod.memory_limit_in_bytes
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  batch: none");
+        }
+    }
+    let _ = writeln!(out, "  {} change(s)", r.changes.len());
+}
+
+/// Runs the command: output only on success, one error line otherwise.
+pub fn run(args: ResolveArgs) -> ExitCode {
+    let mut notes = Vec::new();
+    let result = load_policy(
+        args.cluster_config.as_deref(),
+        args.namespace_config.as_deref(),
+        &mut notes,
+    )
+    .and_then(|config| {
+        let text = read(&args.file)?;
+        resolve_manifests(&text, &args.file.display().to_string(), &config, &args)
+    });
+    match result {
+        Ok(out) => {
+            for n in notes {
+                tracing::info!(note = %n, "configuration");
+            }
+            eprint!("{}", out.stderr);
+            print!("{}", out.stdout);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
