@@ -54,7 +54,7 @@ go_build() { # OUT PKG [LDFLAGS]
     # Temp name + mv: an interrupted build never leaves a half-written binary in place.
     local tmp
     tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
-    rm -f "$tmp"
+    rm -f "$(dirname "$out")/.$(basename "$out").tmp."* # leftovers of killed builds (we hold the lock)
     if ! CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath \
             -ldflags "-s -w $ldflags" -o "$tmp" "$pkg"; then
         rm -f "$tmp"
@@ -63,26 +63,35 @@ go_build() { # OUT PKG [LDFLAGS]
     mv -f "$tmp" "$out"
 }
 
+# Quiet on success, but show go's reason on failure.
+go_mod_init() { # MODULE
+    local out
+    out=$(go mod init "$1" 2>&1) || die "go mod init $1 failed in $PWD: $out"
+}
+
 build_apiserver() {
     local dir=$CACHE/k8s-$K8S_VERSION
     local minor=${K8S_VERSION#1.}
     minor=${minor%%.*}
     mkdir -p "$dir/src" "$dir/bin"
     cd "$dir/src"
-    log "building kube-apiserver v$K8S_VERSION in $dir/src (10-20+ min cold on 2 cores)"
+    local t0=$SECONDS
+    log "building kube-apiserver v$K8S_VERSION in $dir/src (~6 min cold on 2 cores)"
 
     # Fresh wrapper module each time, so a half-finished earlier attempt cannot poison it.
     rm -f go.mod go.sum
-    go mod init koord-qos-e2e/kube-apiserver >/dev/null 2>&1
+    go_mod_init koord-qos-e2e/kube-apiserver
 
     # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
     # ./staging/... ; those replaces are ignored for a dependency, so pin each staging
     # module to its published tag v0.<minor>.<patch>. Derive the list from k8s's own
     # go.mod: the set changes between releases.
-    local gomod
-    gomod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" |
-        sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
-    [[ -f $gomod ]] || die "cannot fetch go.mod of k8s.io/kubernetes@v$K8S_VERSION from the Go proxy"
+    local json gomod
+    # go mod download reports its error inside the JSON on stdout, so surface it.
+    json=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION") ||
+        die "cannot fetch k8s.io/kubernetes@v$K8S_VERSION: $(sed -n 's/^[[:space:]]*"Error": "\(.*\)",\{0,1\}$/\1/p' <<<"$json")"
+    gomod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$json")
+    [[ -f $gomod ]] || die "no go.mod for k8s.io/kubernetes@v$K8S_VERSION in: $json"
     local staging
     staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/.*#\1#p' "$gomod")
     [[ -n $staging ]] || die "no staging replaces found in $gomod"
@@ -107,35 +116,39 @@ build_apiserver() {
         ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     done
     go_build "$dir/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ld"
-    log "built $dir/bin/kube-apiserver"
+    log "built $dir/bin/kube-apiserver in $((SECONDS - t0))s"
 }
 
 build_etcd() {
     local dir=$CACHE/etcd-$ETCD_VERSION
     mkdir -p "$dir/src" "$dir/bin"
     cd "$dir/src"
-    log "building etcd v$ETCD_VERSION in $dir/src"
+    local t0=$SECONDS
+    log "building etcd v$ETCD_VERSION in $dir/src (~1 min cold)"
     rm -f go.mod go.sum
-    go mod init koord-qos-e2e/etcd >/dev/null 2>&1
+    go_mod_init koord-qos-e2e/etcd
     # `go install ...@v` is refused (server/go.mod has replace directives); as a plain
     # dependency its require lines name the real sibling versions, so this works.
     go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" ||
         die "go get go.etcd.io/etcd/server/v3@v$ETCD_VERSION failed"
     go_build "$dir/bin/etcd" go.etcd.io/etcd/server/v3
-    log "built $dir/bin/etcd"
+    log "built $dir/bin/etcd in $((SECONDS - t0))s"
 }
 
 ensure_built() {
     [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] && return 0
     command -v go >/dev/null || die "go is not on PATH; it is needed to build kube-apiserver and etcd"
     mkdir -p "$CACHE"
-    # Serialise concurrent builders (two test runs at once). Subshell: the lock fd and
-    # the cd must not leak into the daemons that `start` launches afterwards.
-    (
-        flock 9
-        if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
-        if [[ ! -x $APISERVER_BIN ]]; then build_apiserver; fi
-    ) 9>"$CACHE/.build.lock"
+    # Serialise concurrent builders (two test runs at once); a waiting run then finds
+    # the binaries built. The lock fd is closed afterwards so it does not leak into the
+    # daemons that `start` launches.
+    local lockfd oldpwd=$PWD
+    exec {lockfd}>"$CACHE/.build.lock"
+    flock "$lockfd"
+    if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
+    if [[ ! -x $APISERVER_BIN ]]; then build_apiserver; fi
+    exec {lockfd}>&-
+    cd "$oldpwd"
     [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] || die "build finished but binaries are missing"
 }
 
@@ -150,7 +163,7 @@ pid_alive() { # PID NAME
     [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
     state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
     [[ $state != Z ]] || return 1
-    [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == */"$name" ]]
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]]
 }
 
 read_pid() { [[ -f $1 ]] && cat "$1" || true; }
@@ -203,8 +216,8 @@ launch() { # DIR NAME BIN ARGS...   (stdin/out/err detached so callers' pipes cl
 }
 
 wait_etcd() { # DIR
-    local dir=$1 i
-    for ((i = 0; i < READY_TIMEOUT * 5; i++)); do
+    local dir=$1 deadline=$((SECONDS + READY_TIMEOUT))
+    while ((SECONDS < deadline)); do
         pid_alive "$(read_pid "$dir/etcd.pid")" etcd || fail_start "$dir" "etcd exited during startup"
         if curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; then
             return 0
@@ -215,8 +228,8 @@ wait_etcd() { # DIR
 }
 
 wait_apiserver() { # DIR
-    local dir=$1 i start=$SECONDS
-    for ((i = 0; i < READY_TIMEOUT * 2; i++)); do
+    local dir=$1 start=$SECONDS
+    while ((SECONDS < start + READY_TIMEOUT)); do
         pid_alive "$(read_pid "$dir/kube-apiserver.pid")" kube-apiserver ||
             fail_start "$dir" "kube-apiserver exited during startup"
         if curl -fsS --max-time 2 --cacert "$dir/pki/apiserver.crt" \
@@ -374,7 +387,8 @@ EOF
     log "control plane up in $((SECONDS - t0))s: etcd pid $(cat "$dir/etcd.pid"), kube-apiserver pid $(cat "$dir/kube-apiserver.pid")"
     # stdout: eval-able lines for the caller.
     echo "KUBECONFIG=$dir/kubeconfig"
-    echo "KUBECTL=$(find_kubectl)"
+    local kc
+    if kc=$(find_kubectl 2>/dev/null); then echo "KUBECTL=$kc"; fi
 }
 
 cmd_stop() {
