@@ -208,6 +208,14 @@ fn render(mut pods: Vec<Value>, format: OutputFormat) -> String {
     }
 }
 
+/// The serialized (kebab-case / camelCase) name of a contract enum value.
+fn wire_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
 fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
     let q = &r.resolved;
     let m = &q.memory_qos;
@@ -215,9 +223,9 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
     let _ = writeln!(out, "pod {namespace}/{name}:");
     let _ = writeln!(
         out,
-        "  qosClass {} from {:?} (Kubernetes QoS {:?}){}",
+        "  qosClass {} from {} (Kubernetes QoS {:?}){}",
         q.qos_class,
-        q.qos_class_source,
+        wire_name(&q.qos_class_source),
         class.kube_qos,
         if class.write_label.is_some() {
             ", label written"
@@ -227,10 +235,10 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
     );
     let _ = writeln!(
         out,
-        "  memoryQOS {} (policy {:?}) decided by {:?}",
+        "  memoryQOS {} (policy {}) decided by {}",
         if m.enabled { "enabled" } else { "disabled" },
-        m.policy,
-        m.source
+        wire_name(&m.policy),
+        wire_name(&m.source)
     );
     for ((spec, value), source) in koord_api::MemoryQosParams::SPECS
         .iter()

@@ -1,6 +1,8 @@
 //! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class.
 
-use koord_api::keys::{LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY};
+use koord_api::keys::{
+    ANNOTATION_RESOLVED_QOS, LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY,
+};
 use koord_api::quantity::parse_milli;
 use koord_api::{QosClass, QosClassSource};
 
@@ -27,19 +29,19 @@ pub struct ClassDecision {
 
 pub fn resolve_qos_class(pod: &PodView<'_>) -> Result<ClassDecision, FieldError> {
     let kube_qos = kubernetes_qos(pod)?;
-    let label = pod.label(LABEL_QOS_CLASS);
-    if let Some(class) = label.and_then(QosClass::from_name) {
+    let legacy = pod
+        .label(LABEL_LEGACY_QOS_CLASS)
+        .and_then(QosClass::from_name);
+    if let Some(class) = pod.label(LABEL_QOS_CLASS).and_then(QosClass::from_name) {
+        let source = previous_source(pod, class, kube_qos, legacy);
         return Ok(ClassDecision {
             class,
-            source: QosClassSource::Label,
+            source,
             kube_qos,
             write_label: None,
         });
     }
-    if let Some(class) = pod
-        .label(LABEL_LEGACY_QOS_CLASS)
-        .and_then(QosClass::from_name)
-    {
+    if let Some(class) = legacy {
         // A stock koordlet reads only the Koordinator label, so the legacy class is copied.
         return Ok(ClassDecision {
             class,
@@ -60,6 +62,44 @@ pub fn resolve_qos_class(pod: &PodView<'_>) -> Result<ClassDecision, FieldError>
         kube_qos,
         write_label: write.then_some(class),
     })
+}
+
+/// The label this webhook writes makes a second resolution (UPDATE, reinvocation) see a
+/// `label` source where the first saw `kubernetes-qos` or `legacy-label`. The earlier source is
+/// kept when the pod itself still proves it (same class from the same rule), so resolving is
+/// idempotent; a forged annotation cannot claim a source the pod does not support.
+fn previous_source(
+    pod: &PodView<'_>,
+    class: QosClass,
+    kube_qos: KubeQos,
+    legacy: Option<QosClass>,
+) -> QosClassSource {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ClassOnly {
+        qos_class: QosClass,
+        qos_class_source: QosClassSource,
+    }
+    let Some(prev) = pod
+        .annotation(ANNOTATION_RESOLVED_QOS)
+        .and_then(|a| serde_json::from_str::<ClassOnly>(a).ok())
+    else {
+        return QosClassSource::Label;
+    };
+    let defaulted = match kube_qos {
+        KubeQos::Burstable => Some(QosClass::Ls),
+        KubeQos::BestEffort => Some(QosClass::Be),
+        KubeQos::Guaranteed => None,
+    };
+    match prev.qos_class_source {
+        QosClassSource::KubernetesQos if prev.qos_class == class && defaulted == Some(class) => {
+            QosClassSource::KubernetesQos
+        }
+        QosClassSource::LegacyLabel if prev.qos_class == class && legacy == Some(class) => {
+            QosClassSource::LegacyLabel
+        }
+        _ => QosClassSource::Label,
+    }
 }
 
 /// `status.qosClass` when present, else computed like the kubelet after the apiserver's

@@ -1,0 +1,24 @@
+# The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
+CARGO ?= cargo
+
+.PHONY: run test lint unit e2e bench
+
+## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
+run:
+	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
+
+## Every test: formatting, lints, unit + integration tests, the end-to-end suite.
+test: lint unit e2e
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace
+
+e2e:
+	tests/e2e/run
+
+bench:
+	$(CARGO) bench -p koord-webhook --bench resolve

@@ -1,0 +1,68 @@
+//! Shared helpers for the engine tests: build pods as JSON, resolve, apply.
+
+#![allow(dead_code)]
+
+use koord_webhook::mutation::apply_changes;
+use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use koord_webhook::resolve::{
+    Operation, PodView, Resolution, ResolveContext, ResolveError, resolve_pod,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub fn resolve_value(
+    pod: &Value,
+    namespace: &str,
+    op: Operation,
+    config: &PolicyConfig,
+) -> Result<Resolution, ResolveError> {
+    let view = PodView::deserialize(pod).expect("pod view parses");
+    resolve_pod(
+        &view,
+        &ResolveContext {
+            namespace,
+            operation: op,
+            config,
+        },
+    )
+}
+
+pub fn create(pod: &Value, config: &PolicyConfig) -> Resolution {
+    resolve_value(pod, "default", Operation::Create, config).expect("resolves")
+}
+
+pub fn mutated(pod: &Value, r: &Resolution) -> Value {
+    let mut out = pod.clone();
+    apply_changes(&mut out, &r.changes);
+    out
+}
+
+pub fn config(cluster: &str, namespaces: &str) -> PolicyConfig {
+    PolicyConfig {
+        cluster: if cluster.is_empty() {
+            ClusterQosConfig::default()
+        } else {
+            ClusterQosConfig::parse(cluster).expect("cluster").config
+        },
+        namespaces: if namespaces.is_empty() {
+            NamespaceQosConfig::default()
+        } else {
+            NamespaceQosConfig::parse(namespaces)
+                .expect("namespaces")
+                .config
+        },
+    }
+}
+
+/// A one-container pod with the given labels, annotations and resources.
+pub fn pod(labels: Value, annotations: Value, resources: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "labels": labels, "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "busybox", "resources": resources}]}
+    })
+}
+
+pub fn burstable_100mi() -> Value {
+    json!({"requests": {"cpu": "500m", "memory": "100Mi"}, "limits": {"cpu": "1", "memory": "100Mi"}})
+}
