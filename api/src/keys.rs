@@ -10,6 +10,8 @@ pub const ANNOTATION_MEMORY_QOS: &str = "koordinator.sh/memoryQOS";
 pub const ANNOTATION_LEGACY_MEMORY_QOS: &str = "alibabacloud.com/memoryQOS";
 /// Pod memory locality annotation (`{"policy": "bestEffort"|"none", "migrateIntervalMinutes": N}`).
 pub const ANNOTATION_MEMORY_LOCALITY: &str = "koordinator.sh/memoryLocality";
+/// Pod CPU QoS annotation (`{"enable": bool, "groupIdentity": -1..2}`).
+pub const ANNOTATION_CPU_QOS: &str = "koordinator.sh/cpuQOS";
 /// The webhook's decision, read by the applier (see [`crate::resolved`]).
 pub const ANNOTATION_RESOLVED_QOS: &str = "koordinator.sh/resolved-qos";
 /// Koordinator's extended resource spec, written so a stock koordlet understands batch pods.

@@ -379,6 +379,36 @@ pub struct ResolvedQos {
     pub memory_locality: Option<ResolvedMemoryLocality>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub batch: Option<ResolvedBatch>,
+    /// Group identity (`cpu.bvt_warp_ns`); an optional section added within version 1.
+    #[serde(rename = "cpuQOS", skip_serializing_if = "Option::is_none", default)]
+    pub cpu_qos: Option<ResolvedCpuQos>,
+    /// L3 cache / memory bandwidth partition; an optional section added within version 1.
+    #[serde(rename = "resctrlQOS", skip_serializing_if = "Option::is_none", default)]
+    pub resctrl_qos: Option<ResolvedResctrlQos>,
+}
+
+/// CPU QoS: Alibaba group identity, `cpu.bvt_warp_ns` in -1..2 (LS 2 preempts BE -1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedCpuQos {
+    pub enabled: bool,
+    pub group_identity: i64,
+    pub source: DecisionSource,
+}
+
+impl ResolvedCpuQos {
+    pub const GROUP_IDENTITY_RANGE: (i64, i64) = (-1, 2);
+}
+
+/// Resctrl QoS: the class's slice of L3 ways (start..end percent) and memory bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedResctrlQos {
+    pub enabled: bool,
+    pub cat_range_start_percent: i64,
+    pub cat_range_end_percent: i64,
+    pub mba_percent: i64,
+    pub source: DecisionSource,
 }
 
 /// Why an annotation could not be read as a [`ResolvedQos`].

@@ -881,3 +881,112 @@ fn the_class_source_survives_re_resolution_only_when_the_pod_proves_it() {
         (QosClass::Be, QosClassSource::Label)
     );
 }
+
+#[test]
+fn cpu_qos_table() {
+    use koord_api::ResolvedCpuQos;
+    let cluster = r#"{"clusterStrategy":{"lsClass":{"cpuQOS":{"enable":true}},"beClass":{"cpuQOS":{"enable":true}},
+        "lsrClass":{"cpuQOS":{"enable":true,"groupIdentity":1}},"systemClass":{"cpuQOS":{"enable":false,"groupIdentity":2}}}}"#;
+    // (class, annotation, expected)
+    let cases: &[(&str, Option<&str>, Option<(bool, i64, DecisionSource)>)] = &[
+        ("LS", None, Some((true, 2, DecisionSource::ClusterConfig))),
+        ("BE", None, Some((true, -1, DecisionSource::ClusterConfig))),
+        ("LSE", None, Some((true, 1, DecisionSource::ClusterConfig))),
+        (
+            "SYSTEM",
+            None,
+            Some((false, 0, DecisionSource::ClusterConfig)),
+        ),
+        (
+            "BE",
+            Some(r#"{"groupIdentity": 0}"#),
+            Some((true, 0, DecisionSource::PodAnnotation)),
+        ),
+        (
+            "LS",
+            Some(r#"{"enable": false}"#),
+            Some((false, 0, DecisionSource::PodAnnotation)),
+        ),
+        (
+            "BE",
+            Some(r#"{}"#),
+            Some((true, -1, DecisionSource::PodAnnotation)),
+        ),
+    ];
+    for (class, ann, expected) in cases {
+        let annotations = ann.map_or(json!({}), |a| json!({"koordinator.sh/cpuQOS": a}));
+        let p = pod(
+            json!({"koordinator.sh/qosClass": class}),
+            annotations,
+            json!({}),
+        );
+        let got = create(&p, &config(cluster, ""))
+            .resolved
+            .cpu_qos
+            .map(|c: ResolvedCpuQos| (c.enabled, c.group_identity, c.source));
+        assert_eq!(got, *expected, "{class} {ann:?}");
+    }
+    // No source, no section: the annotation of existing pods stays byte-identical.
+    let p = pod(
+        json!({"koordinator.sh/qosClass": "LS"}),
+        json!({}),
+        json!({}),
+    );
+    let r = create(&p, &PolicyConfig::default());
+    assert!(r.resolved.cpu_qos.is_none() && !r.annotation.contains("cpuQOS"));
+    let err = resolve_value(
+        &pod(
+            json!({}),
+            json!({"koordinator.sh/cpuQOS": r#"{"groupIdentity": 5}"#}),
+            json!({}),
+        ),
+        "default",
+        Operation::Create,
+        &PolicyConfig::default(),
+    )
+    .expect_err("out of range");
+    assert_eq!(
+        err.to_string(),
+        "koordinator.sh/cpuQOS.groupIdentity: 5 is out of range (allowed -1..2)"
+    );
+}
+
+#[test]
+fn resctrl_qos_table() {
+    let cluster = r#"{"clusterStrategy":{"lsClass":{"resctrlQOS":{"enable":true}},"beClass":{"resctrlQOS":{"enable":true,"mbaPercent":50}},
+        "lsrClass":{"resctrlQOS":{"enable":false,"catRangeEndPercent":10}}}}"#;
+    for (class, expected) in [
+        ("LS", Some((true, 0, 100, 100))),
+        ("BE", Some((true, 0, 30, 50))),
+        ("LSR", Some((false, 0, 100, 100))),
+        ("SYSTEM", None),
+    ] {
+        let p = pod(
+            json!({"koordinator.sh/qosClass": class}),
+            json!({}),
+            json!({}),
+        );
+        let got = create(&p, &config(cluster, ""))
+            .resolved
+            .resctrl_qos
+            .map(|r| {
+                (
+                    r.enabled,
+                    r.cat_range_start_percent,
+                    r.cat_range_end_percent,
+                    r.mba_percent,
+                )
+            });
+        assert_eq!(got, expected, "{class}");
+    }
+    // A class that moves the start past the recommended end is a broken config.
+    let err = koord_webhook::policy::ClusterQosConfig::parse(
+        r#"{"clusterStrategy":{"beClass":{"resctrlQOS":{"enable":true,"catRangeStartPercent":40}}}}"#,
+    )
+    .expect_err("empty slice");
+    assert!(
+        err.to_string()
+            .contains("catRangeEndPercent: 30 must be above catRangeStartPercent 40"),
+        "{err}"
+    );
+}

@@ -4,6 +4,9 @@ use koord_api::QosClass;
 use koord_api::keys::CLUSTER_CONFIGMAP_KEY;
 use serde_json::Value;
 
+use super::cpu_resctrl::{
+    CpuQosSetting, ResctrlSetting, check_resctrl_slice, parse_cpu_qos_setting, parse_resctrl_setting,
+};
 use super::fields::{
     FieldError, LocalitySetting, ParamOverrides, parse_locality_setting, parse_param_overrides,
 };
@@ -15,6 +18,10 @@ pub struct ClassStrategy {
     pub memory_qos_enable: Option<bool>,
     pub memory_qos_params: ParamOverrides,
     pub memory_locality: Option<LocalitySetting>,
+    /// `cpuQOS`, when the class states it.
+    pub cpu_qos: Option<CpuQosSetting>,
+    /// `resctrlQOS`, when the class states it.
+    pub resctrl_qos: Option<ResctrlSetting>,
 }
 
 /// The cluster strategy. Koordinator has no `lseClass`: LSE pods read `lsrClass`.
@@ -31,6 +38,16 @@ pub struct ClusterQosConfig {
 pub struct ParseOutcome<T> {
     pub config: T,
     pub notes: Vec<String>,
+}
+
+/// The class whose recommended values fill the gaps of a class key.
+fn class_of(key: &str) -> QosClass {
+    match key {
+        "lsrClass" => QosClass::Lsr,
+        "beClass" => QosClass::Be,
+        "systemClass" => QosClass::System,
+        _ => QosClass::Ls,
+    }
 }
 
 const CLASS_KEYS: [&str; 4] = ["lsrClass", "lsClass", "beClass", "systemClass"];
@@ -131,7 +148,17 @@ impl ClusterQosConfig {
                         class.memory_locality =
                             Some(parse_locality_setting(section_value, &section_path)?)
                     }
-                    // cpuQOS, resctrlQOS, blkioQOS, networkQOS: other features of the reference.
+                    "cpuQOS" => {
+                        class.cpu_qos = Some(parse_cpu_qos_setting(section_value, &section_path)?)
+                    }
+                    "resctrlQOS" => {
+                        let setting = parse_resctrl_setting(section_value, &section_path)?;
+                        if setting.enable == Some(true) {
+                            check_resctrl_slice(class_of(key), &setting, &section_path)?;
+                        }
+                        class.resctrl_qos = Some(setting);
+                    }
+                    // blkioQOS, networkQOS: other features of the reference.
                     _ => {}
                 }
             }

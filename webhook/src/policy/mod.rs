@@ -5,10 +5,15 @@
 //! per ConfigMap change, never per admission.
 
 mod cluster;
+mod cpu_resctrl;
 mod fields;
 mod namespace;
 
 pub use cluster::{ClassStrategy, ClusterQosConfig, ParseOutcome};
+pub use cpu_resctrl::{
+    CpuQosSetting, ResctrlSetting, check_resctrl_slice, effective_resctrl, parse_cpu_qos_setting,
+    parse_int_in_range, parse_resctrl_setting, recommended_resctrl,
+};
 pub use fields::{
     FieldError, LocalitySetting, ParamOverrides, parse_locality_setting, parse_param_overrides,
     parse_policy_name,

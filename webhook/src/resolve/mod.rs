@@ -3,6 +3,7 @@
 //! `resolve` command applies them to the manifest.
 
 mod batch;
+mod cpu_resctrl;
 mod locality;
 mod memory_numbers;
 mod memory_qos;
@@ -22,6 +23,7 @@ use koord_api::{
 };
 
 pub use batch::{OwnedResources, TranslatedResources};
+pub use cpu_resctrl::recommended_group_identity;
 pub use memory_numbers::{MemoryBasis, container_knobs};
 pub use memory_qos::{
     MemoryQosDecision, ParamSource, PodMemoryQos, decide_memory_qos, parse_memory_qos_annotation,
@@ -89,6 +91,8 @@ pub fn resolve_pod(
         ctx.config,
     );
     let memory_locality = locality::resolve_memory_locality(pod, class.class, ctx.config)?;
+    let cpu_qos = cpu_resctrl::resolve_cpu_qos(pod, class.class, ctx.config)?;
+    let resctrl_qos = cpu_resctrl::resolve_resctrl_qos(class.class, ctx.config);
 
     let translate = class.class == QosClass::Be && ctx.operation == Operation::Create;
     let containers = effective_resources(&pod.spec.containers, "containers", translate)?;
@@ -141,6 +145,8 @@ pub fn resolve_pod(
         },
         memory_locality,
         batch,
+        cpu_qos,
+        resctrl_qos,
     };
     let annotation = resolved.to_annotation();
 
