@@ -990,3 +990,19 @@ fn resctrl_qos_table() {
         "{err}"
     );
 }
+
+#[test]
+fn a_forged_incoming_annotation_does_not_leak_into_the_rewrite() {
+    use koord_webhook::resolve::{PodView, ResolveContext, resolve_pod_with_previous};
+    use serde::Deserialize;
+    let p = pod(json!({}), json!({}), burstable_100mi());
+    let stored = mutated(&p, &create(&p, &PolicyConfig::default()));
+    let previous = stored["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS].as_str().expect("ours").to_owned();
+    let mut edited = stored.clone();
+    edited["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS] = json!(r#"{"version":1,"qosClass":"LSE","hand":"edited"}"#);
+    let view = PodView::deserialize(&edited).expect("view");
+    let cfg = PolicyConfig::default();
+    let ctx = ResolveContext { namespace: "default", operation: Operation::Update, config: &cfg };
+    let r = resolve_pod_with_previous(&view, &ctx, Some(&previous)).expect("update");
+    assert_eq!(r.annotation, previous, "the rewrite is exactly the value the hand edit replaced");
+}

@@ -17,7 +17,6 @@ pub fn recommended_group_identity(class: QosClass) -> i64 {
     }
 }
 
-
 /// The pod annotation `koordinator.sh/cpuQOS` wins over the class; present only when a source
 /// states it. Disabled means group identity 0 (the reset value).
 pub fn resolve_cpu_qos(
@@ -65,7 +64,11 @@ pub fn resolve_cpu_qos(
 pub fn resolve_resctrl_qos(class: QosClass, config: &PolicyConfig) -> Option<ResolvedResctrlQos> {
     let setting = config.cluster.class(class).resctrl_qos?;
     let enabled = setting.enable == Some(true);
-    let (start, end, mba) = if enabled { effective_resctrl(class, &setting) } else { (0, 100, 100) };
+    let (start, end, mba) = if enabled {
+        effective_resctrl(class, &setting)
+    } else {
+        (0, 100, 100)
+    };
     Some(ResolvedResctrlQos {
         enabled,
         cat_range_start_percent: start,

@@ -78,11 +78,19 @@ pub struct Resolution {
 }
 
 /// Resolves one pod (DESIGN.md section 3).
-pub fn resolve_pod(
+pub fn resolve_pod(pod: &PodView<'_>, ctx: &ResolveContext<'_>) -> Result<Resolution, ResolveError> {
+    resolve_pod_with_previous(pod, ctx, pod.annotation(ANNOTATION_RESOLVED_QOS))
+}
+
+/// [`resolve_pod`] with the resolved-qos annotation this webhook wrote before given explicitly.
+/// On UPDATE the admission server passes the stored pod's (`oldObject`) annotation: the
+/// incoming one may be a hand edit, and must not influence what is written back.
+pub fn resolve_pod_with_previous(
     pod: &PodView<'_>,
     ctx: &ResolveContext<'_>,
+    previous_resolved: Option<&str>,
 ) -> Result<Resolution, ResolveError> {
-    let class = resolve_qos_class(pod)?;
+    let class = resolve_qos_class(pod, previous_resolved)?;
     let pod_memory_qos = memory_qos::parse_pod_memory_qos(pod)?;
     let decision = decide_memory_qos(
         class.class,

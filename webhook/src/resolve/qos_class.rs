@@ -1,7 +1,7 @@
 //! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class.
 
 use koord_api::keys::{
-    ANNOTATION_RESOLVED_QOS, LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY,
+    LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY,
 };
 use koord_api::quantity::parse_milli;
 use koord_api::{QosClass, QosClassSource};
@@ -27,13 +27,15 @@ pub struct ClassDecision {
     pub write_label: Option<QosClass>,
 }
 
-pub fn resolve_qos_class(pod: &PodView<'_>) -> Result<ClassDecision, FieldError> {
+/// `previous_resolved` is the resolved-qos annotation this webhook wrote before (the stored
+/// pod's, on UPDATE), used only to keep the class source stable; see [`previous_source`].
+pub fn resolve_qos_class(pod: &PodView<'_>, previous_resolved: Option<&str>) -> Result<ClassDecision, FieldError> {
     let kube_qos = kubernetes_qos(pod)?;
     let legacy = pod
         .label(LABEL_LEGACY_QOS_CLASS)
         .and_then(QosClass::from_name);
     if let Some(class) = pod.label(LABEL_QOS_CLASS).and_then(QosClass::from_name) {
-        let source = previous_source(pod, class, kube_qos, legacy);
+        let source = previous_source(previous_resolved, class, kube_qos, legacy);
         return Ok(ClassDecision {
             class,
             source,
@@ -69,7 +71,7 @@ pub fn resolve_qos_class(pod: &PodView<'_>) -> Result<ClassDecision, FieldError>
 /// kept when the pod itself still proves it (same class from the same rule), so resolving is
 /// idempotent; a forged annotation cannot claim a source the pod does not support.
 fn previous_source(
-    pod: &PodView<'_>,
+    previous_resolved: Option<&str>,
     class: QosClass,
     kube_qos: KubeQos,
     legacy: Option<QosClass>,
@@ -80,9 +82,7 @@ fn previous_source(
         qos_class: QosClass,
         qos_class_source: QosClassSource,
     }
-    let Some(prev) = pod
-        .annotation(ANNOTATION_RESOLVED_QOS)
-        .and_then(|a| serde_json::from_str::<ClassOnly>(a).ok())
+    let Some(prev) = previous_resolved.and_then(|a| serde_json::from_str::<ClassOnly>(a).ok())
     else {
         return QosClassSource::Label;
     };

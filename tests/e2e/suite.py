@@ -1,0 +1,1114 @@
+#!/usr/bin/env python3
+"""End-to-end suite: the whole product in front of a real kube-apiserver, driven with kubectl.
+
+Run it through `tests/e2e/run` (see README.md). Stdlib only (Python 3.11+).
+
+Layout of a run:
+  prerequisites -> cargo build -> control-plane.sh build/start (temp dir) -> render manifests/
+  -> apply Namespace/RBAC/ServiceAccounts/ConfigMaps -> scenarios -> cleanup (always).
+
+Each scenario prints `PASS <name>` or `FAIL <name>: <reason>` on stdout; the last line is
+`N passed, M failed`. Progress goes to stderr. Everything started here is stopped by PID in
+`Harness.cleanup`, on success, failure, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import unittest
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+E2E = Path(__file__).resolve().parent
+REPO = E2E.parents[1]
+sys.path.insert(0, str(E2E))
+sys.dont_write_bytecode = True  # no __pycache__ in the repo
+
+import webhookcfg  # noqa: E402
+
+CONTROL_PLANE = E2E / "control-plane.sh"
+TESTDATA = E2E / "testdata"
+
+OPT_IN_LABEL = "koordinator.sh/qos-webhook"
+QOS_LABEL = "koordinator.sh/qosClass"
+RESOLVED = "koordinator.sh/resolved-qos"
+MEMORY_QOS = "koordinator.sh/memoryQOS"
+MEMORY_LOCALITY = "koordinator.sh/memoryLocality"
+EXT_SPEC = "node.koordinator.sh/extended-resource-spec"
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+CLUSTER_CM = "ack-slo-config"
+POD_CM = "ack-slo-pod-config"
+CONFIG_NS = "kube-system"
+PAUSE = "registry.k8s.io/pause:3.10"
+
+NS_QOS = "e2e-qos"  # opted in
+NS_PLAIN = "e2e-plain"  # not opted in
+NS_LATENCY = "e2e-latency"  # opted in, latency pods only
+NS_LATE = "e2e-late"  # created without the label, opted in after the apiserver restart
+NODE = "e2e-node"
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def log(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Fatal(Exception):
+    """A prerequisite or setup step failed: the suite cannot go on."""
+
+
+class Check(AssertionError):
+    """A scenario's assertion failed."""
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise Check(msg)
+
+
+def wait_until(what: str, fn: Callable[[], object], timeout: float, interval: float = 0.2):
+    """Polls fn until it returns something truthy; returns it, or raises Check."""
+    deadline = time.monotonic() + timeout
+    last_err: Exception | None = None
+    while True:
+        try:
+            v = fn()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - retried, reported on timeout
+            last_err = e
+        if time.monotonic() > deadline:
+            extra = f" (last error: {last_err})" if last_err else ""
+            raise Check(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Quantities (the apiserver canonicalises them: "1000" is stored as "1k")
+# ---------------------------------------------------------------------------------------
+
+_SUFFIX = {
+    "": 1, "m": 0.001, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+}
+
+
+def quantity(q: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(q))
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"unsupported quantity {q!r}")
+    return float(m.group(1)) * _SUFFIX[m.group(2)]
+
+
+# ---------------------------------------------------------------------------------------
+# Pods
+# ---------------------------------------------------------------------------------------
+
+
+def pod_manifest(name: str, ns: str, requests=None, limits=None, labels=None, annotations=None,
+                 container: str = "app", node: str | None = None) -> dict:
+    res: dict = {}
+    if requests:
+        res["requests"] = requests
+    if limits:
+        res["limits"] = limits
+    meta: dict = {"name": name, "namespace": ns}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    spec: dict = {"containers": [{"name": container, "image": PAUSE, "resources": res}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def burstable(name: str, ns: str = NS_QOS, **kw) -> dict:
+    return pod_manifest(name, ns, requests={"cpu": "100m", "memory": "64Mi"},
+                        limits={"memory": "128Mi"}, **kw)
+
+
+def annotations(pod: dict) -> dict:
+    return pod.get("metadata", {}).get("annotations") or {}
+
+
+def labels(pod: dict) -> dict:
+    return pod.get("metadata", {}).get("labels") or {}
+
+
+def resolved(pod: dict) -> dict:
+    raw = annotations(pod).get(RESOLVED)
+    check(raw is not None, f"pod {pod['metadata']['name']} has no {RESOLVED} annotation; "
+          f"annotations: {annotations(pod)}")
+    return json.loads(raw)
+
+
+# ---------------------------------------------------------------------------------------
+# Harness
+# ---------------------------------------------------------------------------------------
+
+
+class Proc:
+    """A process this suite started, stopped by PID."""
+
+    def __init__(self, name: str, argv: list[str], env: dict, logfile: Path):
+        self.name, self.argv, self.env, self.logfile = name, argv, env, logfile
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.logfile, "ab") as f:
+            f.write(f"----- start {time.strftime('%FT%T')}: {' '.join(self.argv)}\n".encode())
+            f.flush()
+            # Own session: a terminal Ctrl-C reaches only this suite, which then stops the
+            # children in order instead of racing them.
+            self.popen = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
+                                          stdout=f, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+        log(f"started {self.name} (pid {self.popen.pid}), log {self.logfile}")
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def stop(self, timeout: float = 25.0) -> None:
+        p = self.popen
+        if p is None or p.poll() is not None:
+            return
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name} (pid {p.pid}) ignored SIGTERM for {timeout:.0f}s; SIGKILL")
+            p.kill()
+            p.wait(10)
+        log(f"stopped {self.name} (pid {p.pid}, exit {p.returncode})")
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="koord-e2e."))
+        self.cp_dir = self.dir / "cp"
+        self.cp_started = False
+        self.procs: dict[str, Proc] = {}
+        self.cgroup_dirs: list[Path] = []  # created by us, in creation order
+        self.kubectl_bin = ""
+        self.webhook_bin = ""
+        self.applier_bin = ""
+        self.kubeconfig = self.cp_dir / "kubeconfig"
+        self.rendered: list[dict] = []
+        self.ca_bundle = ""
+        self.webhook_port = 0
+        self.webhook_metrics_port = 0
+        self.applier_metrics_port = 0
+        self.webhook_kubeconfig = Path()
+        self.mwc: dict = {}
+        self.figures: dict = {}  # latency figures, printed at the end
+        self.carry: dict = {}  # values one scenario hands to the next
+
+    # -- kubectl -------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        argv = [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", *args]
+        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        if check_rc and p.returncode != 0:
+            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
+        return p
+
+    def kjson(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(self, obj: dict | list[dict]) -> None:
+        items = obj if isinstance(obj, list) else [obj]
+        doc = {"apiVersion": "v1", "kind": "List", "items": items}
+        self.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+    def create_pod(self, pod: dict) -> dict:
+        """`kubectl create`; returns the object as stored (after admission)."""
+        return json.loads(self.kubectl("create", "-f", "-", "-o", "json",
+                                       input=json.dumps(pod)).stdout)
+
+    def get_pod(self, ns: str, name: str) -> dict:
+        return self.kjson("get", "pod", "-n", ns, name)
+
+    def namespace(self, name: str, opt_in: bool) -> None:
+        lab = {OPT_IN_LABEL: "enabled"} if opt_in else {}
+        self.apply({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": lab}})
+
+    def rendered_cm(self, name: str) -> dict:
+        for o in webhookcfg.select(self.rendered, "ConfigMap"):
+            if o["metadata"]["name"] == name and o["metadata"].get("namespace") == CONFIG_NS:
+                return o
+        raise Fatal(f"manifests/ render no ConfigMap {CONFIG_NS}/{name}")
+
+    # -- control plane -------------------------------------------------------------------
+
+    def cp_state(self) -> dict:
+        env = {}
+        for line in (self.cp_dir / "state.env").read_text().splitlines():
+            k, _, v = line.partition("=")
+            env[k] = v
+        return env
+
+    def impersonating_kubeconfig(self, name: str, namespace: str, sa: str) -> Path:
+        """A kubeconfig that acts as the ServiceAccount the manifests give the component:
+        the process gets exactly the RBAC that manifests/ grants (token auth has no SA
+        tokens here, so the admin token impersonates it)."""
+        port = self.cp_state()["APISERVER_PORT"]
+        ca = base64.b64encode((self.cp_dir / "pki" / "apiserver.crt").read_bytes()).decode()
+        token = (self.cp_dir / "token").read_text().strip()
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {
+                "server": f"https://127.0.0.1:{port}", "certificate-authority-data": ca}}],
+            "users": [{"name": sa, "user": {
+                "token": token,
+                "as": f"system:serviceaccount:{namespace}:{sa}",
+                "as-groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
+                              "system:authenticated"]}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa}}],
+        }
+        path = self.dir / f"{name}.kubeconfig"
+        path.write_text(json.dumps(cfg, indent=1))
+        path.chmod(0o600)
+        return path
+
+    # -- processes -----------------------------------------------------------------------
+
+    def start_proc(self, name: str, argv: list[str], env: dict) -> Proc:
+        old = self.procs.get(name)
+        if old and old.alive():
+            raise Fatal(f"{name} already running")
+        p = Proc(name, argv, env, self.dir / f"{name}.log")
+        self.procs[name] = p
+        p.start()
+        return p
+
+    def http_get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+    def metrics(self, port: int) -> dict[tuple[str, frozenset], float]:
+        _, text = self.http_get(port, "/metrics")
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", line)
+            if not m:
+                continue
+            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out[(m.group(1), labs)] = float(m.group(3))
+        return out
+
+    def metric_sum(self, port: int, name: str, **want: str) -> float:
+        return sum(v for (n, labs), v in self.metrics(port).items()
+                   if n == name and all((k, w) in labs for k, w in want.items()))
+
+    # -- cleanup -------------------------------------------------------------------------
+
+    def cleanup(self, keep: bool) -> None:
+        for name in ("applier", "webhook"):
+            p = self.procs.get(name)
+            if p:
+                try:
+                    p.stop()
+                except Exception as e:  # noqa: BLE001
+                    log(f"stopping {name}: {e}")
+        if self.cp_started:
+            r = subprocess.run([str(CONTROL_PLANE), "stop", str(self.cp_dir)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                log(f"control-plane.sh stop failed: {r.stderr.strip()}")
+        for d in reversed(self.cgroup_dirs):  # leaves first
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log(f"could not remove cgroup {d}: {e}")
+        if keep:
+            log(f"kept logs and state in {self.dir}")
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Prerequisites, build, deploy
+# ---------------------------------------------------------------------------------------
+
+
+def prerequisites(h: Harness) -> None:
+    problems = []
+    if sys.version_info < (3, 11):
+        problems.append(f"Python 3.11+ needed, this is {sys.version.split()[0]}")
+    if os.geteuid() != 0:
+        problems.append("must run as root (the applier scenario writes real cgroup v1 files)")
+    mounts = Path("/proc/mounts").read_text()
+    for ctrl in ("memory", "cpu"):
+        if not re.search(rf"^\S+ {CGROUP_ROOT / ctrl} cgroup \S*\b{ctrl}\b", mounts, re.M):
+            problems.append(f"no cgroup v1 '{ctrl}' controller mounted at {CGROUP_ROOT / ctrl}")
+    for tool in ("cargo", "openssl", "curl"):
+        if not shutil.which(tool):
+            problems.append(f"{tool} not on PATH")
+    r = subprocess.run([str(CONTROL_PLANE), "kubectl"], capture_output=True, text=True)
+    if r.returncode != 0:
+        problems.append(f"no kubectl: {r.stderr.strip()}")
+    else:
+        h.kubectl_bin = r.stdout.strip()
+    if problems:
+        raise Fatal("missing prerequisites:\n  - " + "\n  - ".join(problems))
+
+
+def build(h: Harness) -> None:
+    bin_dir = os.environ.get("KOORD_E2E_BIN_DIR")
+    if bin_dir:
+        # Prebuilt binaries (a CI artifact, or a quick re-run while the tree does not build).
+        target = Path(bin_dir)
+        h.figures["profile"] = f"prebuilt {bin_dir}"
+        log(f"using prebuilt binaries from {bin_dir} (KOORD_E2E_BIN_DIR); no cargo build")
+    else:
+        profile = os.environ.get("KOORD_E2E_PROFILE", "debug")
+        if profile not in ("debug", "release"):
+            raise Fatal(f"KOORD_E2E_PROFILE must be debug or release, not {profile!r}")
+        argv = ["cargo", "build", "-p", "koord-webhook", "-p", "koord-applier"]
+        if profile == "release":
+            argv.append("--release")
+        log(f"building the Rust binaries: {' '.join(argv)}")
+        t0 = time.monotonic()
+        r = subprocess.run(argv, cwd=REPO, stdout=sys.stderr, stderr=sys.stderr)
+        if r.returncode != 0:
+            raise Fatal(f"`{' '.join(argv)}` failed (exit {r.returncode}); see the output above")
+        log(f"cargo build done in {time.monotonic() - t0:.0f}s")
+        target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / profile
+        h.figures["profile"] = profile
+    h.webhook_bin = str(target / "koord-webhook")
+    h.applier_bin = str(target / "koord-applier")
+    for b in (h.webhook_bin, h.applier_bin):
+        if not os.access(b, os.X_OK):
+            raise Fatal(f"{b} is missing or not executable")
+
+    log("control plane: control-plane.sh build (compiles kube-apiserver and etcd on first use)")
+    t0 = time.monotonic()
+    rc, out, errors = run_streaming([str(CONTROL_PLANE), "build"])
+    if rc != 0:
+        raise Fatal("the control plane could not be built: "
+                    + ("; ".join(errors) or f"control-plane.sh build exited {rc}")
+                    + " (the suite needs Go and the Go module proxy on first use)")
+    log(f"control plane binaries ready in {time.monotonic() - t0:.0f}s: " + " ".join(out.split()))
+
+
+def run_streaming(argv: list[str]) -> tuple[int, str, list[str]]:
+    """Runs argv with its stderr streamed to ours (long builds show progress in CI logs);
+    returns the exit code, stdout and the `error:` lines of stderr."""
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, text=True)
+        errors = []
+        assert p.stderr is not None
+        for line in p.stderr:
+            sys.stderr.write(line)
+            if "error:" in line:
+                errors.append(line.strip())
+        rc = p.wait()
+        out.seek(0)
+        return rc, out.read(), errors[-3:]
+
+
+def start_control_plane(h: Harness) -> None:
+    h.cp_started = True  # from here on, cleanup runs `stop` (harmless if nothing started)
+    rc, out, errors = run_streaming([str(CONTROL_PLANE), "start", str(h.cp_dir)])
+    if rc != 0:
+        raise Fatal("control-plane.sh start failed: " + ("; ".join(errors) or f"exit {rc}"))
+    for line in out.splitlines():
+        k, _, v = line.partition("=")
+        if k == "KUBECONFIG":
+            h.kubeconfig = Path(v)
+
+
+def workload_env(obj: dict, container: str | None = None) -> dict:
+    """The literal `env` values of a rendered Deployment/DaemonSet's first (or named)
+    container, so the process runs with the settings the manifests give it."""
+    containers = obj["spec"]["template"]["spec"]["containers"]
+    c = next((c for c in containers if container in (None, c["name"])), containers[0])
+    return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+
+
+def deploy_base(h: Harness) -> None:
+    """Namespace, ServiceAccounts, RBAC and the example ConfigMaps, as manifests/ renders them."""
+    manifests = os.environ.get("KOORD_E2E_MANIFESTS", str(REPO / "manifests"))
+    h.rendered = webhookcfg.render(h.kubectl_bin, manifests)
+    kinds = [o["kind"] for o in h.rendered]
+    log(f"manifests/ renders: {', '.join(sorted(set(kinds)))}")
+    base_kinds = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                  "RoleBinding", "ConfigMap")
+    base = webhookcfg.select(h.rendered, *base_kinds)
+    # Namespaces first, so namespaced objects have somewhere to go.
+    base.sort(key=lambda o: o["kind"] != "Namespace")
+    h.apply([o for o in base if o["kind"] == "Namespace"])
+    h.apply([o for o in base if o["kind"] != "Namespace"])
+    h.rendered_cm(CLUSTER_CM)
+    h.rendered_cm(POD_CM)
+    for ns, opt in ((NS_QOS, True), (NS_PLAIN, False), (NS_LATENCY, True), (NS_LATE, False)):
+        h.namespace(ns, opt)
+
+
+def webhook_deployment(h: Harness) -> dict:
+    deps = [d for d in webhookcfg.select(h.rendered, "Deployment")
+            if "webhook" in d["metadata"]["name"]]
+    if len(deps) != 1:
+        raise Fatal(f"expected one webhook Deployment in manifests/, found {len(deps)}")
+    return deps[0]
+
+
+def start_webhook(h: Harness) -> None:
+    dep = webhook_deployment(h)
+    if not h.ca_bundle:
+        certs = h.dir / "certs"
+        r = subprocess.run([h.webhook_bin, "certs", "--out", str(certs), "--ip", "127.0.0.1"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Fatal(f"koord-webhook certs failed: {r.stderr.strip()}")
+        h.ca_bundle = r.stdout.strip()
+        h.webhook_port = free_port()
+        h.webhook_metrics_port = free_port()
+        sa = dep["spec"]["template"]["spec"].get("serviceAccountName", "default")
+        h.webhook_kubeconfig = h.impersonating_kubeconfig(
+            "webhook", dep["metadata"]["namespace"], sa)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", **workload_env(dep),
+           "KUBECONFIG": str(h.webhook_kubeconfig)}
+    certs = h.dir / "certs"
+    argv = [h.webhook_bin, "serve",
+            "--listen", f"127.0.0.1:{h.webhook_port}",
+            "--metrics-listen", f"127.0.0.1:{h.webhook_metrics_port}",
+            "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
+    p = h.start_proc("webhook", argv, env)
+
+    def ready():
+        if not p.alive():
+            raise Fatal(f"koord-webhook serve exited ({p.popen.returncode}):\n{p.tail()}")
+        return h.http_get(h.webhook_metrics_port, "/readyz")[0] == 200
+
+    try:
+        wait_until("koord-webhook /readyz", ready, 60, 0.2)
+    except Check as e:
+        raise Fatal(f"{e}\n--- webhook log ---\n{p.tail()}") from None
+
+
+def register_webhook(h: Harness) -> None:
+    rendered = webhookcfg.only(h.rendered, webhookcfg.MWC_KIND)
+    h.mwc = webhookcfg.service_to_url(rendered, "127.0.0.1", h.webhook_port, h.ca_bundle)
+    (h.dir / "mwc.json").write_text(json.dumps(h.mwc, indent=1))
+    h.apply(h.mwc)
+    # The apiserver picks the configuration up through an informer: probe with a
+    # server-side dry run until the pod comes back mutated.
+    probe = burstable("probe", NS_QOS)
+
+    def mutated():
+        r = h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                      input=json.dumps(probe))
+        return RESOLVED in annotations(json.loads(r.stdout))
+
+    wait_until("the MutatingWebhookConfiguration to take effect", mutated, 30, 0.25)
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------------------
+
+SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
+
+
+def scenario(name: str):
+    def deco(fn):
+        SCENARIOS.append((name, fn))
+        return fn
+    return deco
+
+
+@scenario("webhookcfg: Service -> url + caBundle transformation (unit tests)")
+def s_unit(h: Harness) -> None:
+    os.environ["KUBECTL"] = h.kubectl_bin
+    import test_webhookcfg
+    suite = unittest.defaultTestLoader.loadTestsFromModule(test_webhookcfg)
+    res = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
+    check(res.wasSuccessful(), f"{len(res.failures)} failures, {len(res.errors)} errors")
+    check(res.skipped == [], f"skipped: {res.skipped}")
+
+
+@scenario("control plane: kube-apiserver + etcd up, manifests' Namespace/RBAC/ConfigMaps applied")
+def s_control_plane(h: Harness) -> None:
+    v = json.loads(h.kubectl("version", "-o", "json").stdout)
+    log(f"server version {v['serverVersion']['gitVersion']}")
+    for name in (CLUSTER_CM, POD_CM):
+        cm = h.kjson("get", "configmap", "-n", CONFIG_NS, name)
+        check(cm["data"] == h.rendered_cm(name)["data"], f"{name} differs from the render")
+    # RBAC is exercised for real: the webhook and the applier run as their ServiceAccounts
+    # (impersonated), so a rule manifests/ forgets shows up as a failing scenario.
+
+
+def latency(h: Harness, tag: str, n: int = 100) -> dict:
+    """n sequential pod creations over one keep-alive HTTPS connection, as a controller
+    would send them: the apiserver path (and the webhook when registered), not kubectl."""
+    port = int(h.cp_state()["APISERVER_PORT"])
+    token = (h.cp_dir / "token").read_text().strip()
+    ctx = ssl.create_default_context(cafile=str(h.cp_dir / "pki" / "apiserver.crt"))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
+    hdr = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+           "Accept": "application/json"}
+    times, mutated = [], 0
+    warmup = 5
+    for i in range(n + warmup):
+        pod = burstable(f"lat-{tag}-{i}", NS_LATENCY)
+        body = json.dumps(pod)
+        t0 = time.perf_counter()
+        conn.request("POST", f"/api/v1/namespaces/{NS_LATENCY}/pods", body=body, headers=hdr)
+        resp = conn.getresponse()
+        data = resp.read()
+        dt = time.perf_counter() - t0
+        check(resp.status == 201, f"POST pod: HTTP {resp.status}: {data[:300]!r}")
+        if i >= warmup:
+            times.append(dt * 1000)
+            mutated += RESOLVED in annotations(json.loads(data))
+    conn.close()
+    times.sort()
+
+    def pct(p):  # nearest rank
+        return times[max(0, min(len(times) - 1, int(-(-p * len(times) // 100)) - 1))]
+
+    fig = {"n": n, "p50_ms": round(pct(50), 2), "p99_ms": round(pct(99), 2),
+           "mean_ms": round(sum(times) / len(times), 2),
+           "max_ms": round(times[-1], 2), "mutated": mutated}
+    h.kubectl("delete", "pods", "-n", NS_LATENCY, "--all", "--wait=false")
+    return fig
+
+
+@scenario("latency: 100 pod creations without the webhook registered")
+def s_latency_without(h: Harness) -> None:
+    fig = latency(h, "off")
+    check(fig["mutated"] == 0, f"{fig['mutated']} pods mutated with no webhook registered")
+    h.figures["without_webhook"] = fig
+    log(f"latency without webhook: {fig}")
+
+
+@scenario("no opt-in label: pod untouched (no webhook registered yet, baseline)")
+def s_baseline(h: Harness) -> None:
+    pod = h.create_pod(burstable("baseline", NS_PLAIN))
+    check(RESOLVED not in annotations(pod), "mutated without a webhook")
+    check(QOS_LABEL not in labels(pod), "qosClass label without a webhook")
+
+
+@scenario("webhook: koord-webhook certs + serve (in-cluster, as its ServiceAccount) + "
+          "MutatingWebhookConfiguration from manifests/ with url + caBundle")
+def s_webhook_up(h: Harness) -> None:
+    start_webhook(h)
+    register_webhook(h)
+    wh = h.kjson("get", "mutatingwebhookconfiguration", h.mwc["metadata"]["name"])["webhooks"]
+    rendered = webhookcfg.only(h.rendered, webhookcfg.MWC_KIND)["webhooks"]
+    for got, want in zip(wh, rendered, strict=True):
+        for key in ("failurePolicy", "namespaceSelector", "objectSelector", "rules",
+                    "sideEffects", "timeoutSeconds", "reinvocationPolicy", "matchPolicy"):
+            if key in want:
+                check(got.get(key) == want[key],
+                      f"{key} stored as {got.get(key)!r}, rendered {want[key]!r}")
+        check(got["clientConfig"]["url"].startswith("https://127.0.0.1:"), "url not set")
+    log(f"registered: failurePolicy={wh[0].get('failurePolicy')} "
+        f"timeoutSeconds={wh[0].get('timeoutSeconds')} url={wh[0]['clientConfig']['url']}")
+
+
+@scenario("latency: 100 pod creations with the webhook registered")
+def s_latency_with(h: Harness) -> None:
+    def hist():
+        m = h.metrics(h.webhook_metrics_port)
+        return (sum(v for (n, _), v in m.items() if n == "koord_webhook_admission_duration_seconds_sum"),
+                sum(v for (n, _), v in m.items() if n == "koord_webhook_admission_duration_seconds_count"))
+    s0, c0 = hist()
+    fig = latency(h, "on")
+    s1, c1 = hist()
+    if c1 > c0:  # the webhook's own view: request in to response out
+        fig["webhook_side_mean_ms"] = round((s1 - s0) / (c1 - c0) * 1000, 3)
+    check(fig["mutated"] == fig["n"], f"only {fig['mutated']} of {fig['n']} pods mutated")
+    h.figures["with_webhook"] = fig
+    log(f"latency with webhook: {fig}")
+
+
+@scenario("a pod in a namespace without the opt-in label is untouched")
+def s_untouched(h: Harness) -> None:
+    pod = h.create_pod(pod_manifest("plain-be", NS_PLAIN))  # BestEffort: would get BE
+    check(RESOLVED not in annotations(pod), f"mutated: {annotations(pod)}")
+    check(QOS_LABEL not in labels(pod), f"labelled: {labels(pod)}")
+    h.kubectl("apply", "-n", NS_PLAIN, "-f", str(TESTDATA / "redis-demo.yaml"))
+    pod = h.get_pod(NS_PLAIN, "redis-demo")
+    check(RESOLVED not in annotations(pod), "redis-demo mutated in a namespace without opt-in")
+
+
+@scenario("redis-demo with opt-in: label + resolved-qos byte for byte as `koord-webhook resolve`")
+def s_redis(h: Harness) -> None:
+    h.kubectl("apply", "-n", NS_QOS, "-f", str(TESTDATA / "redis-demo.yaml"))
+    pod = h.get_pod(NS_QOS, "redis-demo")
+    check(labels(pod).get(QOS_LABEL) == "LS", f"label: {labels(pod)}")
+    stored = annotations(pod).get(RESOLVED)
+    check(stored is not None, "no resolved-qos annotation")
+    cc, nc = h.dir / "cluster-cm.json", h.dir / "pod-cm.json"
+    cc.write_text(json.dumps(h.kjson("get", "configmap", "-n", CONFIG_NS, CLUSTER_CM)))
+    nc.write_text(json.dumps(h.kjson("get", "configmap", "-n", CONFIG_NS, POD_CM)))
+    r = subprocess.run([h.webhook_bin, "resolve", "-f", str(TESTDATA / "redis-demo.yaml"),
+                        "-n", NS_QOS, "--cluster-config", str(cc), "--namespace-config", str(nc),
+                        "-o", "json"], capture_output=True, text=True)
+    check(r.returncode == 0, f"koord-webhook resolve failed: {r.stderr}")
+    pods = [o for o in webhookcfg.parse_json_stream(r.stdout) if o.get("kind") == "Pod"]
+    check(len(pods) == 1, f"resolve printed {len(pods)} pods")
+    offline = annotations(pods[0]).get(RESOLVED)
+    check(stored == offline, f"stored  {stored}\nresolve {offline}")
+    rq = json.loads(stored)
+    check(rq["memoryQOS"]["enabled"] and rq["memoryQOS"]["policy"] == "auto",
+          f"memoryQOS: {rq['memoryQOS']}")
+    desc = h.kubectl("describe", "pod", "-n", NS_QOS, "redis-demo").stdout
+    check(RESOLVED in desc, "kubectl describe does not show the resolved-qos annotation")
+
+
+@scenario("Burstable pod without a label gets LS, BestEffort gets BE")
+def s_default_labels(h: Harness) -> None:
+    pod = h.create_pod(burstable("burstable-nolabel"))
+    check(labels(pod).get(QOS_LABEL) == "LS", f"Burstable labels: {labels(pod)}")
+    check(resolved(pod)["qosClassSource"] == "kubernetes-qos", f"{resolved(pod)}")
+    pod = h.create_pod(pod_manifest("besteffort-nolabel", NS_QOS))
+    check(labels(pod).get(QOS_LABEL) == "BE", f"BestEffort labels: {labels(pod)}")
+    check(resolved(pod)["qosClass"] == "BE", f"{resolved(pod)}")
+
+
+@scenario("BE pod with cpu/memory is stored with kubernetes.io/batch-cpu / batch-memory")
+def s_batch(h: Harness) -> None:
+    pod = h.create_pod(pod_manifest(
+        "be-batch", NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
+        limits={"cpu": "2", "memory": "512Mi"}, labels={QOS_LABEL: "BE"}))
+    pod = h.get_pod(NS_QOS, "be-batch")  # what the apiserver persisted
+    res = pod["spec"]["containers"][0]["resources"]
+    check("cpu" not in res.get("requests", {}) and "memory" not in res.get("requests", {}),
+          f"cpu/memory requests left: {res}")
+    check("cpu" not in res.get("limits", {}) and "memory" not in res.get("limits", {}),
+          f"cpu/memory limits left: {res}")
+    want = {"requests": {BATCH_CPU: 500, BATCH_MEMORY: 256 * 2**20},
+            "limits": {BATCH_CPU: 2000, BATCH_MEMORY: 512 * 2**20}}
+    for kind, exp in want.items():
+        for key, val in exp.items():
+            got = res.get(kind, {}).get(key)
+            check(got is not None and quantity(got) == val, f"{kind}[{key}] = {got!r}, want {val}")
+    check(EXT_SPEC in annotations(pod), f"no {EXT_SPEC} annotation")
+    batch = resolved(pod).get("batch")
+    check(batch is not None, "resolved-qos has no batch section")
+    c = batch["containers"]["app"]
+    check(c == {"cpu.shares": 512, "cpu.cfs_quota_us": 200000,
+                "memory.limit_in_bytes": 512 * 2**20}, f"batch: {c}")
+    check(pod["status"].get("qosClass") == "BestEffort", f"status.qosClass {pod['status']}")
+
+
+@scenario("out-of-range annotation: rejected, kubectl apply prints the webhook's message")
+def s_reject(h: Harness) -> None:
+    bad = burstable("bad-annotation",
+                    annotations={MEMORY_QOS: '{"policy":"auto","minLimitPercent":150}'})
+    r = h.kubectl("apply", "-f", "-", input=json.dumps(bad), check_rc=False)
+    check(r.returncode != 0, "kubectl apply succeeded")
+    msg = r.stderr.strip()
+    log(f"kubectl apply said: {msg}")
+    check("denied the request" in msg and "admission webhook" in msg, f"not a webhook denial: {msg}")
+    check("minLimitPercent" in msg, f"message does not name the field: {msg}")
+    r = h.kubectl("get", "pod", "-n", NS_QOS, "bad-annotation", check_rc=False)
+    check(r.returncode != 0, "the rejected pod exists")
+
+
+def merged_cluster_config(h: Harness, **ls_memory_qos) -> str:
+    raw = h.rendered_cm(CLUSTER_CM)["data"]["resource-qos-config"]
+    cfg = json.loads(raw)
+    cs = cfg.setdefault("clusterStrategy", {})
+    cs.setdefault("lsClass", {}).setdefault("memoryQOS", {}).update(ls_memory_qos)
+    return json.dumps(cfg)
+
+
+def patch_cm(h: Harness, name: str, key: str, value: str) -> None:
+    h.kubectl("patch", "configmap", "-n", CONFIG_NS, name, "--type", "merge",
+              "-p", json.dumps({"data": {key: value}}))
+
+
+def wait_metric_increase(h: Harness, name: str, before: float, timeout: float = 15, **labs):
+    def up():
+        return h.metric_sum(h.webhook_metrics_port, name, **labs) > before
+    wait_until(f"{name}{labs} to increase", up, timeout, 0.1)
+
+
+def reload_count(h: Harness, source: str) -> float:
+    return h.metric_sum(h.webhook_metrics_port, "koord_webhook_config_reloads_total",
+                        config=source)
+
+
+def error_count(h: Harness, source: str) -> float:
+    return h.metric_sum(h.webhook_metrics_port, "koord_webhook_config_errors_total",
+                        config=source)
+
+
+def restore_configmaps(h: Harness) -> None:
+    for name in (CLUSTER_CM, POD_CM):
+        cm = h.rendered_cm(name)
+        h.kubectl("replace", "-f", "-", input=json.dumps(cm))
+
+
+@scenario("editing ack-slo-config changes the next pod without a restart; a broken edit changes "
+          "nothing and pods are still created")
+def s_cluster_cm(h: Harness) -> None:
+    try:
+        before = reload_count(h, "cluster")
+        patch_cm(h, CLUSTER_CM, "resource-qos-config",
+                 merged_cluster_config(h, enable=True, throttlingPercent=80))
+        wait_metric_increase(h, "koord_webhook_config_reloads_total", before, config="cluster")
+        rq = resolved(h.create_pod(burstable("cm-edit-1")))["memoryQOS"]
+        check(rq["enabled"] and rq["source"] == "cluster-config"
+              and rq["params"]["throttlingPercent"] == 80,
+              f"after the edit: {rq}")
+        check(rq["containers"]["app"]["memory.high"] == (128 * 2**20 * 80 // 100) // 4096 * 4096,
+              f"memory.high {rq['containers']['app']['memory.high']}")
+        errors = error_count(h, "cluster")
+        patch_cm(h, CLUSTER_CM, "resource-qos-config", '{"clusterStrategy": {"lsClass": ')
+        wait_metric_increase(h, "koord_webhook_config_errors_total", errors, config="cluster")
+        pod = h.create_pod(burstable("cm-broken-1"))
+        check(resolved(pod)["memoryQOS"] == rq, f"broken edit changed the result: {resolved(pod)}")
+        check(h.metric_sum(h.webhook_metrics_port, "koord_webhook_config_valid",
+                           config="cluster") == 0, "config_valid{cluster} is not 0")
+    finally:
+        restore_configmaps(h)
+
+
+@scenario("editing ack-slo-pod-config changes the next pod without a restart; a broken edit "
+          "changes nothing")
+def s_pod_cm(h: Harness) -> None:
+    try:
+        before = reload_count(h, "namespace")
+        patch_cm(h, POD_CM, "memory-qos",
+                 json.dumps({"enabledNamespaces": [NS_QOS], "disabledNamespaces": []}))
+        wait_metric_increase(h, "koord_webhook_config_reloads_total", before, config="namespace")
+        rq = resolved(h.create_pod(burstable("podcm-enabled")))["memoryQOS"]
+        check(rq["enabled"] and rq["source"] == "namespace-config", f"enabledNamespaces: {rq}")
+
+        before = reload_count(h, "namespace")
+        patch_cm(h, POD_CM, "memory-qos",
+                 json.dumps({"enabledNamespaces": [], "disabledNamespaces": [NS_QOS]}))
+        wait_metric_increase(h, "koord_webhook_config_reloads_total", before, config="namespace")
+        rq = resolved(h.create_pod(burstable("podcm-disabled")))["memoryQOS"]
+        check(not rq["enabled"] and rq["source"] == "namespace-config", f"disabledNamespaces: {rq}")
+
+        errors = error_count(h, "namespace")
+        patch_cm(h, POD_CM, "memory-qos", '{"enabledNamespaces": "not a list"')
+        wait_metric_increase(h, "koord_webhook_config_errors_total", errors, config="namespace")
+        pod = h.create_pod(burstable("podcm-broken"))
+        check(resolved(pod)["memoryQOS"] == rq, f"broken edit changed the result: {resolved(pod)}")
+    finally:
+        restore_configmaps(h)
+
+
+def json_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Paths where two JSON objects differ, e.g. ['qosClassSource: "kubernetes-qos" -> "label"']."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += json_diff(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}: {json.dumps(va)} -> {json.dumps(vb)}")
+    return out
+
+
+FORGED = '{"version":1,"qosClass":"LSE","hand":"edited"}'
+
+
+@scenario("kubectl annotate memoryLocality updates resolved-qos; a hand edit of resolved-qos "
+          "is overwritten")
+def s_update(h: Harness) -> None:
+    h.create_pod(burstable("annotate-me"))
+    h.kubectl("annotate", "pod", "-n", NS_QOS, "annotate-me", "--overwrite",
+              f'{MEMORY_LOCALITY}={{"policy": "bestEffort", "migrateIntervalMinutes": 10}}')
+    pod = h.get_pod(NS_QOS, "annotate-me")
+    loc = resolved(pod).get("memoryLocality")
+    check(loc == {"policy": "bestEffort", "migrateIntervalMinutes": 10,
+                  "source": "pod-annotation"}, f"memoryLocality after annotate: {loc}")
+    h.carry["before_hand_edit"] = annotations(pod)[RESOLVED]
+    h.kubectl("annotate", "pod", "-n", NS_QOS, "annotate-me", "--overwrite", f"{RESOLVED}={FORGED}")
+    after = annotations(h.get_pod(NS_QOS, "annotate-me"))[RESOLVED]
+    h.carry["after_hand_edit"] = after
+    check(after != FORGED, "the hand edit survived")
+    rq = json.loads(after)
+    check(rq.get("qosClass") == "LS" and "memoryQOS" in rq and "hand" not in rq
+          and rq.get("memoryLocality") == loc, f"not a fresh resolution: {after}")
+
+
+@scenario("a hand edit of resolved-qos is overwritten with exactly the value it replaced")
+def s_update_exact(h: Harness) -> None:
+    before, after = h.carry.get("before_hand_edit"), h.carry.get("after_hand_edit")
+    check(before is not None and after is not None, "needs the previous scenario")
+    diff = json_diff(json.loads(before), json.loads(after))
+    check(after == before, "the forged annotation leaks into the rewritten one; "
+          f"before -> after: {'; '.join(diff) or 'key order/formatting'}\n"
+          f"  before: {before}\n  after:  {after}")
+
+
+@scenario("webhook stopped: pods still created (failurePolicy Ignore), its metrics count "
+          "nothing for them; after restart it serves again")
+def s_webhook_down(h: Harness) -> None:
+    fp = h.mwc["webhooks"][0].get("failurePolicy")
+    check(fp == "Ignore", f"rendered failurePolicy is {fp!r}, not Ignore")
+    h.procs["webhook"].stop()
+    t0 = time.monotonic()
+    pod = h.create_pod(burstable("while-down"))
+    dt = time.monotonic() - t0
+    log(f"pod created in {dt:.2f}s with the webhook down")
+    check(RESOLVED not in annotations(pod), "mutated while the webhook was down?")
+    check(QOS_LABEL not in labels(pod), "labelled while the webhook was down?")
+    start_webhook(h)
+    total = h.metric_sum(h.webhook_metrics_port, "koord_webhook_admissions_total")
+    check(total == 0, f"the restarted webhook counts {total} admissions before any new pod")
+    check(RESOLVED not in annotations(h.get_pod(NS_QOS, "while-down")), "while-down changed")
+    pod = h.create_pod(burstable("after-restart"))
+    check(labels(pod).get(QOS_LABEL) == "LS" and RESOLVED in annotations(pod),
+          "not mutated after the webhook restart")
+    created = h.metric_sum(h.webhook_metrics_port, "koord_webhook_admissions_total",
+                           operation="CREATE", outcome="mutated")
+    check(created >= 1, f"admissions_total{{CREATE,mutated}} = {created} after a mutated pod")
+
+
+@scenario("kube-apiserver restarted under a running webhook: watches recover, the next config "
+          "change is seen")
+def s_apiserver_restart(h: Harness) -> None:
+    r = subprocess.run([str(CONTROL_PLANE), "restart-apiserver", str(h.cp_dir)],
+                       stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+    check(r.returncode == 0, "control-plane.sh restart-apiserver failed")
+    check(h.procs["webhook"].alive(), "the webhook exited when the apiserver restarted")
+    try:
+        patch_cm(h, CLUSTER_CM, "resource-qos-config",
+                 merged_cluster_config(h, enable=True, throttlingPercent=70))
+        t0 = time.monotonic()
+        n = 0
+
+        def seen():
+            nonlocal n
+            n += 1
+            rq = resolved(h.create_pod(burstable(f"after-apiserver-restart-{n}")))["memoryQOS"]
+            return rq["params"]["throttlingPercent"] == 70
+        wait_until("the ConfigMap change after the apiserver restart", seen, 90, 1.0)
+        log(f"config change seen {time.monotonic() - t0:.1f}s after the ConfigMap edit ({n} pods)")
+        # The Namespace watch too: a namespace opted in after the restart is mutated.
+        h.namespace(NS_LATE, True)
+
+        def ns_seen():
+            pod = h.create_pod(pod_manifest(f"late-{secrets.token_hex(3)}", NS_LATE))
+            return labels(pod).get(QOS_LABEL) == "BE"
+        wait_until("a namespace opted in after the restart to be mutated", ns_seen, 60, 1.0)
+    finally:
+        restore_configmaps(h)
+
+
+def applier_daemonset(h: Harness) -> dict:
+    ds = webhookcfg.select(h.rendered, "DaemonSet")
+    if len(ds) != 1:
+        raise Check(f"expected one applier DaemonSet in manifests/, found {len(ds)}")
+    return ds[0]
+
+
+def make_cgroup(h: Harness, path: Path) -> None:
+    """mkdir -p that records each directory it creates, for leaves-first removal."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir()
+        h.cgroup_dirs.append(d)
+
+
+def read_knob(path: Path) -> str:
+    return path.read_text().strip()
+
+
+@scenario("applier: pod bound to a Node, kubelet-like status + cgroup v1 dirs -> knobs written, "
+          "MemoryQOSApplied Event in kubectl describe")
+def s_applier(h: Harness) -> None:
+    for ctrl in ("memory", "cpu"):
+        kp = CGROUP_ROOT / ctrl / "kubepods"
+        check(not kp.exists(), f"{kp} exists: a real kubelet's tree is on this machine; refusing "
+              "to touch it (run the suite on a machine without a kubelet)")
+    ds = applier_daemonset(h)
+    spec = ds["spec"]["template"]["spec"]
+    kc = h.impersonating_kubeconfig("applier", ds["metadata"]["namespace"],
+                                    spec.get("serviceAccountName", "default"))
+    h.apply({"apiVersion": "v1", "kind": "Node",
+             "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    pod = h.create_pod(pod_manifest(
+        "be-on-node", NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
+        limits={"cpu": "1", "memory": "512Mi"}, labels={QOS_LABEL: "BE"},
+        container="ffmpeg", node=NODE))
+    rq = resolved(pod)
+    check("batch" in rq, f"no batch section: {rq}")
+    uid = pod["metadata"]["uid"]
+    qos = pod["status"]["qosClass"]
+    parent = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}[qos]
+    cid = secrets.token_hex(32)
+    dirs = {}
+    for ctrl in ("memory", "cpu"):
+        pod_dir = CGROUP_ROOT / ctrl / "kubepods" / parent / f"pod{uid}"
+        make_cgroup(h, pod_dir / cid)
+        dirs[ctrl] = pod_dir
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", **workload_env(ds),
+           "KUBECONFIG": str(kc), "NODE_NAME": NODE,
+           "KOORD_CGROUP_ROOT": str(CGROUP_ROOT), "KOORD_PROC_ROOT": "/proc",
+           "KOORD_SYS_ROOT": "/sys", "RUST_LOG": "info"}
+    h.applier_metrics_port = free_port()
+    env["KOORD_METRICS_ADDR"] = f"127.0.0.1:{h.applier_metrics_port}"
+    p = h.start_proc("applier", [h.applier_bin, "run"], env)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {"status": {
+        "phase": "Running", "qosClass": qos, "hostIP": "127.0.0.1", "podIP": "10.0.0.10",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+        "containerStatuses": [{
+            "name": "ffmpeg", "containerID": f"containerd://{cid}", "image": PAUSE,
+            "imageID": "", "ready": True, "restartCount": 0, "started": True,
+            "state": {"running": {"startedAt": now}}}]}}
+    h.kubectl("patch", "pod", "-n", NS_QOS, "be-on-node", "--subresource=status",
+              "--type", "merge", "-p", json.dumps(status))
+    batch = rq["batch"]
+    want = [
+        (dirs["cpu"] / cid / "cpu.shares", batch["containers"]["ffmpeg"]["cpu.shares"]),
+        (dirs["cpu"] / cid / "cpu.cfs_quota_us", batch["containers"]["ffmpeg"]["cpu.cfs_quota_us"]),
+        (dirs["memory"] / cid / "memory.limit_in_bytes",
+         batch["containers"]["ffmpeg"]["memory.limit_in_bytes"]),
+        (dirs["cpu"] / "cpu.shares", batch["pod"]["cpu.shares"]),
+        (dirs["cpu"] / "cpu.cfs_quota_us", batch["pod"]["cpu.cfs_quota_us"]),
+        (dirs["memory"] / "memory.limit_in_bytes", batch["pod"]["memory.limit_in_bytes"]),
+    ]
+    check((batch["containers"]["ffmpeg"]["cpu.shares"], batch["containers"]["ffmpeg"]["cpu.cfs_quota_us"])
+          == (512, 100000), f"unexpected batch numbers {batch}")
+
+    def written():
+        if not p.alive():
+            raise Check(f"koord-applier exited ({p.popen.returncode}):\n{p.tail()}")
+        return all(read_knob(f) == str(v) for f, v in want)
+
+    try:
+        wait_until("the applier to write the cgroup knobs", written, 60, 0.25)
+    except Check as e:
+        now_vals = {str(f): read_knob(f) for f, _ in want}
+        raise Check(f"{e}\nfiles now: {now_vals}\n--- applier log ---\n{p.tail()}") from None
+
+    def described():
+        d = h.kubectl("describe", "pod", "-n", NS_QOS, "be-on-node").stdout
+        return d if "MemoryQOSApplied" in d else None
+
+    try:
+        desc = wait_until("the MemoryQOSApplied Event in kubectl describe", described, 30, 0.5)
+    except Check as e:
+        raise Check(f"{e}\n--- applier log ---\n{p.tail()}") from None
+    events = desc[desc.index("Events:"):]
+    log("kubectl describe pod be-on-node:\n" + events)
+    for knob in ("cpu.shares=512", "cpu.cfs_quota_us=100000",
+                 f"memory.limit_in_bytes={512 * 2**20}"):
+        check(knob in desc.replace("\n", " "), f"{knob} not in the Event:\n{events}")
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    h = Harness()
+    passed: list[str] = []
+    failed: list[str] = []
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    # Installed explicitly: a runner that started us with SIGINT ignored (a background job)
+    # must still be able to interrupt the suite and get everything stopped.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    interrupted = False
+    try:
+        try:
+            prerequisites(h)
+            build(h)
+            start_control_plane(h)
+            deploy_base(h)
+        except (Fatal, Check, webhookcfg.RenderError) as e:
+            print(f"FAIL setup: {e}", flush=True)
+            failed.append("setup")
+            return 1
+        for name, fn in SCENARIOS:
+            t0 = time.monotonic()
+            log(f"--- {name}")
+            try:
+                fn(h)
+            except (Check, Fatal, webhookcfg.RenderError, subprocess.SubprocessError,
+                    OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+                failed.append(name)
+                print(f"FAIL {name}: {e}", flush=True)
+                if not isinstance(e, (Check, Fatal)):
+                    traceback.print_exc(file=sys.stderr)
+                continue
+            passed.append(name)
+            print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+        return 1 if failed else 0
+    except KeyboardInterrupt as e:
+        interrupted = True
+        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
+        failed.append("interrupted")
+        return 130
+    finally:
+        if failed:
+            for name in ("webhook", "applier"):
+                p = h.procs.get(name)
+                if p:
+                    print(f"----- last lines of the {name} log ({p.logfile}) -----\n{p.tail(30)}",
+                          file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish cleanup even on a second Ctrl-C
+        keep = bool(failed) or os.environ.get("KOORD_E2E_KEEP") == "1"
+        h.cleanup(keep=keep and not interrupted)
+        if h.figures.get("without_webhook") or h.figures.get("with_webhook"):
+            print(f"latency ({h.figures.get('profile')} build): "
+                  f"without webhook {h.figures.get('without_webhook')}, "
+                  f"with webhook {h.figures.get('with_webhook')}", flush=True)
+        print(f"suite time {time.monotonic() - t_start:.0f}s", file=sys.stderr)
+        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
