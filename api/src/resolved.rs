@@ -383,7 +383,11 @@ pub struct ResolvedQos {
     #[serde(rename = "cpuQOS", skip_serializing_if = "Option::is_none", default)]
     pub cpu_qos: Option<ResolvedCpuQos>,
     /// L3 cache / memory bandwidth partition; an optional section added within version 1.
-    #[serde(rename = "resctrlQOS", skip_serializing_if = "Option::is_none", default)]
+    #[serde(
+        rename = "resctrlQOS",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
     pub resctrl_qos: Option<ResolvedResctrlQos>,
 }
 
@@ -485,7 +489,7 @@ mod tests {
         p.wmark_scale_permill = 0;
         assert_eq!(
             p.out_of_range().map(|(s, _)| s.name),
-            Some(("wmarkScalePermill"))
+            Some("wmarkScalePermill")
         );
     }
 }

@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the mutating admission webhook over TLS.
-    Serve(server::ServeArgs),
+    Serve(Box<server::ServeArgs>),
     /// Resolve pod manifests offline and print them as the webhook would mutate them.
     Resolve(resolve_cmd::ResolveArgs),
     /// Write a CA and a serving certificate for the webhook Service.

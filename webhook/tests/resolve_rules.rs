@@ -1,5 +1,8 @@
 //! Table tests for every resolution rule of DESIGN.md section 3.
 
+// Tables are tuples spelled out where they are used: an alias per table would hide the columns.
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 use common::*;
@@ -997,12 +1000,23 @@ fn a_forged_incoming_annotation_does_not_leak_into_the_rewrite() {
     use serde::Deserialize;
     let p = pod(json!({}), json!({}), burstable_100mi());
     let stored = mutated(&p, &create(&p, &PolicyConfig::default()));
-    let previous = stored["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS].as_str().expect("ours").to_owned();
+    let previous = stored["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS]
+        .as_str()
+        .expect("ours")
+        .to_owned();
     let mut edited = stored.clone();
-    edited["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS] = json!(r#"{"version":1,"qosClass":"LSE","hand":"edited"}"#);
+    edited["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS] =
+        json!(r#"{"version":1,"qosClass":"LSE","hand":"edited"}"#);
     let view = PodView::deserialize(&edited).expect("view");
     let cfg = PolicyConfig::default();
-    let ctx = ResolveContext { namespace: "default", operation: Operation::Update, config: &cfg };
+    let ctx = ResolveContext {
+        namespace: "default",
+        operation: Operation::Update,
+        config: &cfg,
+    };
     let r = resolve_pod_with_previous(&view, &ctx, Some(&previous)).expect("update");
-    assert_eq!(r.annotation, previous, "the rewrite is exactly the value the hand edit replaced");
+    assert_eq!(
+        r.annotation, previous,
+        "the rewrite is exactly the value the hand edit replaced"
+    );
 }

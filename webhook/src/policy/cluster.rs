@@ -5,7 +5,8 @@ use koord_api::keys::CLUSTER_CONFIGMAP_KEY;
 use serde_json::Value;
 
 use super::cpu_resctrl::{
-    CpuQosSetting, ResctrlSetting, check_resctrl_slice, parse_cpu_qos_setting, parse_resctrl_setting,
+    CpuQosSetting, ResctrlSetting, check_resctrl_slice, parse_cpu_qos_setting,
+    parse_resctrl_setting,
 };
 use super::fields::{
     FieldError, LocalitySetting, ParamOverrides, parse_locality_setting, parse_param_overrides,

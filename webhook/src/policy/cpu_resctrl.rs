@@ -41,7 +41,11 @@ pub fn effective_resctrl(class: QosClass, s: &ResctrlSetting) -> (i64, i64, i64)
 }
 
 /// Refuses a class partition whose cache slice would be empty once defaults fill the gaps.
-pub fn check_resctrl_slice(class: QosClass, s: &ResctrlSetting, path: &str) -> Result<(), FieldError> {
+pub fn check_resctrl_slice(
+    class: QosClass,
+    s: &ResctrlSetting,
+    path: &str,
+) -> Result<(), FieldError> {
     let (start, end, _) = effective_resctrl(class, s);
     if start >= end {
         return Err(FieldError::new(

@@ -78,7 +78,10 @@ pub struct Resolution {
 }
 
 /// Resolves one pod (DESIGN.md section 3).
-pub fn resolve_pod(pod: &PodView<'_>, ctx: &ResolveContext<'_>) -> Result<Resolution, ResolveError> {
+pub fn resolve_pod(
+    pod: &PodView<'_>,
+    ctx: &ResolveContext<'_>,
+) -> Result<Resolution, ResolveError> {
     resolve_pod_with_previous(pod, ctx, pod.annotation(ANNOTATION_RESOLVED_QOS))
 }
 

@@ -1,8 +1,6 @@
 //! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class.
 
-use koord_api::keys::{
-    LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY,
-};
+use koord_api::keys::{LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY};
 use koord_api::quantity::parse_milli;
 use koord_api::{QosClass, QosClassSource};
 
@@ -29,7 +27,10 @@ pub struct ClassDecision {
 
 /// `previous_resolved` is the resolved-qos annotation this webhook wrote before (the stored
 /// pod's, on UPDATE), used only to keep the class source stable; see [`previous_source`].
-pub fn resolve_qos_class(pod: &PodView<'_>, previous_resolved: Option<&str>) -> Result<ClassDecision, FieldError> {
+pub fn resolve_qos_class(
+    pod: &PodView<'_>,
+    previous_resolved: Option<&str>,
+) -> Result<ClassDecision, FieldError> {
     let kube_qos = kubernetes_qos(pod)?;
     let legacy = pod
         .label(LABEL_LEGACY_QOS_CLASS)

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Load benchmark: `koord-webhook serve --standalone` against the floor server (same axum +
+# rustls stack, handler only parses the AdmissionReview), side by side, with wrk over TLS.
+#
+#   webhook/benches/load.sh                 # 10 s per run, c=16, wrk -t2 (shares both cores)
+#   DURATION=30s ROUNDS=3 webhook/benches/load.sh
+#
+# Needs wrk (apt-get install -y wrk). Prints one row per server and mode, and the ratio.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-16}
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-1}
+FIXTURE=${FIXTURE:-webhook/tests/fixtures/pod-create.json}
+command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk" >&2; exit 1; }
+
+cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_server
+BIN=target/release/koord-webhook
+FLOOR=target/release/examples/floor_server
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# The body as kube-apiserver sends it: compact JSON.
+python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
+  "$FIXTURE" > "$WORK/review.json"
+cat > "$WORK/post.lua" <<LUA
+local f = io.open("$WORK/review.json", "rb")
+wrk.method = "POST"; wrk.body = f:read("*a"); f:close()
+wrk.headers["Content-Type"] = "application/json"
+if os.getenv("WRK_CLOSE") == "1" then wrk.headers["Connection"] = "close" end
+LUA
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 never opened" >&2; return 1
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+to_ms() { # wrk prints 850.00us / 1.20ms / 1.02s
+  awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us$/,"",v); printf "%.2f", v/1000}
+    else if (v ~ /ms$/) {sub(/ms$/,"",v); printf "%.2f", v}
+    else if (v ~ /s$/) {sub(/s$/,"",v); printf "%.2f", v*1000} else print v }'
+}
+
+# run_one NAME PID PORT MODE -> one table row
+run_one() {
+  local name=$1 pid=$2 port=$3 mode=$4 close=0
+  [ "$mode" = "new-conn" ] && close=1
+  local before after out
+  before=$(cpu_ticks "$pid")
+  out=$(WRK_CLOSE=$close wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/post.lua" \
+    "https://127.0.0.1:$port/mutate-pod")
+  after=$(cpu_ticks "$pid")
+  local rps p50 p99 total non2xx sockerr hwm
+  rps=$(awk '/^Requests\/sec/{print $2}' <<<"$out")
+  p50=$(to_ms "$(awk '$1=="50%"{print $2}' <<<"$out")")
+  p99=$(to_ms "$(awk '$1=="99%"{print $2}' <<<"$out")")
+  total=$(awk '/requests in/{print $1}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/{print $NF}' <<<"$out"); non2xx=${non2xx:-0}
+  sockerr=$(awk '/Socket errors/{gsub(",",""); print $4+$6+$8+$10}' <<<"$out"); sockerr=${sockerr:-0}
+  hwm=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$pid/status")
+  local cpu_us
+  cpu_us=$(awk -v t=$((after - before)) -v n="$total" 'BEGIN{ if (n>0) printf "%.0f", t*10000/n; else print "-" }')
+  printf "| %-10s | %-9s | %9.0f | %6s | %6s | %7s | %6s | %8s | %8s |\n" \
+    "$name" "$mode" "$rps" "$p50" "$p99" "$cpu_us" "$hwm" "$((non2xx + sockerr))" "$total"
+  echo "$name $mode $rps" >> "$WORK/results"
+}
+
+start_server() { # start_server NAME PORT -> PID in $STARTED
+  case $1 in
+    webhook) RUST_LOG=warn "$BIN" serve --standalone --listen "127.0.0.1:$2" \
+               --metrics-listen "127.0.0.1:$(( $2 + 1 ))" --log-level warn 2>"$WORK/$1.err" & ;;
+    floor)   "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
+  esac
+  STARTED=$!
+  PIDS+=("$STARTED")
+  wait_port "$2"
+}
+
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, fixture $(wc -c < "$WORK/review.json") bytes, $(nproc) cores shared by server and wrk"
+echo
+echo "| server     | mode      |     req/s | p50 ms | p99 ms | CPU us/req | RSS MiB | errors   | requests |"
+echo "|------------|-----------|-----------|--------|--------|------------|---------|----------|----------|"
+port=19443
+for round in $(seq 1 "$ROUNDS"); do
+  for name in webhook floor; do
+    for mode in keep-alive new-conn; do
+      port=$((port + 2))
+      start_server "$name" "$port"
+      pid=$STARTED
+      # A short warm-up so the first run does not pay for page faults and allocator growth.
+      wrk -t1 -c2 -d1s -s "$WORK/post.lua" "https://127.0.0.1:$port/mutate-pod" >/dev/null
+      run_one "$name" "$pid" "$port" "$mode"
+      if [ "$name" = webhook ]; then
+        errors=$(curl -s "http://127.0.0.1:$((port + 1))/metrics" \
+          | awk '/^koord_webhook_admissions_total/ && /outcome="(error|denied)"/ {s += $NF} END {print s+0}')
+        [ "$errors" = 0 ] || echo "WARNING: $errors admissions answered error/denied" >&2
+      fi
+      kill "$pid"; wait "$pid" 2>/dev/null || true
+    done
+  done
+done
+echo
+awk '{ k = $1" "$2; s[k] += $3; n[k]++ }
+  END { for (m in modes) ; split("keep-alive new-conn", ms, " ");
+        for (i in ms) { w = s["webhook "ms[i]]/n["webhook "ms[i]]; f = s["floor "ms[i]]/n["floor "ms[i]];
+          if (f > 0) printf "%s: webhook %.0f req/s = %.0f%% of the floor (%.0f req/s)\n", ms[i], w, 100*w/f, f } }' \
+  "$WORK/results"

@@ -1,0 +1,110 @@
+//! `serve` flags. Every flag also reads a `KOORD_*` environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use koord_api::keys::{CLUSTER_CONFIGMAP, CONFIG_NAMESPACE, NAMESPACE_CONFIGMAP};
+
+/// `500ms`, `3s`, `2m`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 3s, 2m)"))?;
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address of the TLS admission listener.
+    #[arg(long, env = "KOORD_LISTEN", default_value = "0.0.0.0:9443")]
+    pub listen: SocketAddr,
+    /// Plain-HTTP listener for /healthz, /readyz and /metrics (probes and Prometheus);
+    /// they are also served on the TLS listener.
+    #[arg(long, env = "KOORD_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Serving certificate (PEM chain); re-read when its bytes change.
+    #[arg(long, env = "KOORD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long, env = "KOORD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// How often the certificate files are compared with the served ones.
+    #[arg(long, env = "KOORD_TLS_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+    /// No API server: embedded defaults (or the config files below) and, without
+    /// --tls-cert/--tls-key, a self-signed certificate made at start.
+    #[arg(long, env = "KOORD_STANDALONE")]
+    pub standalone: bool,
+    /// Standalone: ConfigMap manifest carrying `resource-qos-config`.
+    #[arg(long, env = "KOORD_CLUSTER_CONFIG_FILE")]
+    pub cluster_config: Option<PathBuf>,
+    /// Standalone: ConfigMap manifest carrying `memory-qos`.
+    #[arg(long, env = "KOORD_NAMESPACE_CONFIG_FILE")]
+    pub namespace_config: Option<PathBuf>,
+    /// Namespace of the watched ConfigMaps.
+    #[arg(long, env = "KOORD_CONFIG_NAMESPACE", default_value = CONFIG_NAMESPACE)]
+    pub config_namespace: String,
+    /// Name of the cluster ConfigMap.
+    #[arg(long, env = "KOORD_CLUSTER_CONFIGMAP", default_value = CLUSTER_CONFIGMAP)]
+    pub cluster_configmap: String,
+    /// Name of the namespace ConfigMap.
+    #[arg(long, env = "KOORD_NAMESPACE_CONFIGMAP", default_value = NAMESPACE_CONFIGMAP)]
+    pub namespace_configmap: String,
+    /// The webhook's own namespace: never mutated (nor is kube-system).
+    #[arg(
+        long,
+        env = "KOORD_OWN_NAMESPACE",
+        default_value = "koordinator-system"
+    )]
+    pub own_namespace: String,
+    /// More namespaces never mutated (comma-separated).
+    #[arg(long, env = "KOORD_EXEMPT_NAMESPACES", value_delimiter = ',')]
+    pub exempt_namespaces: Vec<String>,
+    /// Skip pods of namespaces the cache knows without `koordinator.sh/qos-webhook=enabled`
+    /// (defence in depth behind the namespaceSelector).
+    #[arg(long, env = "KOORD_REQUIRE_NAMESPACE_OPT_IN", default_value_t = true, action = clap::ArgAction::Set)]
+    pub require_namespace_opt_in: bool,
+    /// Largest request body read (an UPDATE carries the pod twice).
+    #[arg(long, env = "KOORD_MAX_BODY_BYTES", default_value_t = 3 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Admissions processed at once; more wait (within the deadline).
+    #[arg(long, env = "KOORD_MAX_CONCURRENT", default_value_t = 256)]
+    pub max_concurrent: usize,
+    /// Per-request deadline; keep it under the webhook's timeoutSeconds (5s).
+    #[arg(long, env = "KOORD_REQUEST_DEADLINE", default_value = "3s", value_parser = parse_duration)]
+    pub request_deadline: Duration,
+    /// Time given to in-flight requests on SIGTERM.
+    #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Tokio worker threads (default: one per CPU).
+    #[arg(long, env = "KOORD_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

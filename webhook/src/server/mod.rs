@@ -1,0 +1,424 @@
+//! `koord-webhook serve`: the admission server (axum over rustls).
+//!
+//! Shape (Kubewarden policy-server style): [`ServeArgs`] (flags, each with an env variable) ->
+//! [`Config`] (typed, validated) -> [`WebhookServer::new`] (binds the listeners) -> [`WebhookServer::router`] /
+//! [`WebhookServer::run`].
+
+pub mod admission;
+mod args;
+mod handler;
+pub mod metrics;
+pub mod response;
+pub mod state;
+pub mod tls;
+pub mod watch;
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use axum_server::Handle;
+use axum_server::accept::NoDelayAcceptor;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+
+pub use args::{ServeArgs, parse_duration};
+use metrics::Metrics;
+use state::{AppState, Limits, NamespaceGate, Readiness};
+use tls::CertFiles;
+use watch::ConfigMapNames;
+
+use crate::policy::PolicyConfig;
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone)]
+pub enum TlsSource {
+    /// PEM files, re-read when their bytes change.
+    Files(CertFiles),
+    /// Made at start (standalone without `--tls-cert`): self-signed for these names.
+    SelfSigned { sans: Vec<String> },
+}
+
+/// Where the policy comes from.
+#[derive(Debug, Clone)]
+pub enum PolicySource {
+    /// Watched ConfigMaps and Namespaces (in-cluster).
+    Cluster(ConfigMapNames),
+    /// Fixed at start: embedded defaults or ConfigMap manifests from files.
+    Standalone {
+        cluster_config: Option<PathBuf>,
+        namespace_config: Option<PathBuf>,
+    },
+}
+
+/// The typed server configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Plain-HTTP listener for `/healthz`, `/readyz`, `/metrics` (probes, Prometheus).
+    pub metrics_listen: Option<SocketAddr>,
+    pub tls: TlsSource,
+    pub tls_reload_interval: Duration,
+    pub policy: PolicySource,
+    /// Never mutated, whatever arrives (kube-system and our own namespace).
+    pub exempt_namespaces: Vec<String>,
+    /// Skip namespaces the cache knows without the opt-in label (cluster mode only).
+    pub require_namespace_opt_in: bool,
+    pub limits: Limits,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("--tls-cert and --tls-key go together")]
+    HalfTls,
+    #[error("--tls-cert/--tls-key are required unless --standalone")]
+    NoTls,
+    #[error("--cluster-config/--namespace-config only apply with --standalone")]
+    ConfigFilesNeedStandalone,
+    #[error("bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("serving certificate: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Generate(#[from] crate::certs::GenerateError),
+    #[error("configuration files: {0}")]
+    Policy(#[from] crate::resolve_cmd::ResolveCmdError),
+    #[error(transparent)]
+    Metrics(#[from] metrics::MetricsError),
+    #[error("Kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Config {
+    pub fn from_args(args: ServeArgs) -> Result<Self, ServeError> {
+        let tls = match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => TlsSource::Files(CertFiles { cert, key }),
+            (None, None) if args.standalone => {
+                let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+                let ip = args.listen.ip();
+                if !ip.is_unspecified() && !ip.is_loopback() {
+                    sans.push(ip.to_string());
+                }
+                TlsSource::SelfSigned { sans }
+            }
+            (None, None) => return Err(ServeError::NoTls),
+            _ => return Err(ServeError::HalfTls),
+        };
+        let policy = if args.standalone {
+            PolicySource::Standalone {
+                cluster_config: args.cluster_config,
+                namespace_config: args.namespace_config,
+            }
+        } else if args.cluster_config.is_some() || args.namespace_config.is_some() {
+            return Err(ServeError::ConfigFilesNeedStandalone);
+        } else {
+            PolicySource::Cluster(ConfigMapNames {
+                namespace: args.config_namespace,
+                cluster: args.cluster_configmap,
+                pod: args.namespace_configmap,
+            })
+        };
+        let mut exempt_namespaces = vec!["kube-system".to_owned(), args.own_namespace];
+        exempt_namespaces.extend(args.exempt_namespaces);
+        exempt_namespaces.dedup();
+        Ok(Config {
+            listen: args.listen,
+            metrics_listen: args.metrics_listen,
+            tls,
+            tls_reload_interval: args.tls_reload_interval,
+            policy,
+            exempt_namespaces,
+            require_namespace_opt_in: args.require_namespace_opt_in,
+            limits: Limits {
+                max_body_bytes: args.max_body_bytes,
+                max_concurrent: args.max_concurrent,
+                deadline: args.request_deadline,
+            },
+            shutdown_grace: args.shutdown_grace,
+        })
+    }
+}
+
+/// A bound, not yet running, webhook server.
+pub struct WebhookServer {
+    config: Config,
+    state: Arc<AppState>,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+    tls: RustlsConfig,
+    tls_current: tls::PemPair,
+    namespace_writer: Option<
+        kube::runtime::reflector::store::Writer<
+            kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+        >,
+    >,
+    client: Option<kube::Client>,
+    handle: Handle<SocketAddr>,
+}
+
+fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    let l = TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
+    l.set_nonblocking(true)
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    Ok(l)
+}
+
+impl WebhookServer {
+    /// Loads the certificate and the standalone policy, binds the listeners.
+    pub fn new(config: Config) -> Result<Self, ServeError> {
+        tls::install_crypto_provider();
+        let metrics = Metrics::new()?;
+        let (tls, tls_current) = match &config.tls {
+            TlsSource::Files(files) => files.load()?,
+            TlsSource::SelfSigned { sans } => {
+                let pem = crate::certs::self_signed(sans.clone(), 365)?;
+                let (cert, key) = (pem.cert_pem.into_bytes(), pem.key_pem.into_bytes());
+                let rustls = RustlsConfig::from_config(tls::server_config(&cert, &key)?);
+                (rustls, (cert, key))
+            }
+        };
+        let (policy, readiness, opt_in, namespace_writer) = match &config.policy {
+            PolicySource::Standalone {
+                cluster_config,
+                namespace_config,
+            } => {
+                let mut notes = Vec::new();
+                let policy = crate::resolve_cmd::load_policy(
+                    cluster_config.as_deref(),
+                    namespace_config.as_deref(),
+                    &mut notes,
+                )?;
+                for note in notes {
+                    tracing::info!(note = %note, "configuration note");
+                }
+                (policy, Readiness::all_ready(), None, None)
+            }
+            PolicySource::Cluster(_) => {
+                let (store, writer) = watch::namespace_store();
+                (
+                    PolicyConfig::default(),
+                    Readiness::default(),
+                    config.require_namespace_opt_in.then_some(store),
+                    Some(writer),
+                )
+            }
+        };
+        let state = AppState::new(
+            policy,
+            NamespaceGate {
+                exempt: config.exempt_namespaces.clone(),
+                opt_in,
+            },
+            readiness,
+            metrics,
+            config.limits,
+        );
+        let listener = bind(config.listen)?;
+        let metrics_listener = config.metrics_listen.map(bind).transpose()?;
+        Ok(WebhookServer {
+            config,
+            state,
+            listener,
+            metrics_listener,
+            tls,
+            tls_current,
+            namespace_writer,
+            client: None,
+            handle: Handle::new(),
+        })
+    }
+
+    /// Uses this client for the watches instead of the in-cluster/kubeconfig default (tests
+    /// point it at a fake apiserver).
+    pub fn with_kube_client(mut self, client: kube::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref()?.local_addr().ok()
+    }
+
+    /// Shuts the server down gracefully (in-flight requests finish) when called.
+    pub fn handle(&self) -> Handle<SocketAddr> {
+        self.handle.clone()
+    }
+
+    pub fn state(&self) -> Arc<AppState> {
+        self.state.clone()
+    }
+
+    /// `/mutate-pod`, `/healthz`, `/readyz`, `/metrics`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/mutate-pod", post(handler::mutate_pod))
+            .with_state(self.state.clone())
+            .merge(self.probe_router())
+    }
+
+    fn probe_router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(handler::healthz))
+            .route("/readyz", get(handler::readyz))
+            .route("/metrics", get(handler::metrics))
+            .with_state(self.state.clone())
+    }
+
+    /// Serves until SIGTERM/SIGINT (or [`Self::handle`] shuts it down).
+    pub async fn run(self) -> Result<(), ServeError> {
+        let router = self.router();
+        let probes = self.probe_router();
+        let mut tasks = Vec::new();
+        if let (PolicySource::Cluster(names), Some(writer)) =
+            (&self.config.policy, self.namespace_writer)
+        {
+            let client = match self.client {
+                Some(c) => c,
+                None => kube::Client::try_default().await?,
+            };
+            let _ = self.state.kube.set(client.clone());
+            tasks.extend(watch::spawn_watches(
+                client,
+                self.state.clone(),
+                names.clone(),
+                writer,
+            ));
+        }
+        if let TlsSource::Files(files) = &self.config.tls {
+            tasks.push(tokio::spawn(files.clone().watch(
+                self.tls.clone(),
+                self.tls_current,
+                self.config.tls_reload_interval,
+                self.state.metrics.clone(),
+            )));
+        }
+        if let Some(listener) = self.metrics_listener {
+            let probes = probes.clone();
+            let handle = Handle::with_control(self.handle.control());
+            let server = axum_server::from_tcp(listener)?.handle(handle);
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = server.serve(probes.into_make_service()).await {
+                    tracing::error!(error = %e, "probe/metrics listener failed");
+                }
+            }));
+        }
+        let handle = self.handle.clone();
+        let grace = self.config.shutdown_grace;
+        tasks.push(tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!(grace_seconds = grace.as_secs(), "shutting down");
+            handle.graceful_shutdown(Some(grace));
+        }));
+        let addr = self.listener.local_addr()?;
+        tracing::info!(%addr, "serving /mutate-pod over TLS");
+        let acceptor = RustlsAcceptor::new(self.tls).acceptor(NoDelayAcceptor::new());
+        let result = axum_server::from_tcp(self.listener)?
+            .acceptor(acceptor)
+            .handle(self.handle)
+            .serve(router.into_make_service())
+            .await;
+        for t in tasks {
+            t.abort();
+        }
+        Ok(result?)
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// `koord-webhook serve`: builds the runtime and runs the server.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let workers = args.worker_threads;
+    let config = Config::from_args(args)?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let runtime = builder.enable_all().build()?;
+    runtime.block_on(async move { WebhookServer::new(config)?.run().await })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn config(args: &[&str]) -> Result<Config, ServeError> {
+        let cli = Cli::try_parse_from(["koord-webhook", "serve"].iter().chain(args))
+            .expect("flags parse");
+        match cli.command {
+            Command::Serve(args) => Config::from_args(*args),
+            _ => unreachable!("serve"),
+        }
+    }
+
+    #[test]
+    fn standalone_without_cert_makes_one_for_the_listen_ip() {
+        let c = config(&["--standalone", "--listen", "10.1.2.3:9443"]).expect("config");
+        match c.tls {
+            TlsSource::SelfSigned { sans } => assert!(sans.contains(&"10.1.2.3".to_owned())),
+            TlsSource::Files(_) => panic!("expected a self-signed cert"),
+        }
+        assert!(matches!(c.policy, PolicySource::Standalone { .. }));
+    }
+
+    #[test]
+    fn in_cluster_needs_cert_and_key_together() {
+        assert!(matches!(config(&[]), Err(ServeError::NoTls)));
+        assert!(matches!(
+            config(&["--tls-cert", "/c"]),
+            Err(ServeError::HalfTls)
+        ));
+        assert!(matches!(
+            config(&[
+                "--tls-cert",
+                "/c",
+                "--tls-key",
+                "/k",
+                "--cluster-config",
+                "/f"
+            ]),
+            Err(ServeError::ConfigFilesNeedStandalone)
+        ));
+        let c = config(&[
+            "--tls-cert",
+            "/c",
+            "--tls-key",
+            "/k",
+            "--own-namespace",
+            "qos",
+        ])
+        .expect("config");
+        assert_eq!(c.exempt_namespaces, vec!["kube-system", "qos"]);
+        assert!(matches!(c.policy, PolicySource::Cluster(_)));
+        assert_eq!(c.limits.deadline, Duration::from_secs(3));
+    }
+}

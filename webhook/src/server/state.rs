@@ -1,0 +1,141 @@
+//! What every request reads: the policy snapshot, the namespace gate, limits, metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use k8s_openapi::api::core::v1::Namespace;
+use koord_api::keys::LABEL_WEBHOOK_OPT_IN;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::Semaphore;
+
+use super::metrics::Metrics;
+use crate::policy::PolicyConfig;
+
+/// The skip reason of a namespace the cache knows without the opt-in label.
+pub const NOT_OPTED_IN: &str = "namespace has not opted in";
+
+/// Which namespaces are never mutated.
+///
+/// `exempt` (kube-system and our own namespace) is checked by name. With a namespace cache
+/// (in-cluster), a namespace the cache knows and that lacks the opt-in label is skipped too:
+/// the MutatingWebhookConfiguration's namespaceSelector already filters at the apiserver, this
+/// is defence in depth. A namespace the cache does not know yet is trusted to the selector,
+/// and a negative answer from the cache is confirmed with the apiserver before a pod is
+/// skipped (the label may have been added a moment ago: `kubectl label ns` then `apply`).
+pub struct NamespaceGate {
+    pub exempt: Vec<String>,
+    pub opt_in: Option<Store<PartialObjectMeta<Namespace>>>,
+}
+
+pub fn has_opt_in_label(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(LABEL_WEBHOOK_OPT_IN))
+        .is_some_and(|v| v == "enabled")
+}
+
+impl NamespaceGate {
+    /// `check_cache` false: only the exempt names (after the apiserver confirmed the label).
+    pub fn skip_reason(&self, namespace: &str, check_cache: bool) -> Option<&'static str> {
+        if self.exempt.iter().any(|n| n == namespace) {
+            return Some("exempt namespace");
+        }
+        if !check_cache {
+            return None;
+        }
+        let store = self.opt_in.as_ref()?;
+        let ns = store.get(&ObjectRef::new(namespace))?;
+        (!has_opt_in_label(ns.metadata.labels.as_ref())).then_some(NOT_OPTED_IN)
+    }
+}
+
+/// Readiness: true once every watched cache has listed (always true in standalone mode).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    cluster_config: AtomicBool,
+    namespace_config: AtomicBool,
+    namespaces: AtomicBool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Cache {
+    ClusterConfig,
+    NamespaceConfig,
+    Namespaces,
+}
+
+impl Readiness {
+    pub fn all_ready() -> Self {
+        Readiness {
+            cluster_config: AtomicBool::new(true),
+            namespace_config: AtomicBool::new(true),
+            namespaces: AtomicBool::new(true),
+        }
+    }
+
+    fn flag(&self, cache: Cache) -> &AtomicBool {
+        match cache {
+            Cache::ClusterConfig => &self.cluster_config,
+            Cache::NamespaceConfig => &self.namespace_config,
+            Cache::Namespaces => &self.namespaces,
+        }
+    }
+
+    pub fn mark_synced(&self, cache: Cache) {
+        self.flag(cache).store(true, Ordering::Release);
+    }
+
+    /// The caches not synced yet (empty when ready).
+    pub fn pending(&self) -> Vec<&'static str> {
+        [
+            (Cache::ClusterConfig, "cluster ConfigMap"),
+            (Cache::NamespaceConfig, "namespace ConfigMap"),
+            (Cache::Namespaces, "namespaces"),
+        ]
+        .into_iter()
+        .filter(|(c, _)| !self.flag(*c).load(Ordering::Acquire))
+        .map(|(_, n)| n)
+        .collect()
+    }
+}
+
+/// Request limits: the apiserver gives up after `timeoutSeconds`; we answer before that.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_concurrent: usize,
+    pub deadline: Duration,
+}
+
+pub struct AppState {
+    pub policy: ArcSwap<PolicyConfig>,
+    /// Set in cluster mode once the client exists: confirms cache misses of the opt-in label.
+    pub kube: std::sync::OnceLock<kube::Client>,
+    pub namespaces: NamespaceGate,
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+    pub limits: Limits,
+    pub permits: Semaphore,
+}
+
+impl AppState {
+    pub fn new(
+        policy: PolicyConfig,
+        namespaces: NamespaceGate,
+        readiness: Readiness,
+        metrics: Metrics,
+        limits: Limits,
+    ) -> Arc<Self> {
+        Arc::new(AppState {
+            policy: ArcSwap::from_pointee(policy),
+            kube: std::sync::OnceLock::new(),
+            namespaces,
+            readiness,
+            metrics,
+            permits: Semaphore::new(limits.max_concurrent.max(1)),
+            limits,
+        })
+    }
+}

@@ -1,0 +1,136 @@
+//! Serving TLS: rustls with the ring provider (the only one compiled in), TLS 1.2 and 1.3,
+//! ALPN h2 + http/1.1, and certificate rotation by polling the files' bytes.
+//!
+//! Secret volumes swap a `..data` symlink atomically, so inotify on the file path misses the
+//! change; comparing bytes every few seconds sees it. A rotation only swaps the config used by
+//! new handshakes: connections already up keep their session, in-flight requests finish.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use axum_server::tls_rustls::RustlsConfig;
+use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::metrics::Metrics;
+
+/// Installs ring as the process-wide rustls provider; harmless when called again.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Err means a provider is already installed (by a test harness): keep it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("certificate PEM: {0}")]
+    CertPem(rustls::pki_types::pem::Error),
+    #[error("certificate PEM holds no CERTIFICATE block")]
+    NoCert,
+    #[error("private key PEM: {0}")]
+    KeyPem(rustls::pki_types::pem::Error),
+    #[error("certificate and key do not fit together: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A rustls server config from PEM text (a chain, leaf first, and its key).
+pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
+    install_crypto_provider();
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(TlsError::CertPem)?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCert);
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
+    let mut config = ServerConfig::builder_with_protocol_versions(&[
+        &rustls::version::TLS13,
+        &rustls::version::TLS12,
+    ])
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// The PEM bytes a config was built from (cert, key): what the poller compares against.
+pub type PemPair = (Vec<u8>, Vec<u8>);
+
+/// The serving certificate files, re-read when their bytes change.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    pub fn read(&self) -> Result<PemPair, TlsError> {
+        Ok((read(&self.cert)?, read(&self.key)?))
+    }
+
+    /// Loads the files once (start-up: an error here is fatal).
+    pub fn load(&self) -> Result<(RustlsConfig, PemPair), TlsError> {
+        let (cert, key) = self.read()?;
+        let config = server_config(&cert, &key)?;
+        Ok((RustlsConfig::from_config(config), (cert, key)))
+    }
+
+    /// Polls the files every `interval` and swaps the config when both parse and fit. A
+    /// half-written pair (new cert, old key) fails the key check and is retried next tick.
+    pub async fn watch(
+        self,
+        tls: RustlsConfig,
+        mut current: PemPair,
+        interval: Duration,
+        metrics: Metrics,
+    ) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_error: Option<String> = None;
+        loop {
+            ticker.tick().await;
+            let files = self.clone();
+            let read = tokio::task::spawn_blocking(move || files.read()).await;
+            let Ok(Ok(next)) = read else {
+                continue; // missing for a moment during a swap: try again next tick
+            };
+            if next == current {
+                continue;
+            }
+            match server_config(&next.0, &next.1) {
+                Ok(config) => {
+                    tls.reload_from_config(config);
+                    current = next;
+                    last_error = None;
+                    metrics.tls_reloads.inc();
+                    tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if last_error.as_deref() != Some(msg.as_str()) {
+                        metrics.tls_reload_errors.inc();
+                        tracing::warn!(cert = %self.cert.display(), error = %msg,
+                            "serving certificate changed but cannot be loaded; keeping the old one");
+                        last_error = Some(msg);
+                    }
+                }
+            }
+        }
+    }
+}

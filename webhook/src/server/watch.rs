@@ -1,0 +1,189 @@
+//! Live configuration: kube reflectors on the two ConfigMaps and on Namespaces (metadata only:
+//! admission needs a namespace's labels, nothing else).
+//!
+//! Each ConfigMap change is parsed once, off the request path, and swapped into the policy
+//! snapshot; admission only ever loads an `Arc`. A ConfigMap that does not parse keeps the
+//! last good configuration, is logged and counted. A deleted ConfigMap means the defaults.
+//! The watchers re-list and re-watch with backoff, so they survive an apiserver restart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::watcher::{self, Event, watcher};
+
+use super::metrics::ConfigSource;
+use super::state::{AppState, Cache};
+use crate::manifest::{cluster_config_from_data, namespace_config_from_data};
+use crate::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+
+/// Where the two ConfigMaps live.
+#[derive(Debug, Clone)]
+pub struct ConfigMapNames {
+    pub namespace: String,
+    pub cluster: String,
+    pub pod: String,
+}
+
+enum Parsed {
+    Cluster(Box<ClusterQosConfig>),
+    Namespace(NamespaceQosConfig),
+}
+
+/// Applies one ConfigMap version (or its absence) to the policy snapshot.
+pub fn apply_configmap(
+    state: &AppState,
+    source: ConfigSource,
+    name: &str,
+    data: Option<&BTreeMap<String, String>>,
+) {
+    let empty = BTreeMap::new();
+    let data = data.unwrap_or(&empty);
+    let result = match source {
+        ConfigSource::Cluster => {
+            cluster_config_from_data(data).map(|o| (Parsed::Cluster(Box::new(o.config)), o.notes))
+        }
+        ConfigSource::Namespace => {
+            namespace_config_from_data(data).map(|o| (Parsed::Namespace(o.config), o.notes))
+        }
+    };
+    match result {
+        Ok((parsed, notes)) => {
+            state.policy.rcu(|old| {
+                let mut next = PolicyConfig::clone(old);
+                match &parsed {
+                    Parsed::Cluster(c) => next.cluster = **c,
+                    Parsed::Namespace(n) => next.namespaces = n.clone(),
+                }
+                next
+            });
+            state.metrics.config_reloaded(source);
+            for note in notes {
+                tracing::info!(configmap = name, note = %note, "configuration note");
+            }
+            tracing::info!(configmap = name, "configuration applied");
+        }
+        Err(e) => {
+            state.metrics.config_error(source);
+            tracing::error!(configmap = name, error = %e,
+                "ConfigMap rejected; keeping the last good configuration");
+        }
+    }
+}
+
+fn find<'s>(store: &'s [Arc<ConfigMap>], name: &str) -> Option<&'s Arc<ConfigMap>> {
+    store
+        .iter()
+        .find(|cm| cm.metadata.name.as_deref() == Some(name))
+}
+
+/// Watches one ConfigMap by name until the stream ends (it does not: errors back off).
+async fn watch_configmap(
+    client: kube::Client,
+    state: Arc<AppState>,
+    namespace: String,
+    name: String,
+    source: ConfigSource,
+    cache: Cache,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let (reader, writer) = reflector::store();
+    let mut stream = std::pin::pin!(reflector(writer, watcher(api, config)).default_backoff());
+    // The resourceVersion last applied, so a re-list after a reconnect re-applies nothing.
+    let mut applied: Option<Option<String>> = None;
+    let mut synced = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::InitDone) => synced = true,
+            Ok(Event::Apply(_) | Event::Delete(_)) if synced => {}
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(configmap = %name, error = %e, "ConfigMap watch error; retrying");
+                continue;
+            }
+        }
+        let state_now = reader.state();
+        let current = find(&state_now, &name);
+        let version = current.map(|cm| cm.metadata.resource_version.clone().unwrap_or_default());
+        if applied.as_ref() == Some(&version) {
+            state.readiness.mark_synced(cache);
+            continue;
+        }
+        if current.is_none() {
+            tracing::info!(configmap = %name, namespace = %namespace, "ConfigMap absent: defaults");
+        }
+        apply_configmap(
+            &state,
+            source,
+            &name,
+            current.and_then(|cm| cm.data.as_ref()),
+        );
+        applied = Some(version);
+        state.readiness.mark_synced(cache);
+    }
+}
+
+/// Feeds the namespace store (labels only) and marks it synced after the first list.
+async fn watch_namespaces<S>(stream: S, state: Arc<AppState>)
+where
+    S: Stream<Item = Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::InitDone) => state.readiness.mark_synced(Cache::Namespaces),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "Namespace watch error; retrying"),
+        }
+    }
+}
+
+/// A namespace store for the [`super::state::NamespaceGate`] and the writer that fills it.
+pub fn namespace_store() -> (
+    Store<PartialObjectMeta<Namespace>>,
+    reflector::store::Writer<PartialObjectMeta<Namespace>>,
+) {
+    reflector::store()
+}
+
+/// Spawns the three watches.
+pub fn spawn_watches(
+    client: kube::Client,
+    state: Arc<AppState>,
+    names: ConfigMapNames,
+    namespace_writer: reflector::store::Writer<PartialObjectMeta<Namespace>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let namespaces = reflector(
+        namespace_writer,
+        watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff();
+    vec![
+        tokio::spawn(watch_configmap(
+            client.clone(),
+            state.clone(),
+            names.namespace.clone(),
+            names.cluster,
+            ConfigSource::Cluster,
+            Cache::ClusterConfig,
+        )),
+        tokio::spawn(watch_configmap(
+            client,
+            state.clone(),
+            names.namespace,
+            names.pod,
+            ConfigSource::Namespace,
+            Cache::NamespaceConfig,
+        )),
+        tokio::spawn(watch_namespaces(namespaces, state)),
+    ]
+}

@@ -1,0 +1,335 @@
+//! The real server over TLS on loopback, fed AdmissionReview bodies shaped like
+//! kube-apiserver's: the returned patch, applied with json-patch, must give exactly what
+//! `koord-webhook resolve` prints.
+
+mod server_support;
+
+use serde_json::Value;
+use server_support::*;
+
+fn request_object(review: &Value) -> Value {
+    review["request"]["object"].clone()
+}
+
+/// Drives one fixture and checks the mutation against `resolve`.
+async fn assert_matches_resolve(running: &Running, name: &str, cluster: bool) -> Value {
+    let review = fixture_json(name);
+    let reply = post(running, fixture(name)).await;
+    let response = response_of(&reply);
+    assert_eq!(response["uid"], review["request"]["uid"], "uid echoed");
+    assert_eq!(response["allowed"], true, "{response}");
+    let object = request_object(&review);
+    let patched = apply_response_patch(&response, &object);
+    let update = review["request"]["operation"] == "UPDATE";
+    let namespace = review["request"]["namespace"].as_str().unwrap_or("default");
+    let cfg = examples_dir();
+    let expected = resolve_output(
+        &object,
+        namespace,
+        update,
+        cluster.then(|| cfg.join("ack-slo-config.yaml")).as_deref(),
+        cluster
+            .then(|| cfg.join("ack-slo-pod-config.yaml"))
+            .as_deref(),
+    );
+    assert_eq!(patched, expected, "patched pod differs from resolve output");
+    response
+}
+
+fn with_examples() -> koord_webhook::server::PolicySource {
+    let cfg = examples_dir();
+    standalone(
+        Some(cfg.join("ack-slo-config.yaml")),
+        Some(cfg.join("ack-slo-pod-config.yaml")),
+    )
+}
+
+#[tokio::test]
+async fn create_patch_gives_resolve_output() {
+    let running = start(with_examples(), |_| {}).await;
+    let response = assert_matches_resolve(&running, "pod-create.json", true).await;
+    assert!(
+        response.get("patch").is_some(),
+        "a Burstable pod gets a label and annotation"
+    );
+}
+
+#[tokio::test]
+async fn create_without_config_files_uses_embedded_defaults() {
+    let running = start(standalone(None, None), |_| {}).await;
+    assert_matches_resolve(&running, "pod-create.json", false).await;
+}
+
+#[tokio::test]
+async fn create_be_pod_translates_resources() {
+    let running = start(with_examples(), |_| {}).await;
+    let review = fixture_json("pod-create-be.json");
+    let response = assert_matches_resolve(&running, "pod-create-be.json", true).await;
+    let patched = apply_response_patch(&response, &review["request"]["object"]);
+    let res = &patched["spec"]["containers"][0]["resources"];
+    // 2 cores = 2000 milli-cores; "2k" is the same quantity in canonical form.
+    let cpu = res["limits"]["kubernetes.io/batch-cpu"]
+        .as_str()
+        .unwrap_or("");
+    assert!(cpu == "2000" || cpu == "2k", "{res}");
+    assert!(res["limits"].get("cpu").is_none(), "{res}");
+}
+
+#[tokio::test]
+async fn pod_without_label_and_annotation_maps_gets_them_created() {
+    let running = start(with_examples(), |_| {}).await;
+    let review = fixture_json("pod-create-no-maps.json");
+    assert!(
+        review["request"]["object"]["metadata"]
+            .get("labels")
+            .is_none()
+    );
+    assert!(
+        review["request"]["object"]["metadata"]
+            .get("annotations")
+            .is_none()
+    );
+    let response = assert_matches_resolve(&running, "pod-create-no-maps.json", true).await;
+    let patched = apply_response_patch(&response, &review["request"]["object"]);
+    assert_eq!(
+        patched["metadata"]["labels"]["koordinator.sh/qosClass"],
+        "BE"
+    );
+    assert!(
+        patched["metadata"]["annotations"]["koordinator.sh/resolved-qos"].is_string(),
+        "{patched}"
+    );
+}
+
+#[tokio::test]
+async fn update_rewrites_hand_edited_resolved_qos() {
+    let running = start(with_examples(), |_| {}).await;
+    let review = fixture_json("pod-update.json");
+    let response = assert_matches_resolve(&running, "pod-update.json", true).await;
+    let patched = apply_response_patch(&response, &review["request"]["object"]);
+    let resolved = patched["metadata"]["annotations"]["koordinator.sh/resolved-qos"]
+        .as_str()
+        .expect("annotation");
+    assert!(!resolved.contains("hand"), "hand edit survived: {resolved}");
+    let resolved: Value = serde_json::from_str(resolved).expect("json");
+    assert_eq!(resolved["memoryLocality"]["policy"], "bestEffort");
+    assert_eq!(resolved["memoryLocality"]["source"], "pod-annotation");
+    // Resources are not re-translated on UPDATE.
+    assert_eq!(
+        patched["spec"]["containers"],
+        review["request"]["object"]["spec"]["containers"]
+    );
+}
+
+/// Re-admitting the webhook's own output converges: at most one more patch (the written
+/// qosClass label turns `qosClassSource` from kubernetes-qos into label), then none.
+#[tokio::test]
+async fn resolved_pod_converges_to_unchanged() {
+    let running = start(with_examples(), |_| {}).await;
+    let mut review = fixture_json("pod-create.json");
+    review["request"]["operation"] = "UPDATE".into();
+    let mut patches = 0;
+    for _ in 0..3 {
+        let reply = post(&running, serde_json::to_vec(&review).expect("json")).await;
+        let response = response_of(&reply);
+        assert_eq!(response["allowed"], true);
+        if response.get("patch").is_none() {
+            break;
+        }
+        patches += 1;
+        review["request"]["object"] = apply_response_patch(&response, &review["request"]["object"]);
+    }
+    assert!(
+        (1..=2).contains(&patches),
+        "did not converge: {patches} patches"
+    );
+    let last = response_of(&post(&running, serde_json::to_vec(&review).expect("json")).await);
+    assert!(last.get("patch").is_none(), "{last}");
+}
+
+#[tokio::test]
+async fn bad_annotations_are_denied_naming_field_and_range() {
+    let running = start(with_examples(), |_| {}).await;
+    for (fixture_name, needles) in [
+        (
+            "pod-create-bad-memoryqos.json",
+            &["koordinator.sh/memoryQOS", "wmarkRatio", "100"][..],
+        ),
+        (
+            "pod-create-bad-memoryqos-json.json",
+            &["koordinator.sh/memoryQOS"][..],
+        ),
+        (
+            "pod-create-bad-locality.json",
+            &["koordinator.sh/memoryLocality", "policy"][..],
+        ),
+    ] {
+        let review = fixture_json(fixture_name);
+        let response = response_of(&post(&running, fixture(fixture_name)).await);
+        assert_eq!(response["uid"], review["request"]["uid"]);
+        assert_eq!(response["allowed"], false, "{fixture_name}: {response}");
+        assert!(response.get("patch").is_none());
+        let message = response["status"]["message"].as_str().expect("message");
+        for needle in needles {
+            assert!(
+                message.contains(needle),
+                "{fixture_name}: {message:?} lacks {needle:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_admission_reviews_get_a_review_saying_why() {
+    let running = start(with_examples(), |_| {}).await;
+    let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+        (b"this is not json".to_vec(), "", "not an AdmissionReview"),
+        (Vec::new(), "", "not an AdmissionReview"),
+        (b"[1,2,3]".to_vec(), "", "not an AdmissionReview"),
+        (b"{}".to_vec(), "", "AdmissionReview"),
+        (fixture("not-a-review.json"), "", "AdmissionReview"),
+        (fixture("review-v1beta1.json"), "beta-review", "admission.k8s.io/v1"),
+        (fixture("review-no-object.json"), "no-object", "request.object"),
+        (fixture("review-bad-object.json"), "bad-object", "not a valid Pod"),
+        (
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"kind":{"kind":"Pod"},"operation":"CREATE","object":{}}}"#.to_vec(),
+            "",
+            "uid",
+        ),
+    ];
+    for (body, uid, needle) in cases {
+        let shown = String::from_utf8_lossy(&body)
+            .chars()
+            .take(60)
+            .collect::<String>();
+        let response = response_of(&post(&running, body).await);
+        assert_eq!(response["uid"], uid, "{shown}");
+        assert_eq!(response["allowed"], false, "{shown}: {response}");
+        let message = response["status"]["message"].as_str().expect("message");
+        assert!(
+            message.contains(needle),
+            "{shown}: {message:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn requests_we_do_not_mutate_are_allowed_without_patch() {
+    let running = start(with_examples(), |_| {}).await;
+    for name in [
+        "pod-create-kube-system.json",
+        "review-configmap.json",
+        "review-delete.json",
+    ] {
+        let review = fixture_json(name);
+        let response = response_of(&post(&running, fixture(name)).await);
+        assert_eq!(response["uid"], review["request"]["uid"], "{name}");
+        assert_eq!(response["allowed"], true, "{name}: {response}");
+        assert!(response.get("patch").is_none(), "{name}: {response}");
+    }
+}
+
+#[tokio::test]
+async fn oversized_body_is_answered_200_allowed_with_warning() {
+    let running = start(with_examples(), |c| c.limits.max_body_bytes = 1024).await;
+    let response = response_of(&post(&running, fixture("pod-create.json")).await);
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+    let warning = response["warnings"][0].as_str().expect("warning");
+    assert!(warning.contains("1024"), "{warning}");
+}
+
+#[tokio::test]
+async fn http2_is_served_too() {
+    let running = start(with_examples(), |_| {}).await;
+    let reply = request(
+        running.addr,
+        &running.ca_pem,
+        "POST",
+        "/mutate-pod",
+        fixture("pod-create.json"),
+        true,
+    )
+    .await
+    .expect("h2 request");
+    assert_eq!(reply.alpn.as_deref(), Some(&b"h2"[..]));
+    assert_eq!(response_of(&reply)["allowed"], true);
+}
+
+#[tokio::test]
+async fn probes_and_metrics() {
+    let running = start(with_examples(), |_| {}).await;
+    assert_eq!(get(&running, "/healthz").await.status, 200);
+    assert_eq!(
+        get(&running, "/readyz").await.status,
+        200,
+        "standalone is ready at once"
+    );
+    post(&running, fixture("pod-create.json")).await;
+    post(&running, fixture("pod-create-bad-memoryqos.json")).await;
+    post(&running, b"garbage".to_vec()).await;
+    let metrics = String::from_utf8(get(&running, "/metrics").await.body).expect("utf8");
+    for line in [
+        r#"koord_webhook_admissions_total{operation="CREATE",outcome="mutated",qos_class="LS"} 1"#,
+        r#"koord_webhook_admissions_total{operation="CREATE",outcome="denied",qos_class="none"} 1"#,
+        r#"koord_webhook_admissions_total{operation="other",outcome="error",qos_class="none"} 1"#,
+        "koord_webhook_admission_duration_seconds_count 3",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+}
+
+/// A client that sends headers and then stalls: answered within the deadline, allowed
+/// without a patch (what failurePolicy: Ignore would do), never an HTTP error.
+#[tokio::test]
+async fn stalled_body_is_answered_at_the_deadline() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let running = start(with_examples(), |c| {
+        c.limits.deadline = std::time::Duration::from_millis(300);
+    })
+    .await;
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots
+        .add(
+            rustls::pki_types::CertificateDer::from_pem_slice(running.ca_pem.as_bytes())
+                .expect("ca"),
+        )
+        .expect("root");
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(running.addr)
+        .await
+        .expect("connect");
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("localhost").expect("name"),
+            tcp,
+        )
+        .await
+        .expect("handshake");
+    let started = std::time::Instant::now();
+    tls.write_all(
+        b"POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n{\"kind\":",
+    )
+    .await
+    .expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read(&mut buf))
+        .await
+        .expect("answered before the apiserver would give up")
+        .expect("read");
+    let elapsed = started.elapsed();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(r#""allowed":true"#), "{text}");
+    assert!(text.contains("deadline"), "{text}");
+    assert!(
+        elapsed >= std::time::Duration::from_millis(250),
+        "{elapsed:?}"
+    );
+}
