@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use koord_api::{QosClass, ResolvedResctrlQos};
 
-use super::schemata::{Domains, l3_way_mask, mba_value, parse_cbm_mask, parse_domains, render_schemata, schemata_matches};
+use super::schemata::{
+    Domains, l3_way_mask, mba_value, parse_cbm_mask, parse_domains, render_schemata,
+    schemata_matches,
+};
 
 /// The control groups this product owns, one per class that is partitioned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -51,13 +54,19 @@ pub enum ResctrlError {
     #[error("resctrl is not available at {0}: {1}")]
     Unsupported(PathBuf, String),
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Schemata(#[from] super::schemata::SchemataError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ResctrlError + '_ {
-    move |source| ResctrlError::Io { path: path.to_owned(), source }
+    move |source| ResctrlError::Io {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn read_opt(path: &Path) -> Result<Option<String>, ResctrlError> {
@@ -74,8 +83,9 @@ fn read_num(path: &Path) -> Result<Option<i64>, ResctrlError> {
 
 /// Detects resctrl under `root`: mounted (root `schemata` present) with L3 CAT and/or MBA.
 pub fn detect(root: &Path) -> Result<ResctrlSupport, ResctrlError> {
-    let schemata = read_opt(&root.join("schemata"))?
-        .ok_or_else(|| ResctrlError::Unsupported(root.to_owned(), "not mounted (no schemata file)".into()))?;
+    let schemata = read_opt(&root.join("schemata"))?.ok_or_else(|| {
+        ResctrlError::Unsupported(root.to_owned(), "not mounted (no schemata file)".into())
+    })?;
     let l3 = match read_opt(&root.join("info/L3/cbm_mask"))? {
         Some(mask) => {
             let min_bits = read_num(&root.join("info/L3/min_cbm_bits"))?.unwrap_or(1);
@@ -84,13 +94,23 @@ pub fn detect(root: &Path) -> Result<ResctrlSupport, ResctrlError> {
         None => None,
     };
     let mb = match read_num(&root.join("info/MB/bandwidth_gran"))? {
-        Some(gran) => Some((gran, read_num(&root.join("info/MB/min_bandwidth"))?.unwrap_or(gran))),
+        Some(gran) => Some((
+            gran,
+            read_num(&root.join("info/MB/min_bandwidth"))?.unwrap_or(gran),
+        )),
         None => None,
     };
     if l3.is_none() && mb.is_none() {
-        return Err(ResctrlError::Unsupported(root.to_owned(), "neither L3 CAT nor MBA is offered".into()));
+        return Err(ResctrlError::Unsupported(
+            root.to_owned(),
+            "neither L3 CAT nor MBA is offered".into(),
+        ));
     }
-    Ok(ResctrlSupport { l3, mb, domains: parse_domains(&schemata)? })
+    Ok(ResctrlSupport {
+        l3,
+        mb,
+        domains: parse_domains(&schemata)?,
+    })
 }
 
 /// One pod's wish: its class, its resolved partition, and the pids of its containers.
@@ -114,17 +134,29 @@ pub struct ResctrlReport {
 
 /// The group's partition: the most common value among its pods (ties: the smallest), so one
 /// pod with a stale annotation cannot flip the whole class.
-fn group_partition<'p>(pods: impl Iterator<Item = &'p ResolvedResctrlQos>) -> Option<(i64, i64, i64)> {
+fn group_partition<'p>(
+    pods: impl Iterator<Item = &'p ResolvedResctrlQos>,
+) -> Option<(i64, i64, i64)> {
     let mut counts: BTreeMap<(i64, i64, i64), usize> = BTreeMap::new();
     for q in pods {
-        *counts.entry((q.cat_range_start_percent, q.cat_range_end_percent, q.mba_percent)).or_default() += 1;
+        *counts
+            .entry((
+                q.cat_range_start_percent,
+                q.cat_range_end_percent,
+                q.mba_percent,
+            ))
+            .or_default() += 1;
     }
     let best = counts.values().copied().max()?;
     counts.into_iter().find(|(_, n)| *n == best).map(|(k, _)| k)
 }
 
 fn read_tasks(path: &Path) -> Result<BTreeSet<u32>, ResctrlError> {
-    Ok(read_opt(path)?.unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect())
+    Ok(read_opt(path)?
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
 }
 
 /// Writes one pid into a `tasks` file (the kernel takes one pid per write). A pid that exited
@@ -132,7 +164,11 @@ fn read_tasks(path: &Path) -> Result<BTreeSet<u32>, ResctrlError> {
 fn move_task(tasks: &Path, pid: u32) -> Result<bool, ResctrlError> {
     // `create` is a no-op on resctrl (the kernel makes `tasks` with the group); it lets a plain
     // directory tree stand in for the mount in tests.
-    let mut f = fs::OpenOptions::new().append(true).create(true).open(tasks).map_err(io(tasks))?;
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(tasks)
+        .map_err(io(tasks))?;
     match f.write_all(format!("{pid}\n").as_bytes()) {
         Ok(()) => Ok(true),
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
@@ -141,7 +177,11 @@ fn move_task(tasks: &Path, pid: u32) -> Result<bool, ResctrlError> {
 }
 
 /// One reconcile pass over every pod with an enabled `resctrlQOS`.
-pub fn reconcile(root: &Path, support: &ResctrlSupport, pods: &[PodResctrl]) -> Result<ResctrlReport, ResctrlError> {
+pub fn reconcile(
+    root: &Path,
+    support: &ResctrlSupport,
+    pods: &[PodResctrl],
+) -> Result<ResctrlReport, ResctrlError> {
     let mut report = ResctrlReport::default();
     let mut by_group: BTreeMap<ClassGroup, Vec<&PodResctrl>> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.qos.enabled) {
@@ -152,7 +192,10 @@ pub fn reconcile(root: &Path, support: &ResctrlSupport, pods: &[PodResctrl]) -> 
     for group in [ClassGroup::Ls, ClassGroup::Be] {
         let dir = root.join(group.dir_name());
         let members = by_group.get(&group).map(Vec::as_slice).unwrap_or_default();
-        let wanted: BTreeSet<u32> = members.iter().flat_map(|p| p.pids.iter().copied()).collect();
+        let wanted: BTreeSet<u32> = members
+            .iter()
+            .flat_map(|p| p.pids.iter().copied())
+            .collect();
         if members.is_empty() && !dir.exists() {
             continue;
         }
@@ -161,7 +204,10 @@ pub fn reconcile(root: &Path, support: &ResctrlSupport, pods: &[PodResctrl]) -> 
             report.groups_created += 1;
         }
         if let Some((start, end, mba)) = group_partition(members.iter().map(|p| &p.qos)) {
-            let mask = support.l3.map(|(cbm, min_bits)| l3_way_mask(cbm, start, end, min_bits)).transpose()?;
+            let mask = support
+                .l3
+                .map(|(cbm, min_bits)| l3_way_mask(cbm, start, end, min_bits))
+                .transpose()?;
             let mba = support.mb.map(|(gran, min)| mba_value(mba, gran, min));
             let text = render_schemata(&support.domains, mask, mba);
             let path = dir.join("schemata");

@@ -2,7 +2,9 @@
 //! `koord-BE`), its schemata computed from the resolved `resctrlQOS`, and the tasks of each
 //! class's containers kept in it.
 
-pub mod schemata;
 pub mod manager;
+pub mod schemata;
 
-pub use manager::{ClassGroup, PodResctrl, ResctrlError, ResctrlReport, ResctrlSupport, detect, reconcile};
+pub use manager::{
+    ClassGroup, PodResctrl, ResctrlError, ResctrlReport, ResctrlSupport, detect, reconcile,
+};

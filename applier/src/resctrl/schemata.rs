@@ -19,7 +19,8 @@ pub enum SchemataError {
 /// Parses `info/L3/cbm_mask` (e.g. `7ff`) and checks that its ways are contiguous, as x86 CAT
 /// requires of every mask.
 pub fn parse_cbm_mask(text: &str) -> Result<u64, SchemataError> {
-    let mask = u64::from_str_radix(text.trim(), 16).map_err(|_| SchemataError::BadMask(text.trim().to_owned()))?;
+    let mask = u64::from_str_radix(text.trim(), 16)
+        .map_err(|_| SchemataError::BadMask(text.trim().to_owned()))?;
     if mask == 0 || mask.count_ones() != 64 - mask.leading_zeros() - mask.trailing_zeros() {
         return Err(SchemataError::NotContiguous(mask));
     }
@@ -28,9 +29,17 @@ pub fn parse_cbm_mask(text: &str) -> Result<u64, SchemataError> {
 
 /// The class's ways: `[floor(ways*start%), floor(ways*end%))`, at least `min_bits` ways wide and
 /// never past the last way. An 11-way `7ff` at 0..30% gives the lowest 3 ways, `7`.
-pub fn l3_way_mask(cbm_mask: u64, start_percent: i64, end_percent: i64, min_bits: u32) -> Result<u64, SchemataError> {
+pub fn l3_way_mask(
+    cbm_mask: u64,
+    start_percent: i64,
+    end_percent: i64,
+    min_bits: u32,
+) -> Result<u64, SchemataError> {
     if !(0..100).contains(&start_percent) || end_percent <= start_percent || end_percent > 100 {
-        return Err(SchemataError::BadRange { start: start_percent, end: end_percent });
+        return Err(SchemataError::BadRange {
+            start: start_percent,
+            end: end_percent,
+        });
     }
     let first = cbm_mask.trailing_zeros();
     let ways = i64::from(cbm_mask.count_ones());
@@ -43,7 +52,11 @@ pub fn l3_way_mask(cbm_mask: u64, start_percent: i64, end_percent: i64, min_bits
     }
     let width = u32::try_from(end - start).unwrap_or(0);
     let low = u32::try_from(start).unwrap_or(0) + first;
-    let bits = if width >= 64 { u64::MAX } else { (1u64 << width) - 1 };
+    let bits = if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
     Ok((bits << low) & cbm_mask)
 }
 
@@ -65,7 +78,9 @@ pub struct Domains {
 pub fn parse_domains(schemata: &str) -> Result<Domains, SchemataError> {
     let mut d = Domains::default();
     for line in schemata.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let (resource, rest) = line.split_once(':').ok_or_else(|| SchemataError::BadLine(line.to_owned()))?;
+        let (resource, rest) = line
+            .split_once(':')
+            .ok_or_else(|| SchemataError::BadLine(line.to_owned()))?;
         let target = match resource.trim() {
             "L3" => &mut d.l3,
             "MB" => &mut d.mb,
@@ -87,7 +102,11 @@ pub fn parse_domains(schemata: &str) -> Result<Domains, SchemataError> {
 pub fn render_schemata(domains: &Domains, l3_mask: Option<u64>, mba: Option<i64>) -> String {
     let mut out = String::new();
     if let Some(mask) = l3_mask.filter(|_| !domains.l3.is_empty()) {
-        let entries: Vec<String> = domains.l3.iter().map(|id| format!("{id}={mask:x}")).collect();
+        let entries: Vec<String> = domains
+            .l3
+            .iter()
+            .map(|id| format!("{id}={mask:x}"))
+            .collect();
         let _ = writeln!(out, "L3:{}", entries.join(";"));
     }
     if let Some(mba) = mba.filter(|_| !domains.mb.is_empty()) {
@@ -105,14 +124,20 @@ pub fn schemata_matches(current: &str, wanted: &str) -> bool {
             .split(';')
             .filter_map(|e| {
                 let (id, v) = e.split_once('=')?;
-                Some((id.trim().parse().ok()?, v.trim().trim_start_matches('0').to_owned()))
+                Some((
+                    id.trim().parse().ok()?,
+                    v.trim().trim_start_matches('0').to_owned(),
+                ))
             })
             .collect();
         entries.sort();
         Some((res.trim().to_owned(), entries))
     };
     let current: Vec<_> = current.lines().filter_map(norm).collect();
-    wanted.lines().filter_map(norm).all(|w| current.contains(&w))
+    wanted
+        .lines()
+        .filter_map(norm)
+        .all(|w| current.contains(&w))
 }
 
 #[cfg(test)]
@@ -134,13 +159,20 @@ mod tests {
         ];
         for (mask, start, end, min, expected) in cases {
             let cbm = parse_cbm_mask(mask).expect("mask");
-            assert_eq!(l3_way_mask(cbm, start, end, min).expect("range"), expected, "{mask} {start}..{end} min {min}");
+            assert_eq!(
+                l3_way_mask(cbm, start, end, min).expect("range"),
+                expected,
+                "{mask} {start}..{end} min {min}"
+            );
         }
     }
 
     #[test]
     fn bad_masks_and_ranges() {
-        assert_eq!(parse_cbm_mask("xyz"), Err(SchemataError::BadMask("xyz".into())));
+        assert_eq!(
+            parse_cbm_mask("xyz"),
+            Err(SchemataError::BadMask("xyz".into()))
+        );
         assert_eq!(parse_cbm_mask("5"), Err(SchemataError::NotContiguous(5)));
         assert!(parse_cbm_mask("0").is_err());
         assert!(l3_way_mask(0x7ff, 30, 30, 1).is_err());
@@ -150,7 +182,14 @@ mod tests {
 
     #[test]
     fn mba_granularity() {
-        for (pct, gran, min, expected) in [(100, 10, 10, 100), (30, 10, 10, 30), (35, 10, 10, 40), (5, 10, 10, 10), (1, 1, 1, 1), (0, 10, 10, 10)] {
+        for (pct, gran, min, expected) in [
+            (100, 10, 10, 100),
+            (30, 10, 10, 30),
+            (35, 10, 10, 40),
+            (5, 10, 10, 10),
+            (1, 1, 1, 1),
+            (0, 10, 10, 10),
+        ] {
             assert_eq!(mba_value(pct, gran, min), expected, "{pct} {gran} {min}");
         }
     }
@@ -159,12 +198,31 @@ mod tests {
     fn domains_and_rendering() {
         let root = "    L3:0=7ff;1=7ff\n    MB:0=100;1=100\n";
         let d = parse_domains(root).expect("domains");
-        assert_eq!(d, Domains { l3: vec![0, 1], mb: vec![0, 1] });
+        assert_eq!(
+            d,
+            Domains {
+                l3: vec![0, 1],
+                mb: vec![0, 1]
+            }
+        );
         let s = render_schemata(&d, Some(0x7), Some(50));
         assert_eq!(s, "L3:0=7;1=7\nMB:0=50;1=50\n");
-        assert!(schemata_matches("    L3:0=007;1=007\n    MB:0= 50;1= 50\n", &s));
+        assert!(schemata_matches(
+            "    L3:0=007;1=007\n    MB:0= 50;1= 50\n",
+            &s
+        ));
         assert!(!schemata_matches(root, &s));
-        assert_eq!(render_schemata(&Domains { l3: vec![0], mb: vec![] }, Some(0x3), Some(50)), "L3:0=3\n");
+        assert_eq!(
+            render_schemata(
+                &Domains {
+                    l3: vec![0],
+                    mb: vec![]
+                },
+                Some(0x3),
+                Some(50)
+            ),
+            "L3:0=3\n"
+        );
         assert!(parse_domains("garbage").is_err());
     }
 }

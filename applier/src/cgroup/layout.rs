@@ -1,0 +1,314 @@
+//! Kubelet's cgroup naming: the pod directory from the pod UID and Kubernetes QoS class, the
+//! container directory from the runtime's container ID, and the file path of a knob.
+//!
+//! Pure. Every name that ends up in a path is validated here (the UID is hex and dashes, a
+//! container ID is ASCII alphanumerics), and the joined path is checked lexically to stay below
+//! the cgroup root. The annotation never contributes to a path: it is user-editable free text.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{CgroupDriver, CgroupVersion, Controller};
+
+/// Kubernetes QoS class (`status.qosClass`), which picks the kubelet parent cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum KubeQos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl KubeQos {
+    pub fn from_status(s: &str) -> Option<Self> {
+        match s {
+            "Guaranteed" => Some(Self::Guaranteed),
+            "Burstable" => Some(Self::Burstable),
+            "BestEffort" => Some(Self::BestEffort),
+            _ => None,
+        }
+    }
+
+    /// The kubelet's QoS cgroup name; Guaranteed pods sit directly under `kubepods`.
+    fn parent(self) -> Option<&'static str> {
+        match self {
+            Self::Guaranteed => None,
+            Self::Burstable => Some("burstable"),
+            Self::BestEffort => Some("besteffort"),
+        }
+    }
+}
+
+/// Container runtime, from the scheme of `status.containerStatuses[].containerID`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Containerd,
+    Crio,
+    Docker,
+}
+
+/// A validated container ID: the runtime and an ID of 1..=128 ASCII alphanumerics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ContainerId {
+    runtime: Runtime,
+    id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("pod UID {0:?} is not a Kubernetes UID (hex digits and dashes)")]
+    PodUid(String),
+    #[error("container ID {0:?} is not <runtime>://<id> with runtime containerd, cri-o or docker")]
+    ContainerScheme(String),
+    #[error("container ID {0:?} has characters other than ASCII letters and digits")]
+    ContainerChars(String),
+    #[error("path {0:?} leaves the cgroup root")]
+    Escapes(PathBuf),
+}
+
+const MAX_ID_LEN: usize = 128;
+
+impl ContainerId {
+    /// Parses `containerd://<id>`, `cri-o://<id>` or `docker://<id>`.
+    pub fn parse(raw: &str) -> Result<Self, LayoutError> {
+        let (scheme, id) = raw
+            .split_once("://")
+            .ok_or_else(|| LayoutError::ContainerScheme(raw.to_owned()))?;
+        let runtime = match scheme {
+            "containerd" => Runtime::Containerd,
+            "cri-o" => Runtime::Crio,
+            "docker" => Runtime::Docker,
+            _ => return Err(LayoutError::ContainerScheme(raw.to_owned())),
+        };
+        if id.is_empty() || id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Err(LayoutError::ContainerChars(raw.to_owned()));
+        }
+        Ok(Self {
+            runtime,
+            id: id.to_owned(),
+        })
+    }
+
+    pub fn runtime(&self) -> Runtime {
+        self.runtime
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Checks a pod UID: 1..=64 hex digits and dashes (UUIDs, and the hex hashes of static pods).
+pub fn validate_pod_uid(uid: &str) -> Result<(), LayoutError> {
+    if uid.is_empty() || uid.len() > 64 || !uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    {
+        return Err(LayoutError::PodUid(uid.to_owned()));
+    }
+    Ok(())
+}
+
+/// Where the node's cgroups are and how they are named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub root: PathBuf,
+    pub version: CgroupVersion,
+    pub driver: CgroupDriver,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>, version: CgroupVersion, driver: CgroupDriver) -> Self {
+        Self {
+            root: root.into(),
+            version,
+            driver,
+        }
+    }
+
+    /// The pod directory relative to the hierarchy root (below the controller on v1).
+    pub fn pod_dir(&self, uid: &str, qos: KubeQos) -> Result<PathBuf, LayoutError> {
+        validate_pod_uid(uid)?;
+        let mut p = PathBuf::new();
+        match self.driver {
+            CgroupDriver::Cgroupfs => {
+                p.push("kubepods");
+                if let Some(parent) = qos.parent() {
+                    p.push(parent);
+                }
+                p.push(format!("pod{uid}"));
+            }
+            CgroupDriver::Systemd => {
+                // systemd slice names nest by prefix and escape '-' inside a part as '_'.
+                let uid = uid.replace('-', "_");
+                p.push("kubepods.slice");
+                match qos.parent() {
+                    Some(parent) => {
+                        p.push(format!("kubepods-{parent}.slice"));
+                        p.push(format!("kubepods-{parent}-pod{uid}.slice"));
+                    }
+                    None => p.push(format!("kubepods-pod{uid}.slice")),
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// The container directory name below its pod directory.
+    pub fn container_leaf(&self, id: &ContainerId) -> String {
+        let id_str = id.id();
+        match (self.driver, id.runtime()) {
+            (CgroupDriver::Systemd, Runtime::Containerd) => {
+                format!("cri-containerd-{id_str}.scope")
+            }
+            (CgroupDriver::Systemd, Runtime::Crio) => format!("crio-{id_str}.scope"),
+            (CgroupDriver::Systemd, Runtime::Docker) => format!("docker-{id_str}.scope"),
+            // CRI-O's cgroupfs manager prefixes "crio-"; containerd and docker use the bare id.
+            (CgroupDriver::Cgroupfs, Runtime::Crio) => format!("crio-{id_str}"),
+            (CgroupDriver::Cgroupfs, _) => id_str.to_owned(),
+        }
+    }
+
+    /// The absolute directory holding `controller`'s files for the cgroup `rel`.
+    pub fn dir(&self, rel: &Path, controller: Controller) -> Result<PathBuf, LayoutError> {
+        // Lexical check: only plain names below the root. No canonicalisation, because the root
+        // itself may legitimately contain symlinks (v1 controller mounts, test roots).
+        if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(LayoutError::Escapes(rel.to_owned()));
+        }
+        let dir = match self.version {
+            CgroupVersion::V1 => self.root.join(controller.dir_name()).join(rel),
+            CgroupVersion::V2 => self.root.join(rel),
+        };
+        if !dir.starts_with(&self.root) {
+            return Err(LayoutError::Escapes(dir));
+        }
+        Ok(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
+
+    #[test]
+    fn pod_dir_table() {
+        let cases = [
+            (
+                CgroupDriver::Cgroupfs,
+                KubeQos::Guaranteed,
+                "kubepods/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab",
+            ),
+            (
+                CgroupDriver::Cgroupfs,
+                KubeQos::Burstable,
+                "kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab",
+            ),
+            (
+                CgroupDriver::Cgroupfs,
+                KubeQos::BestEffort,
+                "kubepods/besteffort/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab",
+            ),
+            (
+                CgroupDriver::Systemd,
+                KubeQos::Guaranteed,
+                "kubepods.slice/kubepods-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice",
+            ),
+            (
+                CgroupDriver::Systemd,
+                KubeQos::Burstable,
+                "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice",
+            ),
+            (
+                CgroupDriver::Systemd,
+                KubeQos::BestEffort,
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice",
+            ),
+        ];
+        for (driver, qos, want) in cases {
+            let layout = Layout::new("/sys/fs/cgroup", CgroupVersion::V2, driver);
+            assert_eq!(
+                layout.pod_dir(UID, qos).expect("valid uid"),
+                PathBuf::from(want),
+                "{driver} {qos:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn container_leaf_table() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let cases = [
+            (
+                CgroupDriver::Systemd,
+                "containerd",
+                format!("cri-containerd-{id}.scope"),
+            ),
+            (CgroupDriver::Systemd, "cri-o", format!("crio-{id}.scope")),
+            (
+                CgroupDriver::Systemd,
+                "docker",
+                format!("docker-{id}.scope"),
+            ),
+            (CgroupDriver::Cgroupfs, "containerd", id.to_owned()),
+            (CgroupDriver::Cgroupfs, "cri-o", format!("crio-{id}")),
+            (CgroupDriver::Cgroupfs, "docker", id.to_owned()),
+        ];
+        for (driver, scheme, want) in cases {
+            let layout = Layout::new("/r", CgroupVersion::V2, driver);
+            let cid = ContainerId::parse(&format!("{scheme}://{id}")).expect("valid id");
+            assert_eq!(layout.container_leaf(&cid), want, "{driver} {scheme}");
+        }
+    }
+
+    #[test]
+    fn rejects_forged_ids() {
+        for bad in [
+            "containerd://../../../etc",
+            "containerd://abc/def",
+            "containerd://",
+            "containerd://abc def",
+            "containerd://abc.scope",
+            "rkt://abc",
+            "abc",
+            "docker://ab\u{0}c",
+        ] {
+            assert!(ContainerId::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+        assert!(ContainerId::parse(&format!("docker://{}", "a".repeat(129))).is_err());
+        for bad in ["", "../x", "5f2a/6b1e", "zz", "pod-1"] {
+            assert!(
+                validate_pod_uid(bad).is_err(),
+                "uid {bad:?} must be refused"
+            );
+        }
+        validate_pod_uid(UID).expect("uuid");
+        validate_pod_uid("e3b0c44298fc1c149afbf4c8996fb924").expect("static pod hash");
+    }
+
+    #[test]
+    fn dir_stays_under_root() {
+        let v1 = Layout::new("/cg", CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        assert_eq!(
+            v1.dir(Path::new("kubepods/pod1"), Controller::Memory),
+            Ok(PathBuf::from("/cg/memory/kubepods/pod1"))
+        );
+        assert_eq!(
+            v1.dir(Path::new("kubepods/pod1"), Controller::Cpu),
+            Ok(PathBuf::from("/cg/cpu/kubepods/pod1"))
+        );
+        let v2 = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        assert_eq!(
+            v2.dir(Path::new("kubepods/pod1"), Controller::Cpu),
+            Ok(PathBuf::from("/cg/kubepods/pod1"))
+        );
+        for bad in ["../etc", "kubepods/../../etc", "/etc", "./kubepods"] {
+            assert!(
+                v2.dir(Path::new(bad), Controller::Memory).is_err(),
+                "{bad} must be refused"
+            );
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Command line: every flag also reads an environment variable. [`Cli::into_parts`] turns the
+//! parsed flags into the plain [`Config`] structs the rest of the crate (and the tests) use.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::cgroup::detect::{DetectError, detect_driver, detect_version};
+use crate::cgroup::layout::Layout;
+use crate::cgroup::{CgroupDriver, CgroupVersion};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "koord-applier",
+    version,
+    about = "Applies koordinator.sh/resolved-qos to the cgroups of this node"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Where the cgroup hierarchy is mounted (v1: the directory holding memory/ and cpu/).
+    #[arg(
+        long,
+        env = "KOORD_CGROUP_ROOT",
+        default_value = "/sys/fs/cgroup",
+        global = true
+    )]
+    pub cgroup_root: PathBuf,
+    /// Force the cgroup version instead of detecting it (statfs magic of the root).
+    #[arg(long, env = "KOORD_CGROUP_VERSION", value_enum, global = true)]
+    pub cgroup_version: Option<CgroupVersion>,
+    /// Force the kubelet cgroup driver instead of detecting it from kubepods[.slice].
+    #[arg(long, env = "KOORD_CGROUP_DRIVER", value_enum, global = true)]
+    pub cgroup_driver: Option<CgroupDriver>,
+    /// The host's /proc (for the locality and collector features).
+    #[arg(long, env = "KOORD_PROC_ROOT", default_value = "/proc", global = true)]
+    pub proc_root: PathBuf,
+    /// The host's /sys (for the locality and collector features).
+    #[arg(long, env = "KOORD_SYS_ROOT", default_value = "/sys", global = true)]
+    pub sys_root: PathBuf,
+    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
+    /// second per process (0 = off: one migrate_pages(2) per process).
+    #[arg(
+        long,
+        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
+        default_value_t = 0,
+        global = true
+    )]
+    pub locality_max_pages_per_second: u64,
+    /// Read and compare, print the plan, write nothing.
+    #[arg(long, env = "KOORD_DRY_RUN", global = true)]
+    pub dry_run: bool,
+    #[arg(
+        long,
+        env = "KOORD_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: LogFormat,
+    /// The Performance Collector (PSI, CPI): feature gates and intervals.
+    #[command(flatten)]
+    pub collectors: crate::collectors::CollectorArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Watch this node's pods and keep their cgroups in line with their annotation.
+    Run(RunArgs),
+    /// Apply one pod manifest (with status.containerStatuses) and print a JSON report.
+    Once(OnceArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This node's name (downward API `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Re-apply every pod this often, to repair values changed behind our back.
+    #[arg(long, env = "KOORD_RESYNC_SECONDS", default_value_t = 60)]
+    pub resync_seconds: u64,
+    /// Address of /metrics, /healthz and /readyz (`:9316` = all interfaces).
+    #[arg(long, env = "KOORD_METRICS_ADDR", default_value = ":9316")]
+    pub metrics_addr: String,
+    /// An Event identical to one already posted for the pod is dropped for this long.
+    #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
+    pub event_window_seconds: u64,
+    #[command(flatten)]
+    pub colocation: crate::colocation::ColocationArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct OnceArgs {
+    /// Pod manifest, YAML or JSON.
+    #[arg(short = 'f', long = "filename", env = "KOORD_POD_FILE")]
+    pub file: PathBuf,
+    /// Instead of applying: run one PSI round and one CPI window for the pod (or every pod of
+    /// a List) and print the Prometheus text. Gates not named in --feature-gates are on.
+    #[arg(long, env = "KOORD_COLLECT")]
+    pub collect: bool,
+    /// With --collect: keep collecting on the intervals and serve /metrics at this address
+    /// until SIGTERM (benchmarks and demos without an API server).
+    #[arg(long, requires = "collect", hide = true)]
+    pub collect_serve: Option<String>,
+}
+
+/// Settings shared by every command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub cgroup_root: PathBuf,
+    pub cgroup_version: Option<CgroupVersion>,
+    pub cgroup_driver: Option<CgroupDriver>,
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+    pub locality: crate::numa::LocalityConfig,
+    pub dry_run: bool,
+    pub log_format: LogFormat,
+    pub collectors: crate::collectors::CollectorArgs,
+}
+
+/// Settings of `run`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunConfig {
+    pub node_name: String,
+    pub resync: Duration,
+    pub metrics_addr: SocketAddr,
+    pub event_window: Duration,
+    /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
+    pub colocation: crate::colocation::Settings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--metrics-addr {0:?} is not host:port or :port")]
+    Addr(String),
+    #[error("--resync-seconds must be at least 1")]
+    Resync,
+    #[error(transparent)]
+    Detect(#[from] DetectError),
+    #[error(transparent)]
+    Colocation(#[from] crate::colocation::SettingsError),
+}
+
+/// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
+pub fn parse_addr(s: &str) -> Result<SocketAddr, ConfigError> {
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    full.parse().map_err(|_| ConfigError::Addr(s.to_owned()))
+}
+
+impl Config {
+    /// The layout: forced values win, else detection; a node whose kubelet has not made its
+    /// cgroups yet falls back to cgroupfs, the kubelet's default driver.
+    pub fn layout(&self) -> Result<Layout, ConfigError> {
+        let version = match self.cgroup_version {
+            Some(v) => v,
+            None => detect_version(&self.cgroup_root)?,
+        };
+        let driver = self.cgroup_driver.or_else(|| detect_driver(&self.cgroup_root, version)).unwrap_or_else(|| {
+            tracing::warn!(root = %self.cgroup_root.display(), "no kubepods cgroup found; assuming the cgroupfs driver");
+            CgroupDriver::Cgroupfs
+        });
+        Ok(Layout::new(self.cgroup_root.clone(), version, driver))
+    }
+}
+
+impl From<&GlobalArgs> for Config {
+    fn from(g: &GlobalArgs) -> Self {
+        Config {
+            cgroup_root: g.cgroup_root.clone(),
+            cgroup_version: g.cgroup_version,
+            cgroup_driver: g.cgroup_driver,
+            proc_root: g.proc_root.clone(),
+            sys_root: g.sys_root.clone(),
+            locality: crate::numa::LocalityConfig {
+                max_pages_per_second: Some(g.locality_max_pages_per_second).filter(|n| *n > 0),
+            },
+            dry_run: g.dry_run,
+            log_format: g.log_format,
+            collectors: g.collectors.clone(),
+        }
+    }
+}
+
+impl TryFrom<&RunArgs> for RunConfig {
+    type Error = ConfigError;
+    fn try_from(a: &RunArgs) -> Result<Self, ConfigError> {
+        if a.resync_seconds == 0 {
+            return Err(ConfigError::Resync);
+        }
+        Ok(RunConfig {
+            node_name: a.node_name.clone(),
+            resync: Duration::from_secs(a.resync_seconds),
+            metrics_addr: parse_addr(&a.metrics_addr)?,
+            event_window: Duration::from_secs(a.event_window_seconds),
+            colocation: crate::colocation::Settings::try_from(&a.colocation)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags_and_defaults() {
+        let cli = Cli::try_parse_from([
+            "koord-applier",
+            "run",
+            "--node-name",
+            "n1",
+            "--cgroup-version",
+            "v1",
+            "--cgroup-driver",
+            "systemd",
+        ])
+        .expect("parses");
+        let cfg = Config::from(&cli.global);
+        assert_eq!(cfg.cgroup_root, PathBuf::from("/sys/fs/cgroup"));
+        assert_eq!(
+            (cfg.cgroup_version, cfg.cgroup_driver),
+            (Some(CgroupVersion::V1), Some(CgroupDriver::Systemd))
+        );
+        let Command::Run(run) = &cli.command else {
+            panic!("run")
+        };
+        let rc = RunConfig::try_from(run).expect("valid");
+        assert_eq!(rc.metrics_addr, "0.0.0.0:9316".parse().expect("addr"));
+        assert_eq!(rc.resync, Duration::from_secs(60));
+        let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "pod.yaml", "--dry-run"])
+            .expect("parses");
+        assert!(cli.global.dry_run);
+        assert!(
+            Cli::try_parse_from(["koord-applier", "once", "--cgroup-version", "v3", "-f", "x"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn addr_forms() {
+        assert_eq!(
+            parse_addr("127.0.0.1:1").expect("addr"),
+            "127.0.0.1:1".parse().expect("addr")
+        );
+        assert!(parse_addr("nonsense").is_err());
+    }
+}

@@ -1,0 +1,190 @@
+//! Reads CPU and memory usage: per cgroup (v1 `cpuacct.usage` and `memory.usage_in_bytes` minus
+//! `total_inactive_file`; v2 `cpu.stat usage_usec` and `memory.current` minus `inactive_file`)
+//! and for the whole node (`/proc/stat`, `/proc/meminfo` below `--proc-root`).
+//!
+//! CPU is a cumulative counter in nanoseconds; [`super::window`] turns counters into rates.
+//! Memory excludes inactive page cache, as the kubelet's working set and Koordinator do: clean
+//! cache is reclaimable and lending it is safe.
+
+use std::fs;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use crate::cgroup::CgroupVersion;
+use crate::cgroup::layout::Layout;
+
+/// One reading of a cgroup or of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    /// Cumulative CPU time in nanoseconds.
+    pub cpu_ns: u64,
+    /// Memory in use now, in bytes (without inactive file cache).
+    pub memory_bytes: u64,
+}
+
+/// `USER_HZ`: the unit of `/proc/stat`. 100 on every Linux architecture Kubernetes runs on
+/// (the kernel's userspace ABI fixes it, independently of `CONFIG_HZ`).
+pub const USER_HZ: u64 = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: cannot parse {what}")]
+    Parse { path: String, what: &'static str },
+    #[error("cgroup path {0:?} leaves the cgroup root")]
+    Escapes(PathBuf),
+}
+
+impl UsageError {
+    /// The cgroup (or file) does not exist: a pod that is starting or gone.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
+fn read(path: &Path) -> Result<String, UsageError> {
+    fs::read_to_string(path).map_err(|source| UsageError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn parse_u64(path: &Path, text: &str, what: &'static str) -> Result<u64, UsageError> {
+    text.trim().parse().map_err(|_| UsageError::Parse {
+        path: path.display().to_string(),
+        what,
+    })
+}
+
+/// The value of `key` in a `key value` file (`memory.stat`, `cpu.stat`, `/proc/meminfo`).
+pub fn stat_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        let k = it.next()?.trim_end_matches(':');
+        (k == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+/// The directory of cgroup `rel` for a v1 `controller` (or the unified directory on v2), with
+/// the same lexical check as [`Layout::dir`].
+pub fn controller_dir(
+    layout: &Layout,
+    controller: &str,
+    rel: &Path,
+) -> Result<PathBuf, UsageError> {
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(UsageError::Escapes(rel.to_owned()));
+    }
+    Ok(match layout.version {
+        CgroupVersion::V1 => layout.root.join(controller).join(rel),
+        CgroupVersion::V2 => layout.root.join(rel),
+    })
+}
+
+/// Reads one cgroup (`rel` below the hierarchy root, e.g. a pod dir from [`Layout::pod_dir`]).
+pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
+    match layout.version {
+        CgroupVersion::V1 => {
+            let acct = controller_dir(layout, "cpuacct", rel)?.join("cpuacct.usage");
+            let cpu_ns = parse_u64(&acct, &read(&acct)?, "cpuacct.usage")?;
+            let mem = controller_dir(layout, "memory", rel)?;
+            let usage_file = mem.join("memory.usage_in_bytes");
+            let usage = parse_u64(&usage_file, &read(&usage_file)?, "memory.usage_in_bytes")?;
+            let stat_file = mem.join("memory.stat");
+            let inactive = stat_field(&read(&stat_file)?, "total_inactive_file").unwrap_or(0);
+            Ok(Reading {
+                cpu_ns,
+                memory_bytes: usage.saturating_sub(inactive),
+            })
+        }
+        CgroupVersion::V2 => {
+            let dir = controller_dir(layout, "", rel)?;
+            let cpu_file = dir.join("cpu.stat");
+            let usec =
+                stat_field(&read(&cpu_file)?, "usage_usec").ok_or_else(|| UsageError::Parse {
+                    path: cpu_file.display().to_string(),
+                    what: "usage_usec",
+                })?;
+            let cur_file = dir.join("memory.current");
+            let current = parse_u64(&cur_file, &read(&cur_file)?, "memory.current")?;
+            let inactive =
+                stat_field(&read(&dir.join("memory.stat"))?, "inactive_file").unwrap_or(0);
+            Ok(Reading {
+                cpu_ns: usec.saturating_mul(1000),
+                memory_bytes: current.saturating_sub(inactive),
+            })
+        }
+    }
+}
+
+/// The node: busy CPU time from the first line of `/proc/stat` (user + nice + system + irq +
+/// softirq + steal; idle and iowait are not busy, guest time is already inside user) and
+/// `MemTotal - MemAvailable` from `/proc/meminfo` (what koordlet reports as node memory used).
+pub fn read_node(proc_root: &Path) -> Result<Reading, UsageError> {
+    let stat_path = proc_root.join("stat");
+    let stat = read(&stat_path)?;
+    let jiffies = parse_proc_stat_busy(&stat).ok_or_else(|| UsageError::Parse {
+        path: stat_path.display().to_string(),
+        what: "the cpu line",
+    })?;
+    let mem_path = proc_root.join("meminfo");
+    let meminfo = read(&mem_path)?;
+    let (total, avail) = (
+        stat_field(&meminfo, "MemTotal"),
+        stat_field(&meminfo, "MemAvailable"),
+    );
+    let (Some(total), Some(avail)) = (total, avail) else {
+        return Err(UsageError::Parse {
+            path: mem_path.display().to_string(),
+            what: "MemTotal/MemAvailable",
+        });
+    };
+    Ok(Reading {
+        cpu_ns: jiffies.saturating_mul(1_000_000_000 / USER_HZ),
+        memory_bytes: total.saturating_sub(avail).saturating_mul(1024),
+    })
+}
+
+/// Busy jiffies from the aggregate `cpu` line.
+pub fn parse_proc_stat_busy(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    if v.len() < 8 {
+        return None;
+    }
+    Some(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+}
+
+/// The online CPUs listed in `/proc/stat` (`cpuN` lines).
+pub fn online_cpus(proc_root: &Path) -> Result<Vec<u32>, UsageError> {
+    let path = proc_root.join("stat");
+    let stat = read(&path)?;
+    let mut cpus: Vec<u32> = stat
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .strip_prefix("cpu")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    cpus.sort_unstable();
+    if cpus.is_empty() {
+        return Err(UsageError::Parse {
+            path: path.display().to_string(),
+            what: "cpuN lines",
+        });
+    }
+    Ok(cpus)
+}

@@ -1,0 +1,222 @@
+//! Pod Events as `kubectl describe pod` shows them, and their aggregation.
+//!
+//! Pure: [`event_for`] turns a pass's report into at most one Event (Normal
+//! `MemoryQOSApplied` only when something was written, i.e. one per change, never per resync;
+//! Warning `MemoryQOSRefused` / `MemoryQOSFailed`), and [`Aggregator`] drops an Event identical
+//! to one already posted for the pod within a window, so a fight with another writer or a
+//! permanently failing knob cannot flood the API server.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::cgroup::writer::Outcome;
+use crate::plan::Target;
+use crate::report::{PodReport, PodStatus};
+
+pub const REASON_APPLIED: &str = "MemoryQOSApplied";
+pub const REASON_REFUSED: &str = "MemoryQOSRefused";
+pub const REASON_FAILED: &str = "MemoryQOSFailed";
+
+/// The API server rejects Event notes over 1 KiB.
+const MAX_NOTE: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// An Event about one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodEvent {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub kind: EventKind,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+fn truncate(mut s: String) -> String {
+    if s.len() > MAX_NOTE {
+        let mut cut = MAX_NOTE - 3;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+fn value_text(v: &str) -> String {
+    if v.contains(' ') {
+        format!("{v:?}")
+    } else {
+        v.to_owned()
+    }
+}
+
+/// `cgroup v2: pod memory.min=0 ...; redis memory.min=0 ... memory.wmark_high=79691776 (read);
+/// unsupported: memory.priority ...`
+pub fn applied_message(report: &PodReport) -> String {
+    let mut msg = format!("cgroup {}:", report.cgroup_version);
+    let mut targets: Vec<&Target> = Vec::new();
+    for k in &report.knobs {
+        if !targets.contains(&&k.target) {
+            targets.push(&k.target);
+        }
+    }
+    let mut unsupported: Vec<&str> = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        let _ = write!(msg, "{} {target}", if i == 0 { "" } else { ";" });
+        for k in report.knobs.iter().filter(|k| &k.target == *target) {
+            match k.outcome {
+                Outcome::Written | Outcome::Unchanged => {
+                    let _ = write!(msg, " {}={}", k.file, value_text(&k.new));
+                }
+                Outcome::Unsupported if !unsupported.contains(&k.file) => unsupported.push(k.file),
+                _ => {}
+            }
+        }
+        if let Target::Container(name) = target {
+            for (file, v) in report.read_back.get(name).into_iter().flatten() {
+                let _ = write!(msg, " {file}={v} (read)");
+            }
+        }
+    }
+    if !unsupported.is_empty() {
+        unsupported.sort_unstable();
+        let _ = write!(msg, "; unsupported on this node: {}", unsupported.join(" "));
+    }
+    if !report.pending.is_empty() {
+        let _ = write!(msg, "; not started yet: {}", report.pending.join(" "));
+    }
+    truncate(msg)
+}
+
+/// The Event a pass deserves, if any.
+pub fn event_for(report: &PodReport) -> Option<PodEvent> {
+    let (kind, reason, message) = match report.status {
+        PodStatus::Unmanaged | PodStatus::Unchanged => return None,
+        PodStatus::Applied => (EventKind::Normal, REASON_APPLIED, applied_message(report)),
+        PodStatus::Refused => (
+            EventKind::Warning,
+            REASON_REFUSED,
+            format!(
+                "koordinator.sh/resolved-qos refused, nothing written: {}",
+                report.reason.as_deref().unwrap_or("invalid")
+            ),
+        ),
+        PodStatus::Failed => (
+            EventKind::Warning,
+            REASON_FAILED,
+            format!(
+                "cgroup write failed: {}",
+                report.reason.as_deref().unwrap_or("unknown error")
+            ),
+        ),
+    };
+    Some(PodEvent {
+        namespace: report.namespace.clone(),
+        name: report.name.clone(),
+        uid: report.uid.clone(),
+        kind,
+        reason,
+        message: truncate(message),
+    })
+}
+
+/// Remembers what was posted per pod so identical Events are posted once per window.
+#[derive(Debug)]
+pub struct Aggregator {
+    window: Duration,
+    seen: HashMap<(String, &'static str, String), Instant>,
+}
+
+impl Aggregator {
+    pub fn new(window: Duration) -> Self {
+        Self {
+            window,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Whether `ev` should be posted now (and records it if so).
+    pub fn admit(&mut self, ev: &PodEvent, now: Instant) -> bool {
+        let key = (ev.uid.clone(), ev.reason, ev.message.clone());
+        match self.seen.get(&key) {
+            Some(at) if now.duration_since(*at) < self.window => false,
+            _ => {
+                self.seen.insert(key, now);
+                true
+            }
+        }
+    }
+
+    /// Drops everything about a deleted pod.
+    pub fn forget(&mut self, uid: &str) {
+        self.seen.retain(|(u, _, _), _| u != uid);
+    }
+
+    /// Drops entries older than the window (bounded memory).
+    pub fn expire(&mut self, now: Instant) {
+        let window = self.window;
+        self.seen.retain(|_, at| now.duration_since(*at) < window);
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(uid: &str, msg: &str) -> PodEvent {
+        PodEvent {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: uid.into(),
+            kind: EventKind::Normal,
+            reason: REASON_APPLIED,
+            message: msg.into(),
+        }
+    }
+
+    #[test]
+    fn aggregator_dedupes_within_window() {
+        let mut agg = Aggregator::new(Duration::from_secs(600));
+        let t0 = Instant::now();
+        assert!(agg.admit(&ev("a", "x"), t0));
+        assert!(
+            !agg.admit(&ev("a", "x"), t0 + Duration::from_secs(60)),
+            "same event within the window"
+        );
+        assert!(
+            agg.admit(&ev("a", "y"), t0 + Duration::from_secs(60)),
+            "a changed message is a new event"
+        );
+        assert!(agg.admit(&ev("b", "x"), t0), "another pod");
+        assert!(
+            agg.admit(&ev("a", "x"), t0 + Duration::from_secs(601)),
+            "after the window"
+        );
+        agg.forget("a");
+        assert_eq!(agg.len(), 1);
+        agg.expire(t0 + Duration::from_secs(10_000));
+        assert!(agg.is_empty());
+    }
+
+    #[test]
+    fn long_notes_are_cut_at_1k() {
+        let s = truncate("é".repeat(1000));
+        assert!(s.len() <= MAX_NOTE && s.ends_with("..."));
+    }
+}

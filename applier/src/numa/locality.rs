@@ -1,0 +1,429 @@
+//! One locality pass over a pod: per container, find its processes (`cgroup.procs`) and CPUs
+//! (`cpuset.cpus`, else the processes' `Cpus_allowed_list`), pick local and remote nodes,
+//! measure from `numa_maps`, move the remote pages, measure again.
+//!
+//! IO lives here; the decisions are in [`super::target`], the arithmetic in
+//! [`super::numa_maps`], the texts in [`super::message`], the syscalls in
+//! [`super::migrate_sys`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use koord_api::{LocalityPolicy, ResolvedMemoryLocality, ResolvedQos};
+
+use super::LocalityConfig;
+use super::migrate_sys::{self, MPOL_MF_MOVE, SysError};
+use super::numa_maps::{NodeUsage, VmaNodes, parse_vmas};
+use super::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityReport, Method};
+use super::target::{NO_TARGET_NUMA, Target, select};
+use super::topology::{IdSet, Topology, parse_list};
+use crate::cgroup::CgroupVersion;
+use crate::cgroup::Controller;
+use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
+use crate::podview::PodView;
+
+/// Pages queried per `move_pages(nodes = NULL)` call.
+const QUERY_CHUNK: usize = 4096;
+/// Upper bound of one `move_pages` batch (the mmap lock is held per call).
+const MAX_BATCH: u64 = 4096;
+
+/// Where a container's processes and cpuset are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerCgroup {
+    /// Holds `cpuset.cpus` (v1: the cpuset controller's directory).
+    pub cpuset_dir: PathBuf,
+    /// Holds `cgroup.procs`.
+    pub procs_dir: PathBuf,
+}
+
+/// The container's cgroup from the pod UID, QoS class and container ID (never from free text).
+pub fn container_cgroup(
+    layout: &Layout,
+    pod: &PodView,
+    container_id: &str,
+) -> Result<ContainerCgroup, LayoutError> {
+    let id = ContainerId::parse(container_id)?;
+    let rel = layout
+        .pod_dir(&pod.uid, pod.kube_qos)?
+        .join(layout.container_leaf(&id));
+    // Layout::dir validates `rel`; the cpuset directory is its sibling under the root.
+    let memory = layout.dir(&rel, Controller::Memory)?;
+    Ok(match layout.version {
+        CgroupVersion::V2 => ContainerCgroup {
+            cpuset_dir: memory.clone(),
+            procs_dir: memory,
+        },
+        CgroupVersion::V1 => {
+            let cpuset = layout.root.join("cpuset").join(&rel);
+            let procs_dir = if cpuset.join("cgroup.procs").exists() {
+                cpuset.clone()
+            } else {
+                memory
+            };
+            ContainerCgroup {
+                cpuset_dir: cpuset,
+                procs_dir,
+            }
+        }
+    })
+}
+
+/// The pod's locality decision, when its annotation asks for one (`bestEffort`).
+pub fn pod_locality(pod: &PodView) -> Option<ResolvedMemoryLocality> {
+    let raw = pod.resolved_qos.as_deref()?;
+    let q = ResolvedQos::from_annotation(raw).ok()?;
+    q.memory_locality
+        .filter(|l| l.policy == LocalityPolicy::BestEffort)
+}
+
+/// Runs locality passes on this node.
+#[derive(Debug, Clone)]
+pub struct Migrator {
+    pub layout: Layout,
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+    pub config: LocalityConfig,
+}
+
+fn read_pids(dir: &Path) -> Result<Vec<u32>, String> {
+    let path = dir.join("cgroup.procs");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let mut pids: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .filter(|p| *p > 0)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Ok(pids)
+}
+
+/// A `Key:\tvalue` line of `/proc/<pid>/status`.
+fn status_field(status: &str, key: &str) -> Option<String> {
+    status.lines().find_map(|l| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    })
+}
+
+impl Migrator {
+    pub fn new(
+        layout: Layout,
+        proc_root: PathBuf,
+        sys_root: PathBuf,
+        config: LocalityConfig,
+    ) -> Self {
+        Self {
+            layout,
+            proc_root,
+            sys_root,
+            config,
+        }
+    }
+
+    fn proc_file(&self, pid: u32, name: &str) -> PathBuf {
+        self.proc_root.join(pid.to_string()).join(name)
+    }
+
+    /// The cpuset of the container: `cpuset.cpus.effective` (v2), `cpuset.cpus`, else the
+    /// union of its processes' `Cpus_allowed_list`. Also the intersection of their
+    /// `Mems_allowed_list` when readable.
+    fn cpus_and_mems(&self, cg: &ContainerCgroup, pids: &[u32]) -> (IdSet, Option<IdSet>) {
+        let mut cpus = None;
+        for file in ["cpuset.cpus.effective", "cpuset.cpus"] {
+            if let Ok(text) = std::fs::read_to_string(cg.cpuset_dir.join(file))
+                && let Ok(set) = parse_list(&text)
+                && !set.is_empty()
+            {
+                cpus = Some(set);
+                break;
+            }
+        }
+        let mut from_procs = IdSet::new();
+        let mut mems: Option<IdSet> = None;
+        for pid in pids {
+            let Ok(status) = std::fs::read_to_string(self.proc_file(*pid, "status")) else {
+                continue;
+            };
+            if cpus.is_none()
+                && let Some(set) =
+                    status_field(&status, "Cpus_allowed_list").and_then(|v| parse_list(&v).ok())
+            {
+                from_procs.extend(set);
+            }
+            if let Some(set) =
+                status_field(&status, "Mems_allowed_list").and_then(|v| parse_list(&v).ok())
+            {
+                mems = Some(match mems {
+                    None => set,
+                    Some(m) => m.intersection(&set).copied().collect(),
+                });
+            }
+        }
+        (cpus.unwrap_or(from_procs), mems)
+    }
+
+    /// Gone from /proc, or a zombie / dead task (`State: Z` or `X`).
+    fn has_exited(&self, pid: u32) -> bool {
+        match std::fs::read_to_string(self.proc_file(pid, "status")) {
+            Err(_) => true,
+            Ok(s) => {
+                status_field(&s, "State").is_some_and(|v| v.starts_with('Z') || v.starts_with('X'))
+            }
+        }
+    }
+
+    /// Sum of the processes' numa_maps; a process that is gone contributes nothing.
+    fn measure(&self, pids: &[u32]) -> Result<NodeUsage, String> {
+        let mut total = NodeUsage::default();
+        for pid in pids {
+            let Ok(text) = std::fs::read_to_string(self.proc_file(*pid, "numa_maps")) else {
+                continue;
+            };
+            let u = NodeUsage::parse(&text).map_err(|e| format!("pid {pid}: {e}"))?;
+            total.add(&u);
+        }
+        Ok(total)
+    }
+
+    /// One container. `cg` is `None` for a cgroup path that could not be built.
+    pub fn run_container(
+        &self,
+        topo: &Topology,
+        name: &str,
+        cg: &ContainerCgroup,
+    ) -> ContainerLocality {
+        let failed =
+            |reason: String| ContainerLocality::new(name, ContainerStatus::Failed, Some(reason));
+        let pids = match read_pids(&cg.procs_dir) {
+            Ok(p) => p,
+            Err(e) => return failed(e),
+        };
+        if pids.is_empty() {
+            return ContainerLocality::new(
+                name,
+                ContainerStatus::Skipped,
+                Some("no running process".to_owned()),
+            );
+        }
+        let (cpus, mems) = self.cpus_and_mems(cg, &pids);
+        let (local, remote) = match select(topo, &cpus, mems.as_ref()) {
+            Target::Skip(why) => {
+                tracing::debug!(container = name, cpus = %super::topology::format_list(&cpus), %why, "memory locality: no target numa");
+                let mut c = ContainerLocality::new(
+                    name,
+                    ContainerStatus::Skipped,
+                    Some(NO_TARGET_NUMA.to_owned()),
+                );
+                c.pids = pids;
+                return c;
+            }
+            Target::Migrate { local, remote } => (local, remote),
+        };
+        let before = match self.measure(&pids) {
+            Ok(u) => u.locality(&local),
+            Err(e) => return failed(e),
+        };
+        let mut c = ContainerLocality::new(name, ContainerStatus::Completed, None);
+        c.local_nodes = local.clone();
+        c.remote_nodes = if before.remote_nodes.is_empty() {
+            remote.clone()
+        } else {
+            before.remote_nodes.clone()
+        };
+        c.pids = pids.clone();
+        if before.remote_pages > 0 {
+            let method = match self.config.max_pages_per_second {
+                Some(_) => Method::MovePages,
+                None => Method::MigratePages,
+            };
+            c.method = Some(method);
+            for pid in &pids {
+                let started = Instant::now();
+                let r = match self.config.max_pages_per_second {
+                    Some(rate) => self.move_batched(*pid, &local, &remote, rate),
+                    None => migrate_sys::migrate_pages(*pid, &remote, &local),
+                };
+                c.migrate_micros +=
+                    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                match r {
+                    Ok(not_moved) => c.pages_not_moved += not_moved,
+                    Err(e) => {
+                        // An exiting process answers EINVAL (no mm left) before it is reaped:
+                        // that is the same "exited mid-migration" as ESRCH.
+                        let e = if !e.is_gone() && self.has_exited(*pid) {
+                            SysError(libc::ESRCH)
+                        } else {
+                            e
+                        };
+                        c.failed_pids.push(FailedPid {
+                            pid: *pid,
+                            error: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        let after = match self.measure(&pids) {
+            Ok(u) => u.locality(&local),
+            Err(e) => return failed(e),
+        };
+        c.pages_migrated = before.remote_pages.saturating_sub(after.remote_pages);
+        let hard_failure = c
+            .failed_pids
+            .iter()
+            .any(|f| f.error != SysError(libc::ESRCH).to_string());
+        if hard_failure {
+            c.status = ContainerStatus::Failed;
+            c.reason = Some(
+                c.failed_pids
+                    .iter()
+                    .map(|f| format!("pid {}: {}", f.pid, f.error))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+        }
+        c.before = Some(before);
+        c.after = Some(after);
+        c
+    }
+
+    /// `move_pages(2)` in batches, at most `rate` pages per second: only VMAs that hold remote
+    /// pages are walked, each page is queried, and the remote ones are moved round-robin to
+    /// the local nodes. Returns the pages that could not be moved.
+    fn move_batched(
+        &self,
+        pid: u32,
+        local: &IdSet,
+        remote: &IdSet,
+        rate: u64,
+    ) -> Result<u64, SysError> {
+        let gone = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                SysError(libc::ESRCH)
+            } else {
+                SysError(e.raw_os_error().unwrap_or(libc::EIO))
+            }
+        };
+        let numa_maps = std::fs::read_to_string(self.proc_file(pid, "numa_maps")).map_err(gone)?;
+        let maps = std::fs::read_to_string(self.proc_file(pid, "maps")).map_err(gone)?;
+        let ends = vma_ends(&maps);
+        let vmas: Vec<VmaNodes> = parse_vmas(&numa_maps).map_err(|_| SysError(libc::EINVAL))?;
+        let targets: Vec<i32> = local.iter().map(|n| *n as i32).collect();
+        let batch = (rate / 20).clamp(1, MAX_BATCH) as usize;
+        let started = Instant::now();
+        let (mut done, mut not_moved, mut rr) = (0u64, 0u64, 0usize);
+        for vma in vmas
+            .iter()
+            .filter(|v| v.pages.iter().any(|(n, p)| remote.contains(n) && *p > 0))
+        {
+            let Some(&end) = ends.get(&vma.start) else {
+                continue;
+            };
+            // Chunk by chunk: a large sparse VMA never becomes one huge address list.
+            let step = vma.page_size.max(4096);
+            let span = step.saturating_mul(QUERY_CHUNK as u64);
+            let mut from = vma.start;
+            while from < end {
+                let to = from.saturating_add(span).min(end);
+                let chunk: Vec<u64> = (from..to).step_by(step as usize).collect();
+                let chunk = chunk.as_slice();
+                from = to;
+                let status = migrate_sys::query_pages(pid, chunk)?;
+                let on_remote: Vec<u64> = chunk
+                    .iter()
+                    .zip(&status)
+                    .filter(|(_, s)| **s >= 0 && remote.contains(&(**s as u32)))
+                    .map(|(a, _)| *a)
+                    .collect();
+                for part in on_remote.chunks(batch) {
+                    let nodes: Vec<i32> = part
+                        .iter()
+                        .map(|_| {
+                            rr = rr.wrapping_add(1);
+                            targets[rr % targets.len()]
+                        })
+                        .collect();
+                    let (_, st) = migrate_sys::move_pages(pid, part, &nodes, MPOL_MF_MOVE)?;
+                    not_moved += st.iter().zip(&nodes).filter(|(s, n)| s != n).count() as u64;
+                    done += part.len() as u64;
+                    let due = Duration::from_secs_f64(done as f64 / rate as f64);
+                    let elapsed = started.elapsed();
+                    if due > elapsed {
+                        std::thread::sleep(due - elapsed);
+                    }
+                }
+            }
+        }
+        Ok(not_moved)
+    }
+
+    /// The pass over every started container of `pod`.
+    pub fn run_pod(&self, pod: &PodView) -> LocalityReport {
+        let topo = match Topology::read(&self.sys_root) {
+            Ok(t) => t,
+            Err(e) => {
+                let containers = pod
+                    .containers
+                    .iter()
+                    .filter(|c| c.container_id.is_some())
+                    .map(|c| {
+                        ContainerLocality::new(
+                            &c.name,
+                            ContainerStatus::Failed,
+                            Some(e.to_string()),
+                        )
+                    })
+                    .collect();
+                return LocalityReport::new(containers);
+            }
+        };
+        let mut out = Vec::new();
+        for c in &pod.containers {
+            let Some(id) = c.container_id.as_deref() else {
+                continue;
+            };
+            out.push(match container_cgroup(&self.layout, pod, id) {
+                Ok(cg) => self.run_container(&topo, &c.name, &cg),
+                Err(e) => {
+                    ContainerLocality::new(&c.name, ContainerStatus::Failed, Some(e.to_string()))
+                }
+            });
+        }
+        LocalityReport::new(out)
+    }
+}
+
+/// `/proc/<pid>/maps`: VMA start -> end.
+pub fn vma_ends(maps: &str) -> BTreeMap<u64, u64> {
+    maps.lines()
+        .filter_map(|l| {
+            let range = l.split_ascii_whitespace().next()?;
+            let (a, b) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .filter(|(a, b)| a < b)
+        .collect()
+}
+
+/// The locality part of `koord-applier once -f POD`: `None` when the pod's decision is not
+/// `bestEffort` (or the manifest is unreadable, which the cgroup part already reports).
+pub fn once_locality(
+    layout: Layout,
+    proc_root: &Path,
+    sys_root: &Path,
+    config: LocalityConfig,
+    file: &Path,
+) -> Option<LocalityReport> {
+    let pod = crate::once::read_pod(file).ok()?;
+    let view = PodView::from_pod(&pod).ok()?;
+    pod_locality(&view)?;
+    let m = Migrator::new(layout, proc_root.to_owned(), sys_root.to_owned(), config);
+    Some(m.run_pod(&view))
+}

@@ -1,0 +1,269 @@
+//! `/proc/<pid>/numa_maps`: per-node page counts of a process, and the local-memory ratio.
+//!
+//! One line per VMA: `<start> <policy> [file=..|heap|stack] [anon=N] ... N<node>=<pages>...
+//! kernelpagesize_kB=<k>`; `N<x>` counts the pages of that VMA currently mapped on node x, in
+//! units of the VMA's page size (huge pages on `huge` VMAs). Pure.
+
+use std::collections::BTreeMap;
+
+use super::topology::IdSet;
+
+/// One VMA's placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmaNodes {
+    pub start: u64,
+    /// Bytes per page of this VMA (`kernelpagesize_kB`, 4 KiB when the kernel omits it).
+    pub page_size: u64,
+    /// node -> pages of this VMA on it.
+    pub pages: BTreeMap<u32, u64>,
+}
+
+/// A process's (or a container's, summed) memory per node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeUsage {
+    /// node -> pages (as numa_maps counts them: huge pages count once).
+    pub pages: BTreeMap<u32, u64>,
+    /// node -> bytes.
+    pub bytes: BTreeMap<u32, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("numa_maps line {line}: {what}")]
+pub struct NumaMapsError {
+    pub line: usize,
+    pub what: String,
+}
+
+const DEFAULT_PAGE: u64 = 4096;
+
+/// Parses every VMA line. Lines with no page on any node are kept with empty `pages`.
+pub fn parse_vmas(text: &str) -> Result<Vec<VmaNodes>, NumaMapsError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let err = |what: String| NumaMapsError { line: i + 1, what };
+        let mut tokens = line.split_ascii_whitespace();
+        let Some(start) = tokens.next() else {
+            continue;
+        };
+        let start = u64::from_str_radix(start, 16)
+            .map_err(|_| err(format!("start address {start:?} is not hex")))?;
+        let mut vma = VmaNodes {
+            start,
+            page_size: DEFAULT_PAGE,
+            pages: BTreeMap::new(),
+        };
+        for tok in tokens {
+            let Some((key, value)) = tok.split_once('=') else {
+                continue;
+            };
+            if key == "kernelpagesize_kB" {
+                let kb: u64 = value
+                    .parse()
+                    .map_err(|_| err(format!("bad page size {tok:?}")))?;
+                vma.page_size = kb.saturating_mul(1024);
+            } else if let Some(node) = key.strip_prefix('N')
+                && !node.is_empty()
+                && node.bytes().all(|b| b.is_ascii_digit())
+            {
+                let node: u32 = node.parse().map_err(|_| err(format!("bad node {tok:?}")))?;
+                let n: u64 = value
+                    .parse()
+                    .map_err(|_| err(format!("bad page count {tok:?}")))?;
+                *vma.pages.entry(node).or_default() += n;
+            }
+        }
+        out.push(vma);
+    }
+    Ok(out)
+}
+
+impl NodeUsage {
+    pub fn from_vmas(vmas: &[VmaNodes]) -> Self {
+        let mut u = Self::default();
+        for v in vmas {
+            for (node, n) in &v.pages {
+                *u.pages.entry(*node).or_default() += n;
+                *u.bytes.entry(*node).or_default() += n.saturating_mul(v.page_size);
+            }
+        }
+        u
+    }
+
+    /// Parses a whole numa_maps file.
+    pub fn parse(text: &str) -> Result<Self, NumaMapsError> {
+        Ok(Self::from_vmas(&parse_vmas(text)?))
+    }
+
+    /// Adds another process's usage (a container is the sum of its processes).
+    pub fn add(&mut self, other: &NodeUsage) {
+        for (n, p) in &other.pages {
+            *self.pages.entry(*n).or_default() += p;
+        }
+        for (n, b) in &other.bytes {
+            *self.bytes.entry(*n).or_default() += b;
+        }
+    }
+
+    /// Local versus remote split for `local` nodes.
+    pub fn locality(&self, local: &IdSet) -> Locality {
+        let mut l = Locality::default();
+        for (n, b) in &self.bytes {
+            if local.contains(n) {
+                l.local_bytes += b;
+            } else {
+                l.remote_bytes += b;
+            }
+        }
+        l.remote_pages = self
+            .pages
+            .iter()
+            .filter(|(n, _)| !local.contains(n))
+            .map(|(_, p)| p)
+            .sum();
+        l.remote_nodes = self
+            .pages
+            .iter()
+            .filter(|(n, p)| !local.contains(n) && **p > 0)
+            .map(|(n, _)| *n)
+            .collect();
+        l
+    }
+}
+
+/// How much of a container's memory is on its local nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Locality {
+    pub local_bytes: u64,
+    pub remote_bytes: u64,
+    /// Pages on remote nodes ("rest remote memory pages").
+    pub remote_pages: u64,
+    /// Remote nodes that hold at least one page.
+    pub remote_nodes: IdSet,
+}
+
+impl Locality {
+    /// Percent of the bytes that are local, rounded down so 100 means all of it; a process
+    /// with no mapped page is 100 (nothing is remote).
+    pub fn local_ratio_percent(&self) -> u64 {
+        let total = self.local_bytes + self.remote_bytes;
+        if total == 0 {
+            return 100;
+        }
+        // u128: bytes * 100 cannot overflow.
+        (u128::from(self.local_bytes) * 100 / u128::from(total)) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d1c0a00000 default file=/usr/bin/redis-server mapped=120 mapmax=2 N0=100 N1=20 kernelpagesize_kB=4
+55d1c0c00000 default heap anon=2560 dirty=2560 active=0 N0=512 N1=2048 kernelpagesize_kB=4
+7f0000000000 default anon=1 dirty=1 N1=1 kernelpagesize_kB=4
+7f1000000000 bind:1 file=/anon_hugepage\\040(deleted) huge anon=3 dirty=3 N0=3 kernelpagesize_kB=2048
+7f2000000000 default file=/lib/x86_64-linux-gnu/libc.so.6
+7ffd00000000 default stack anon=3 dirty=3 N0=3 kernelpagesize_kB=4
+";
+
+    fn nodes(ids: &[u32]) -> IdSet {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn parses_pages_and_bytes_per_node() {
+        let vmas = parse_vmas(SAMPLE).expect("parses");
+        assert_eq!(vmas.len(), 6);
+        assert_eq!(vmas[0].start, 0x55d1_c0a0_0000);
+        assert_eq!(vmas[3].page_size, 2 << 20);
+        assert!(vmas[4].pages.is_empty(), "a VMA with no pages");
+        let u = NodeUsage::from_vmas(&vmas);
+        assert_eq!(u.pages[&0], 100 + 512 + 3 + 3);
+        assert_eq!(u.pages[&1], 20 + 2048 + 1);
+        assert_eq!(u.bytes[&0], (100 + 512 + 3) * 4096 + 3 * (2 << 20));
+        assert_eq!(u.bytes[&1], (20 + 2048 + 1) * 4096);
+    }
+
+    #[test]
+    fn ratio_arithmetic_table() {
+        let u = NodeUsage::parse(SAMPLE).expect("parses");
+        let b0 = (100 + 512 + 3) * 4096 + 3 * (2 << 20);
+        let b1 = (20 + 2048 + 1) * 4096;
+        let on1 = u.locality(&nodes(&[1]));
+        assert_eq!(on1.local_bytes, b1);
+        assert_eq!(on1.remote_bytes, b0);
+        assert_eq!(on1.remote_pages, 618);
+        assert_eq!(on1.remote_nodes, nodes(&[0]));
+        assert_eq!(on1.local_ratio_percent(), b1 * 100 / (b0 + b1));
+        let on0 = u.locality(&nodes(&[0]));
+        assert_eq!(on0.remote_pages, 2069);
+        assert_eq!(
+            on0.local_ratio_percent() + on1.local_ratio_percent(),
+            99,
+            "both round down"
+        );
+        assert_eq!(u.locality(&nodes(&[0, 1])).local_ratio_percent(), 100);
+        assert_eq!(u.locality(&nodes(&[0, 1])).remote_pages, 0);
+        let cases = [
+            (0, 0, 100),
+            (1, 0, 100),
+            (0, 1, 0),
+            (199, 1, 99),
+            (1, 1, 50),
+            (u64::MAX / 2, u64::MAX / 2, 50),
+        ];
+        for (local_bytes, remote_bytes, want) in cases {
+            let l = Locality {
+                local_bytes,
+                remote_bytes,
+                ..Default::default()
+            };
+            assert_eq!(
+                l.local_ratio_percent(),
+                want,
+                "{local_bytes}/{remote_bytes}"
+            );
+        }
+    }
+
+    #[test]
+    fn sums_processes() {
+        let mut a = NodeUsage::parse("1000 default anon=2 N0=2 kernelpagesize_kB=4\n").expect("a");
+        let b = NodeUsage::parse("2000 default anon=3 N1=3 kernelpagesize_kB=4\n").expect("b");
+        a.add(&b);
+        assert_eq!(a.pages, BTreeMap::from([(0, 2), (1, 3)]));
+        assert_eq!(a.locality(&nodes(&[1])).local_ratio_percent(), 60);
+    }
+
+    #[test]
+    fn rejects_malformed_numbers() {
+        for bad in [
+            "zzzz default N0=1\n",
+            "1000 default N0=x kernelpagesize_kB=4\n",
+            "1000 default N0=1 kernelpagesize_kB=four\n",
+            "1000 default N99999999999=1\n",
+        ] {
+            assert!(NodeUsage::parse(bad).is_err(), "{bad:?}");
+        }
+        // Tokens that are not node counts are ignored.
+        let u = NodeUsage::parse("1000 default Nx=3 mapmax=2 N=4 N0=1\n").expect("parses");
+        assert_eq!(u.pages, BTreeMap::from([(0, 1)]));
+    }
+
+    #[test]
+    fn this_process_numa_maps_parse() {
+        let Ok(text) = std::fs::read_to_string("/proc/self/numa_maps") else {
+            eprintln!(
+                "SKIPPED this_process_numa_maps_parse: no /proc/self/numa_maps (kernel without NUMA)"
+            );
+            return;
+        };
+        let u = NodeUsage::parse(&text).expect("the kernel's own numa_maps parses");
+        assert!(
+            u.pages.values().sum::<u64>() > 0,
+            "a running test maps pages"
+        );
+    }
+}

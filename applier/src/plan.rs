@@ -1,0 +1,485 @@
+//! resolved-qos + pod spec -> the list of cgroup writes, or a refusal.
+//!
+//! Pure. The annotation is user-editable, so [`validate`] checks every value against the pod
+//! spec and the kernel ranges before anything is written; one failing value refuses the whole
+//! pod, with a reason that names the field and the bound. Paths come from [`Layout`] with the
+//! pod UID and the container IDs of the pod status, never from the annotation.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use koord_api::{BatchKnobs, ContainerMemoryKnobs, MaxOr, MemoryQosParams, ResolvedQos, knobs};
+use serde::Serialize;
+
+use crate::cgroup::layout::{ContainerId, Layout};
+use crate::cgroup::{CgroupVersion, Controller};
+use crate::podview::{ContainerView, PodView};
+use crate::translate::{Expect, Knob, Value, translate};
+
+/// The cgroup a write is aimed at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    Pod,
+    Container(String),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Pod => f.write_str("pod"),
+            Target::Container(name) => f.write_str(name),
+        }
+    }
+}
+
+/// One file write: the contract knob and value, and what it becomes on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedWrite {
+    pub target: Target,
+    pub knob: Knob,
+    pub value: Value,
+    /// Shared by every write to the same cgroup and controller.
+    pub dir: Arc<Path>,
+    pub file: &'static str,
+    pub text: String,
+    pub expect: Expect,
+}
+
+impl PlannedWrite {
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(self.file)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub writes: Vec<PlannedWrite>,
+    /// Container memory directories whose read-only `memory.wmark_high` is read for the Event.
+    pub wmark_high: Vec<(String, PathBuf)>,
+    /// Containers named in the annotation that have no container ID yet (not started).
+    pub pending: Vec<String>,
+}
+
+/// Why a pod is not applied. The text names the field and the bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Refused {
+    pub reason: String,
+}
+
+fn refuse(reason: impl Into<String>) -> Refused {
+    Refused {
+        reason: reason.into(),
+    }
+}
+
+/// `<prefix>.<knob>`, formatted only when a value is refused (validation runs every resync).
+struct Field<'a>(&'a str, &'a str);
+
+impl std::fmt::Display for Field<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+fn in_range(field: impl std::fmt::Display, v: i64, lo: i64, hi: i64) -> Result<(), Refused> {
+    if (lo..=hi).contains(&v) {
+        Ok(())
+    } else {
+        Err(refuse(format!("{field} = {v} is outside {lo}..={hi}")))
+    }
+}
+
+fn not_above(field: impl std::fmt::Display, v: i64, bound: i64, what: &str) -> Result<(), Refused> {
+    if v <= bound {
+        Ok(())
+    } else {
+        Err(refuse(format!("{field} = {v} is above {what} {bound}")))
+    }
+}
+
+fn spec_container<'a>(
+    pod: &'a PodView,
+    section: &str,
+    name: &str,
+) -> Result<&'a ContainerView, Refused> {
+    pod.container(name).ok_or_else(|| {
+        refuse(format!(
+            "{section}.containers[{name:?}]: the pod spec has no such container"
+        ))
+    })
+}
+
+fn validate_container_memory(
+    field: &str,
+    k: &ContainerMemoryKnobs,
+    c: &ContainerView,
+) -> Result<(), Refused> {
+    let request = c.effective_memory_request();
+    in_range(Field(field, "memory.min"), k.min, 0, i64::MAX)?;
+    in_range(Field(field, "memory.low"), k.low, 0, i64::MAX)?;
+    not_above(
+        Field(field, "memory.min"),
+        k.min,
+        request,
+        "the container's memory request",
+    )?;
+    not_above(
+        Field(field, "memory.low"),
+        k.low,
+        request,
+        "the container's memory request",
+    )?;
+    if let MaxOr::Bytes(high) = k.high {
+        in_range(Field(field, "memory.high"), high, 0, i64::MAX)?;
+        if let Some(limit) = c.effective_memory_limit() {
+            not_above(
+                Field(field, "memory.high"),
+                high,
+                limit,
+                "the container's memory limit",
+            )?;
+        }
+        if high < k.min {
+            return Err(refuse(format!(
+                "{field}.memory.high = {high} is below its memory.min {}",
+                k.min
+            )));
+        }
+    }
+    in_range(Field(field, "memory.wmark_ratio"), k.wmark_ratio, 0, 100)?;
+    in_range(
+        Field(field, "memory.wmark_scale_factor"),
+        k.wmark_scale_factor,
+        1,
+        1000,
+    )?;
+    in_range(
+        Field(field, "memory.wmark_min_adj"),
+        k.wmark_min_adj,
+        -25,
+        50,
+    )?;
+    in_range(Field(field, "memory.priority"), k.priority, 0, 12)?;
+    in_range(
+        Field(field, "memory.use_priority_oom"),
+        k.use_priority_oom,
+        0,
+        1,
+    )?;
+    in_range(Field(field, "memory.oom.group"), k.oom_group, 0, 1)
+}
+
+/// Batch values may be lower than the batch resources allow (that only restricts the pod
+/// itself) but never higher, and never unlimited where the spec sets a limit.
+fn validate_batch(
+    field: &str,
+    b: &BatchKnobs,
+    cpu_request: Option<i64>,
+    cpu_limit: Option<i64>,
+    mem_limit: Option<i64>,
+) -> Result<(), Refused> {
+    in_range(
+        Field(field, "cpu.shares"),
+        b.cpu_shares,
+        knobs::CPU_SHARES_MIN,
+        knobs::CPU_SHARES_MAX,
+    )?;
+    let shares_bound = knobs::milli_cpu_to_shares(cpu_request.unwrap_or(0));
+    not_above(
+        Field(field, "cpu.shares"),
+        b.cpu_shares,
+        shares_bound,
+        "the shares of the batch-cpu request,",
+    )?;
+    let quota = b.cpu_cfs_quota_us;
+    match (cpu_limit, quota) {
+        (_, -1) if cpu_limit.is_some() => {
+            return Err(refuse(format!(
+                "{field}.cpu.cfs_quota_us = -1 (unlimited) but the batch-cpu limit is {}m",
+                cpu_limit.unwrap_or(0)
+            )));
+        }
+        (_, -1) => {}
+        (limit, q) => {
+            in_range(
+                Field(field, "cpu.cfs_quota_us"),
+                q,
+                knobs::CFS_QUOTA_MIN_US,
+                i64::MAX,
+            )?;
+            if let Some(limit) = limit {
+                not_above(
+                    Field(field, "cpu.cfs_quota_us"),
+                    q,
+                    knobs::milli_cpu_to_quota(Some(limit)),
+                    "the quota of the batch-cpu limit,",
+                )?;
+            }
+        }
+    }
+    match (mem_limit, b.memory_limit_in_bytes) {
+        (Some(limit), -1) => Err(refuse(format!(
+            "{field}.memory.limit_in_bytes = -1 (unlimited) but the batch-memory limit is {limit}"
+        ))),
+        (_, -1) => Ok(()),
+        (limit, m) => {
+            in_range(
+                Field(field, "memory.limit_in_bytes"),
+                m,
+                knobs::PAGE_SIZE,
+                i64::MAX,
+            )?;
+            match limit {
+                Some(limit) => not_above(
+                    Field(field, "memory.limit_in_bytes"),
+                    m,
+                    limit,
+                    "the batch-memory limit",
+                ),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+/// Sum of `f` over containers; `None` if any container lacks the value (= unlimited).
+fn sum_all(cs: &[ContainerView], f: impl Fn(&ContainerView) -> Option<i64>) -> Option<i64> {
+    cs.iter()
+        .try_fold(0i64, |acc, c| f(c).map(|v| acc.saturating_add(v)))
+}
+
+/// Checks every value of the annotation against the pod spec and the kernel ranges.
+pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
+    let mq = &q.memory_qos;
+    if let Some((spec, v)) = mq.params.out_of_range() {
+        return Err(refuse(format!(
+            "memoryQOS.params.{} = {v} is outside {}..={}",
+            spec.name, spec.min, spec.max
+        )));
+    }
+    for (name, k) in &mq.containers {
+        let c = spec_container(pod, "memoryQOS", name)?;
+        validate_container_memory(&format!("memoryQOS.containers[{name:?}]"), k, c)?;
+    }
+    let pod_request = pod
+        .containers
+        .iter()
+        .map(ContainerView::effective_memory_request)
+        .fold(pod.overhead_memory, i64::saturating_add);
+    for (field, v) in [
+        ("memoryQOS.pod.memory.min", mq.pod.min),
+        ("memoryQOS.pod.memory.low", mq.pod.low),
+    ] {
+        in_range(field, v, 0, i64::MAX)?;
+        not_above(field, v, pod_request, "the pod's memory request")?;
+    }
+    if let Some(batch) = &q.batch {
+        if !pod.containers.iter().any(ContainerView::has_batch) {
+            return Err(refuse(
+                "batch is set but the pod spec has no kubernetes.io/batch-cpu or batch-memory resources",
+            ));
+        }
+        for (name, b) in &batch.containers {
+            let c = spec_container(pod, "batch", name)?;
+            let field = format!("batch.containers[{name:?}]");
+            validate_batch(
+                &field,
+                b,
+                c.batch_cpu_request_or_limit(),
+                c.batch_cpu_limit,
+                c.batch_memory_limit,
+            )?;
+        }
+        let cs = &pod.containers;
+        let cpu_request = cs
+            .iter()
+            .filter_map(ContainerView::batch_cpu_request_or_limit)
+            .fold(0i64, i64::saturating_add);
+        validate_batch(
+            "batch.pod",
+            &batch.pod,
+            Some(cpu_request),
+            sum_all(cs, |c| c.batch_cpu_limit),
+            sum_all(cs, |c| c.batch_memory_limit),
+        )?;
+    }
+    Ok(())
+}
+
+/// The memory and cpu directories of one cgroup (the same directory on v2).
+struct Dirs {
+    memory: Arc<Path>,
+    cpu: Arc<Path>,
+}
+
+impl Dirs {
+    fn new(layout: &Layout, rel: &Path) -> Result<Self, Refused> {
+        let dir = |c| layout.dir(rel, c).map_err(|e| refuse(e.to_string()));
+        let memory: Arc<Path> = dir(Controller::Memory)?.into();
+        let cpu = match layout.version {
+            CgroupVersion::V2 => memory.clone(),
+            CgroupVersion::V1 => dir(Controller::Cpu)?.into(),
+        };
+        Ok(Self { memory, cpu })
+    }
+
+    fn of(&self, controller: Controller) -> Arc<Path> {
+        match controller {
+            Controller::Memory => self.memory.clone(),
+            Controller::Cpu => self.cpu.clone(),
+        }
+    }
+}
+
+fn push(
+    plan: &mut Plan,
+    version: CgroupVersion,
+    target: &Target,
+    dirs: &Dirs,
+    knob: Knob,
+    value: Value,
+) {
+    let t = translate(version, knob, value);
+    plan.writes.push(PlannedWrite {
+        target: target.clone(),
+        knob,
+        value,
+        dir: dirs.of(knob.controller()),
+        file: t.file,
+        text: t.text,
+        expect: t.expect,
+    });
+}
+
+/// The static memory knobs shared by the pod and its containers.
+fn static_memory(
+    wmark_ratio: i64,
+    scale: i64,
+    min_adj: i64,
+    priority: i64,
+    use_prio: i64,
+    oom_group: i64,
+) -> [(Knob, Value); 6] {
+    [
+        (Knob::WmarkRatio, Value::Int(wmark_ratio)),
+        (Knob::WmarkScaleFactor, Value::Int(scale)),
+        (Knob::WmarkMinAdj, Value::Int(min_adj)),
+        (Knob::Priority, Value::Int(priority)),
+        (Knob::UsePriorityOom, Value::Int(use_prio)),
+        (Knob::OomGroup, Value::Int(oom_group)),
+    ]
+}
+
+fn batch_values(b: &BatchKnobs) -> [(Knob, Value); 3] {
+    let limit = match b.memory_limit_in_bytes {
+        -1 => Value::Unlimited,
+        m => Value::Bytes(m),
+    };
+    [
+        (Knob::CpuShares, Value::Int(b.cpu_shares)),
+        (Knob::CpuCfsQuotaUs, Value::Int(b.cpu_cfs_quota_us)),
+        (Knob::MemoryLimitInBytes, limit),
+    ]
+}
+
+/// Builds the writes without judging the values (see [`validate`]); fails only when a path
+/// cannot be built safely (a forged UID or container ID).
+pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
+    let pod_rel = layout
+        .pod_dir(&pod.uid, pod.kube_qos)
+        .map_err(|e| refuse(e.to_string()))?;
+    let pod_dirs = Dirs::new(layout, &pod_rel)?;
+    let v = layout.version;
+    let mut plan = Plan::default();
+    let mq = &q.memory_qos;
+    // Pod level: min/low from the annotation; the static knobs as the containers get them
+    // (Koordinator writes the same values at pod level). Disabled -> the reset parameters.
+    let p = if mq.enabled {
+        mq.params
+    } else {
+        MemoryQosParams::RESET
+    };
+    let pod_memory = [
+        (Knob::MemoryMin, Value::Bytes(mq.pod.min)),
+        (Knob::MemoryLow, Value::Bytes(mq.pod.low)),
+    ]
+    .into_iter()
+    .chain(static_memory(
+        p.wmark_ratio,
+        p.wmark_scale_permill,
+        p.wmark_min_adj,
+        p.priority,
+        p.priority_enable,
+        p.oom_kill_group,
+    ));
+    for (knob, value) in pod_memory {
+        push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
+    }
+    if let Some(batch) = &q.batch {
+        for (knob, value) in batch_values(&batch.pod) {
+            push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
+        }
+    }
+    let mut names: Vec<&String> = mq.containers.keys().collect();
+    if let Some(batch) = &q.batch {
+        names.extend(
+            batch
+                .containers
+                .keys()
+                .filter(|n| !mq.containers.contains_key(*n)),
+        );
+    }
+    for name in names {
+        let Some(raw_id) = pod.container(name).and_then(|c| c.container_id.as_deref()) else {
+            plan.pending.push(name.clone());
+            continue;
+        };
+        let id =
+            ContainerId::parse(raw_id).map_err(|e| refuse(format!("container {name:?}: {e}")))?;
+        let dirs = Dirs::new(layout, &pod_rel.join(layout.container_leaf(&id)))?;
+        let target = Target::Container(name.clone());
+        if let Some(k) = mq.containers.get(name) {
+            let high = match k.high {
+                MaxOr::Max => Value::Unlimited,
+                MaxOr::Bytes(b) => Value::Bytes(b),
+            };
+            let memory = [
+                (Knob::MemoryMin, Value::Bytes(k.min)),
+                (Knob::MemoryLow, Value::Bytes(k.low)),
+                (Knob::MemoryHigh, high),
+            ]
+            .into_iter()
+            .chain(static_memory(
+                k.wmark_ratio,
+                k.wmark_scale_factor,
+                k.wmark_min_adj,
+                k.priority,
+                k.use_priority_oom,
+                k.oom_group,
+            ));
+            for (knob, value) in memory {
+                push(&mut plan, v, &target, &dirs, knob, value);
+            }
+            plan.wmark_high
+                .push((name.clone(), dirs.memory.join(knobs::MEMORY_WMARK_HIGH)));
+        }
+        if let Some(b) = q.batch.as_ref().and_then(|b| b.containers.get(name)) {
+            for (knob, value) in batch_values(b) {
+                push(&mut plan, v, &target, &dirs, knob, value);
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// [`validate`] then [`build`].
+pub fn plan(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
+    validate(q, pod)?;
+    build(q, pod, layout)
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

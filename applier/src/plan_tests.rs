@@ -1,0 +1,334 @@
+//! Tables for [`super::validate`] and [`super::build`] on the fixture pods.
+
+use super::*;
+use crate::cgroup::{CgroupDriver, CgroupVersion};
+use k8s_openapi::api::core::v1::Pod;
+
+const LS: &str = include_str!("../tests/fixtures/ls-redis.json");
+const BE: &str = include_str!("../tests/fixtures/be-transcode.json");
+
+fn view(json: &str) -> (ResolvedQos, PodView) {
+    let pod: Pod = serde_json::from_str(json).expect("fixture");
+    let v = PodView::from_pod(&pod).expect("view");
+    let q = ResolvedQos::from_annotation(v.resolved_qos.as_deref().expect("annotated"))
+        .expect("contract");
+    (q, v)
+}
+
+#[test]
+fn fixtures_are_valid() {
+    for f in [LS, BE] {
+        let (q, v) = view(f);
+        validate(&q, &v).expect("the webhook's numbers pass");
+    }
+}
+
+#[test]
+fn forged_values_are_refused_naming_field_and_bound() {
+    type Forge = fn(&mut ResolvedQos);
+    let cases: Vec<(&str, Forge, &str)> = vec![
+        (
+            LS,
+            |q| q.memory_qos.containers.get_mut("redis").expect("redis").min = 52_428_801,
+            "memoryQOS.containers[\"redis\"].memory.min = 52428801 is above the container's memory request 52428800",
+        ),
+        (
+            LS,
+            |q| q.memory_qos.containers.get_mut("redis").expect("redis").low = 60_000_000,
+            "memoryQOS.containers[\"redis\"].memory.low = 60000000 is above the container's memory request 52428800",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("redis")
+                    .expect("redis")
+                    .high = MaxOr::Bytes(104_857_601)
+            },
+            "memoryQOS.containers[\"redis\"].memory.high = 104857601 is above the container's memory limit 104857600",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("redis")
+                    .expect("redis")
+                    .high = MaxOr::Bytes(4096)
+            },
+            "memoryQOS.containers[\"redis\"].memory.high = 4096 is below its memory.min 52428800",
+        ),
+        (
+            LS,
+            |q| q.memory_qos.containers.get_mut("redis").expect("redis").min = -1,
+            "memoryQOS.containers[\"redis\"].memory.min = -1 is outside 0..=9223372036854775807",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .wmark_ratio = 101
+            },
+            "memoryQOS.containers[\"exporter\"].memory.wmark_ratio = 101 is outside 0..=100",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .wmark_scale_factor = 0
+            },
+            "memoryQOS.containers[\"exporter\"].memory.wmark_scale_factor = 0 is outside 1..=1000",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .wmark_min_adj = -26
+            },
+            "memoryQOS.containers[\"exporter\"].memory.wmark_min_adj = -26 is outside -25..=50",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .priority = 13
+            },
+            "memoryQOS.containers[\"exporter\"].memory.priority = 13 is outside 0..=12",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .use_priority_oom = 2
+            },
+            "memoryQOS.containers[\"exporter\"].memory.use_priority_oom = 2 is outside 0..=1",
+        ),
+        (
+            LS,
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("exporter")
+                    .expect("exporter")
+                    .oom_group = 2
+            },
+            "memoryQOS.containers[\"exporter\"].memory.oom.group = 2 is outside 0..=1",
+        ),
+        (
+            LS,
+            |q| q.memory_qos.params.wmark_ratio = 200,
+            "memoryQOS.params.wmarkRatio = 200 is outside 0..=100",
+        ),
+        (
+            LS,
+            |q| q.memory_qos.pod.min = 73_400_321,
+            "memoryQOS.pod.memory.min = 73400321 is above the pod's memory request 73400320",
+        ),
+        (
+            LS,
+            |q| {
+                let k = q.memory_qos.containers["redis"];
+                q.memory_qos.containers.insert("ghost".into(), k);
+            },
+            "memoryQOS.containers[\"ghost\"]: the pod spec has no such container",
+        ),
+        (
+            LS,
+            |q| {
+                let knobs = BatchKnobs {
+                    cpu_shares: 2,
+                    cpu_cfs_quota_us: -1,
+                    memory_limit_in_bytes: -1,
+                };
+                q.batch = Some(koord_api::ResolvedBatch {
+                    pod: knobs,
+                    containers: Default::default(),
+                });
+            },
+            "batch is set but the pod spec has no kubernetes.io/batch-cpu or batch-memory resources",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "ffmpeg").cpu_shares = 71_681,
+            "batch.containers[\"ffmpeg\"].cpu.shares = 71681 is above the shares of the batch-cpu request, 71680",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "ffmpeg").cpu_shares = 1,
+            "batch.containers[\"ffmpeg\"].cpu.shares = 1 is outside 2..=262144",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "ffmpeg").cpu_cfs_quota_us = -1,
+            "batch.containers[\"ffmpeg\"].cpu.cfs_quota_us = -1 (unlimited) but the batch-cpu limit is 70000m",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "uploader").cpu_cfs_quota_us = 100_001,
+            "batch.containers[\"uploader\"].cpu.cfs_quota_us = 100001 is above the quota of the batch-cpu limit, 100000",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "uploader").cpu_cfs_quota_us = 999,
+            "batch.containers[\"uploader\"].cpu.cfs_quota_us = 999 is outside 1000..=9223372036854775807",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "uploader").memory_limit_in_bytes = 1_073_741_825,
+            "batch.containers[\"uploader\"].memory.limit_in_bytes = 1073741825 is above the batch-memory limit 1073741824",
+        ),
+        (
+            BE,
+            |q| batch_c(q, "uploader").memory_limit_in_bytes = -1,
+            "batch.containers[\"uploader\"].memory.limit_in_bytes = -1 (unlimited) but the batch-memory limit is 1073741824",
+        ),
+        (
+            BE,
+            |q| q.batch.as_mut().expect("batch").pod.memory_limit_in_bytes = 24_696_061_953,
+            "batch.pod.memory.limit_in_bytes = 24696061953 is above the batch-memory limit 24696061952",
+        ),
+        (
+            BE,
+            |q| q.batch.as_mut().expect("batch").pod.cpu_shares = 72_193,
+            "batch.pod.cpu.shares = 72193 is above the shares of the batch-cpu request, 72192",
+        ),
+    ];
+    for (fixture, forge, want) in cases {
+        let (mut q, v) = view(fixture);
+        forge(&mut q);
+        let got = validate(&q, &v).expect_err(want);
+        assert_eq!(got.reason, want);
+        let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Systemd);
+        assert!(
+            plan(&q, &v, &layout).is_err(),
+            "plan must refuse too: {want}"
+        );
+    }
+}
+
+fn batch_c<'a>(q: &'a mut ResolvedQos, name: &str) -> &'a mut BatchKnobs {
+    q.batch
+        .as_mut()
+        .and_then(|b| b.containers.get_mut(name))
+        .expect("batch container")
+}
+
+#[test]
+fn lowering_batch_values_is_allowed() {
+    let (mut q, v) = view(BE);
+    batch_c(&mut q, "ffmpeg").cpu_shares = 2;
+    batch_c(&mut q, "ffmpeg").cpu_cfs_quota_us = 1000;
+    batch_c(&mut q, "ffmpeg").memory_limit_in_bytes = 4096;
+    validate(&q, &v).expect("a pod may restrict itself");
+}
+
+#[test]
+fn build_paths_and_values_v1_cgroupfs() {
+    let (q, v) = view(BE);
+    let layout = Layout::new("/cg", CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    let p = plan(&q, &v, &layout).expect("plan");
+    let pod_dir = "kubepods/besteffort/pod9c8b7a65-4321-4fed-cba9-876543210fed";
+    let ff = "1111111111111111111111111111111111111111111111111111111111111111";
+    let find = |target: &Target, file: &str| {
+        p.writes
+            .iter()
+            .find(|w| &w.target == target && w.file == file)
+            .map(|w| (w.path().display().to_string(), w.text.clone()))
+            .unwrap_or_else(|| panic!("{target} {file} missing"))
+    };
+    let ffmpeg = Target::Container("ffmpeg".into());
+    let cases = [
+        (
+            &Target::Pod,
+            "cpu.shares",
+            format!("/cg/cpu/{pod_dir}/cpu.shares"),
+            "72192",
+        ),
+        (
+            &Target::Pod,
+            "cpu.cfs_quota_us",
+            format!("/cg/cpu/{pod_dir}/cpu.cfs_quota_us"),
+            "7100000",
+        ),
+        (
+            &Target::Pod,
+            "memory.limit_in_bytes",
+            format!("/cg/memory/{pod_dir}/memory.limit_in_bytes"),
+            "24696061952",
+        ),
+        (
+            &Target::Pod,
+            "memory.wmark_scale_factor",
+            format!("/cg/memory/{pod_dir}/memory.wmark_scale_factor"),
+            "50",
+        ),
+        (
+            &ffmpeg,
+            "cpu.shares",
+            format!("/cg/cpu/{pod_dir}/{ff}/cpu.shares"),
+            "71680",
+        ),
+        (
+            &ffmpeg,
+            "memory.high",
+            format!("/cg/memory/{pod_dir}/{ff}/memory.high"),
+            "9223372036854775807",
+        ),
+        (
+            &ffmpeg,
+            "memory.limit_in_bytes",
+            format!("/cg/memory/{pod_dir}/{ff}/memory.limit_in_bytes"),
+            "23622320128",
+        ),
+    ];
+    for (target, file, path, text) in cases {
+        assert_eq!(
+            find(target, file),
+            (path, text.to_owned()),
+            "{target} {file}"
+        );
+    }
+    // 8 pod memory + 3 pod batch + 2 x (9 memory + 3 batch).
+    assert_eq!(p.writes.len(), 8 + 3 + 2 * 12);
+    assert_eq!(p.wmark_high.len(), 2);
+}
+
+#[test]
+fn containers_without_ids_are_pending_and_bad_ids_refused() {
+    let (q, mut v) = view(LS);
+    let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Systemd);
+    v.containers[1].container_id = None;
+    let p = plan(&q, &v, &layout).expect("plan");
+    assert_eq!(p.pending, vec!["exporter".to_owned()]);
+    assert!(
+        p.writes
+            .iter()
+            .all(|w| w.target != Target::Container("exporter".into()))
+    );
+    v.containers[0].container_id = Some("containerd://../../../../etc".into());
+    let err = plan(&q, &v, &layout).expect_err("traversal");
+    assert!(
+        err.reason.contains("container \"redis\"")
+            && err.reason.contains("ASCII letters and digits"),
+        "{}",
+        err.reason
+    );
+    v.uid = "../../x".into();
+    assert!(plan(&q, &v, &layout).is_err());
+}

@@ -1,0 +1,165 @@
+//! The pod source of `run`: a reflector over this node's pods (field selector on
+//! `spec.nodeName`), every change applied at once, every pod re-applied each resync.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use tokio::sync::mpsc;
+
+use crate::apply::Applier;
+use crate::event_sink::SinkMsg;
+use crate::events::{EventKind, PodEvent, REASON_REFUSED, event_for};
+use crate::podview::PodView;
+
+/// Only this node's pods.
+pub fn watcher_config(node: &str) -> watcher::Config {
+    watcher::Config::default().fields(&format!("spec.nodeName={node}"))
+}
+
+/// Pods that finished have no cgroups left to manage (as Koordinator's `IsPodInactive`).
+fn is_active(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn has_annotation(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(koord_api::keys::ANNOTATION_RESOLVED_QOS))
+}
+
+/// Applies one pod and returns the Event it deserves. Blocking (file IO).
+pub fn reconcile(applier: &Applier, pod: &Pod) -> Option<PodEvent> {
+    if !is_active(pod) || !has_annotation(pod) {
+        return None;
+    }
+    match PodView::from_pod(pod) {
+        Ok(view) => {
+            let report = applier.apply(&view);
+            tracing::debug!(pod = %view.name, namespace = %view.namespace, status = ?report.status, "reconciled");
+            event_for(&report)
+        }
+        Err(e) => Some(PodEvent {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            kind: EventKind::Warning,
+            reason: REASON_REFUSED,
+            message: format!("koordinator.sh/resolved-qos refused, nothing written: {e}"),
+        }),
+    }
+}
+
+/// Everything the watch loop needs.
+pub struct Watch {
+    pub applier: Arc<Applier>,
+    pub events: mpsc::Sender<SinkMsg>,
+    pub resync: Duration,
+    pub ready: Arc<AtomicBool>,
+}
+
+impl Watch {
+    async fn apply_pods(&self, pods: Vec<Arc<Pod>>) {
+        let applier = self.applier.clone();
+        let evs = tokio::task::spawn_blocking(move || {
+            crate::apply::par_map(&pods, |p| reconcile(&applier, p))
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for ev in evs {
+            // A full queue means the API server is slow: drop rather than stall reconciling.
+            let _ = self.events.try_send(SinkMsg::Event(ev));
+        }
+    }
+
+    fn count_managed(&self, store: &Store<Pod>) {
+        if let Some(m) = self.applier_metrics() {
+            let n = store
+                .state()
+                .iter()
+                .filter(|p| is_active(p) && has_annotation(p))
+                .count();
+            m.pods_managed.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    fn applier_metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.applier.metrics()
+    }
+
+    /// Watches `api` until the stream ends (it does not, short of a shutdown).
+    pub async fn run(self, api: Api<Pod>, node: &str) {
+        let (store, writer) = reflector::store::<Pod>();
+        self.run_with_store(api, node, store, writer).await;
+    }
+
+    /// [`Self::run`] filling a store the caller also reads (the collectors' pod list).
+    pub async fn run_with_store(
+        self,
+        api: Api<Pod>,
+        node: &str,
+        store: Store<Pod>,
+        writer: reflector::store::Writer<Pod>,
+    ) {
+        let stream = watcher(api, watcher_config(node))
+            // managedFields are large and never read: do not keep them in the cache.
+            .modify(|p: &mut Pod| p.metadata.managed_fields = None)
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        let mut resync = tokio::time::interval(self.resync);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut known: HashSet<String> = HashSet::new();
+        loop {
+            tokio::select! {
+                ev = stream.next() => {
+                    let Some(ev) = ev else { break };
+                    match ev {
+                        Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                            if let Some(uid) = pod.metadata.uid.clone() { known.insert(uid); }
+                            self.apply_pods(vec![Arc::new(pod)]).await;
+                        }
+                        Ok(watcher::Event::Delete(pod)) => {
+                            if let Some(uid) = pod.metadata.uid.clone() {
+                                known.remove(&uid);
+                                let _ = self.events.try_send(SinkMsg::Forget(uid));
+                            }
+                            self.count_managed(&store);
+                        }
+                        Ok(watcher::Event::InitDone) => {
+                            // Pods deleted while the watch was down: forget them too.
+                            let live: HashSet<String> = store.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+                            for gone in known.difference(&live) {
+                                let _ = self.events.try_send(SinkMsg::Forget(gone.clone()));
+                            }
+                            known = live;
+                            self.count_managed(&store);
+                            self.ready.store(true, Ordering::Relaxed);
+                        }
+                        Ok(watcher::Event::Init) => {}
+                        Err(e) => tracing::warn!(error = %e, "pod watch error; retrying with backoff"),
+                    }
+                }
+                _ = resync.tick() => {
+                    if self.ready.load(Ordering::Relaxed) {
+                        self.count_managed(&store);
+                        self.apply_pods(store.state()).await;
+                    }
+                }
+            }
+        }
+    }
+}

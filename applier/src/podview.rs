@@ -1,0 +1,291 @@
+//! The few facts about a pod the applier needs, taken out of the Kubernetes object once:
+//! identity, Kubernetes QoS class, the resolved-qos annotation, and per container the
+//! resources the annotation is checked against plus the runtime's container ID.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use koord_api::keys;
+use koord_api::quantity::{parse_milli, parse_value};
+use std::collections::BTreeMap;
+
+use crate::cgroup::layout::KubeQos;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub kube_qos: KubeQos,
+    /// The raw `koordinator.sh/resolved-qos` annotation, if any.
+    pub resolved_qos: Option<String>,
+    pub containers: Vec<ContainerView>,
+    /// `spec.overhead.memory` (counted in the pod's request, as the kubelet does).
+    pub overhead_memory: i64,
+}
+
+/// Resource values of one container; bytes for memory, milli-cores for batch-cpu.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerView {
+    pub name: String,
+    pub memory_request: Option<i64>,
+    pub memory_limit: Option<i64>,
+    pub batch_cpu_request: Option<i64>,
+    pub batch_cpu_limit: Option<i64>,
+    pub batch_memory_request: Option<i64>,
+    pub batch_memory_limit: Option<i64>,
+    /// `status.containerStatuses[].containerID` (`containerd://...`), once the container exists.
+    pub container_id: Option<String>,
+}
+
+impl ContainerView {
+    /// The memory request the contract's numbers are based on: `memory`, else `batch-memory`
+    /// (BE pods after translation), 0 without either.
+    pub fn effective_memory_request(&self) -> i64 {
+        self.memory_request
+            .or(self.batch_memory_request)
+            .unwrap_or(0)
+    }
+
+    /// The memory limit: `memory`, else `batch-memory`; `None` = unlimited.
+    pub fn effective_memory_limit(&self) -> Option<i64> {
+        self.memory_limit.or(self.batch_memory_limit)
+    }
+
+    /// The batch-cpu request; a missing request takes the limit, as the apiserver defaults it.
+    pub fn batch_cpu_request_or_limit(&self) -> Option<i64> {
+        self.batch_cpu_request.or(self.batch_cpu_limit)
+    }
+
+    pub fn has_batch(&self) -> bool {
+        self.batch_cpu_request.is_some()
+            || self.batch_cpu_limit.is_some()
+            || self.batch_memory_request.is_some()
+            || self.batch_memory_limit.is_some()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodViewError {
+    #[error("pod has no {0}")]
+    Missing(&'static str),
+    #[error("container {container:?}: {resource} {value:?} is not a valid quantity")]
+    Quantity {
+        container: String,
+        resource: String,
+        value: String,
+    },
+}
+
+type Resources = BTreeMap<String, Quantity>;
+
+fn parse(
+    container: &str,
+    res: Option<&Resources>,
+    key: &str,
+    milli: bool,
+) -> Result<Option<i64>, PodViewError> {
+    let Some(q) = res.and_then(|r| r.get(key)) else {
+        return Ok(None);
+    };
+    let parsed = if milli {
+        parse_milli(&q.0)
+    } else {
+        parse_value(&q.0)
+    };
+    parsed.map(Some).map_err(|_| PodViewError::Quantity {
+        container: container.to_owned(),
+        resource: key.to_owned(),
+        value: q.0.clone(),
+    })
+}
+
+fn container_view(
+    c: &Container,
+    container_id: Option<String>,
+) -> Result<ContainerView, PodViewError> {
+    let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let n = c.name.as_str();
+    // batch-cpu is already an integer count of milli-cores, so it is read as a plain value.
+    let memory_limit = parse(n, limits, keys::RESOURCE_MEMORY, false)?;
+    let batch_memory_limit = parse(n, limits, keys::RESOURCE_BATCH_MEMORY, false)?;
+    Ok(ContainerView {
+        name: c.name.clone(),
+        // The apiserver defaults a missing request to the limit; do the same for manifests
+        // read from a file (`once`), which were never defaulted.
+        memory_request: parse(n, requests, keys::RESOURCE_MEMORY, false)?.or(memory_limit),
+        memory_limit,
+        batch_cpu_request: parse(n, requests, keys::RESOURCE_BATCH_CPU, false)?,
+        batch_cpu_limit: parse(n, limits, keys::RESOURCE_BATCH_CPU, false)?,
+        batch_memory_request: parse(n, requests, keys::RESOURCE_BATCH_MEMORY, false)?
+            .or(batch_memory_limit),
+        batch_memory_limit,
+        container_id,
+    })
+}
+
+/// The Kubernetes QoS class computed from the spec, for pods without `status.qosClass`.
+fn compute_kube_qos(pod_containers: &[&Container]) -> KubeQos {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in pod_containers {
+        let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+        for key in [keys::RESOURCE_CPU, keys::RESOURCE_MEMORY] {
+            let limit = limits
+                .and_then(|l| l.get(key))
+                .and_then(|q| parse_milli(&q.0).ok());
+            let request = requests
+                .and_then(|r| r.get(key))
+                .and_then(|q| parse_milli(&q.0).ok())
+                .or(limit);
+            any |= request.is_some() || limit.is_some();
+            guaranteed &= limit.is_some() && request == limit;
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => KubeQos::BestEffort,
+        (true, true) => KubeQos::Guaranteed,
+        (true, false) => KubeQos::Burstable,
+    }
+}
+
+impl PodView {
+    pub fn from_pod(pod: &Pod) -> Result<Self, PodViewError> {
+        let meta = &pod.metadata;
+        let spec = pod.spec.as_ref().ok_or(PodViewError::Missing("spec"))?;
+        let status = pod.status.as_ref();
+        let ids: BTreeMap<&str, &str> = status
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|cs| {
+                cs.container_id
+                    .as_deref()
+                    .filter(|id| !id.is_empty())
+                    .map(|id| (cs.name.as_str(), id))
+            })
+            .collect();
+        let containers = spec
+            .containers
+            .iter()
+            .map(|c| container_view(c, ids.get(c.name.as_str()).map(|s| (*s).to_owned())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let all: Vec<&Container> = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .collect();
+        let kube_qos = status
+            .and_then(|s| s.qos_class.as_deref())
+            .and_then(KubeQos::from_status)
+            .unwrap_or_else(|| compute_kube_qos(&all));
+        let overhead_memory = parse(
+            "(overhead)",
+            spec.overhead.as_ref(),
+            keys::RESOURCE_MEMORY,
+            false,
+        )?
+        .unwrap_or(0);
+        Ok(PodView {
+            namespace: meta
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".to_owned()),
+            name: meta
+                .name
+                .clone()
+                .ok_or(PodViewError::Missing("metadata.name"))?,
+            uid: meta
+                .uid
+                .clone()
+                .ok_or(PodViewError::Missing("metadata.uid"))?,
+            kube_qos,
+            resolved_qos: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::ANNOTATION_RESOLVED_QOS))
+                .cloned(),
+            containers,
+            overhead_memory,
+        })
+    }
+
+    pub fn container(&self, name: &str) -> Option<&ContainerView> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("pod json")
+    }
+
+    #[test]
+    fn reads_resources_ids_and_qos() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "1234-abcd",
+                         "annotations": {"koordinator.sh/resolved-qos": "{}"}},
+            "spec": {"containers": [
+                {"name": "app", "resources": {"requests": {"memory": "100Mi", "cpu": "1"}, "limits": {"memory": "200Mi"}}},
+                {"name": "side", "resources": {"limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1Gi"}}}
+            ]},
+            "status": {"containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "",
+                        "ready": true, "restartCount": 0}]}
+        }));
+        let v = PodView::from_pod(&p).expect("view");
+        assert_eq!(v.kube_qos, KubeQos::Burstable);
+        assert_eq!(v.resolved_qos.as_deref(), Some("{}"));
+        let app = v.container("app").expect("app");
+        assert_eq!(
+            (app.memory_request, app.memory_limit),
+            (Some(104_857_600), Some(209_715_200))
+        );
+        assert_eq!(app.container_id.as_deref(), Some("containerd://abc"));
+        let side = v.container("side").expect("side");
+        assert_eq!(side.batch_cpu_request_or_limit(), Some(500));
+        assert_eq!(side.batch_memory_request, Some(1_073_741_824));
+        assert_eq!(side.container_id, None);
+    }
+
+    #[test]
+    fn kube_qos_table() {
+        let cases = [
+            (serde_json::json!({}), KubeQos::BestEffort),
+            (
+                serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}}),
+                KubeQos::Guaranteed,
+            ),
+            (
+                serde_json::json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+                KubeQos::Guaranteed,
+            ),
+            (
+                serde_json::json!({"requests": {"cpu": "500m"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+                KubeQos::Burstable,
+            ),
+            (
+                serde_json::json!({"requests": {"memory": "1Gi"}}),
+                KubeQos::Burstable,
+            ),
+            (
+                serde_json::json!({"limits": {"kubernetes.io/batch-cpu": "1000"}}),
+                KubeQos::BestEffort,
+            ),
+        ];
+        for (resources, want) in cases {
+            let p = pod(serde_json::json!({
+                "metadata": {"name": "p", "uid": "ab"},
+                "spec": {"containers": [{"name": "c", "resources": resources}]}
+            }));
+            assert_eq!(
+                PodView::from_pod(&p).expect("view").kube_qos,
+                want,
+                "{resources}"
+            );
+        }
+    }
+}

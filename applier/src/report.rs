@@ -1,0 +1,71 @@
+//! What one pass did to one pod: the JSON report of `koord-applier once`, the input of the
+//! Event texts and of the metrics.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::cgroup::writer::Outcome;
+use crate::cgroup::{CgroupDriver, CgroupVersion};
+use crate::plan::Target;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PodStatus {
+    /// At least one knob was written.
+    Applied,
+    /// Every knob already held its value.
+    Unchanged,
+    /// No resolved-qos annotation: the pod is not touched.
+    Unmanaged,
+    /// The annotation failed validation: nothing was written.
+    Refused,
+    /// Some write failed (the others were still made).
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KnobReport {
+    pub target: Target,
+    /// The contract name (`memory.limit_in_bytes`).
+    pub knob: &'static str,
+    /// The file on this node (`memory.max` on v2).
+    pub file: &'static str,
+    pub path: String,
+    pub old: Option<String>,
+    pub new: String,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReport {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub cgroup_version: CgroupVersion,
+    pub cgroup_driver: CgroupDriver,
+    pub dry_run: bool,
+    pub status: PodStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub knobs: Vec<KnobReport>,
+    /// Read-only values read back per container (`memory.wmark_high` on Alibaba kernels).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub read_back: BTreeMap<String, BTreeMap<&'static str, String>>,
+    /// Containers of the annotation without a container ID yet.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
+    /// The memory locality pass (`once` only; `run` reports it as Events).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locality: Option<crate::numa::report::LocalityReport>,
+}
+
+impl PodReport {
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.knobs.iter().filter(|k| k.outcome == outcome).count()
+    }
+}

@@ -1,0 +1,345 @@
+//! Contract knobs (cgroup v1 / Alibaba Cloud Linux names) -> the file and text this node's
+//! hierarchy expects, plus how to recognise the value when reading it back.
+//!
+//! Decisions (see README):
+//! - Unlimited `memory.high` is written as `max` on v2 (the kernel's own token, read back as
+//!   `max`) and as `9223372036854775807` (i64::MAX) on v1: the Alibaba v1 memcg is not documented
+//!   to accept `max`, and i64::MAX is what Koordinator writes there. The v1 kernel reads it back
+//!   page-aligned (9223372036854771712), which [`Expect::Unlimited`] accepts.
+//! - `memory.limit_in_bytes` `-1` is written as `-1` on v1 (documented reset) and `max` on v2.
+//! - `cpu.cfs_quota_us` becomes `cpu.max` = `"<quota|max> 100000"`; `cpu.shares` becomes
+//!   `cpu.weight` by the kubelet formula in `koord_api::knobs::shares_to_weight`.
+
+use koord_api::knobs;
+use serde::Serialize;
+
+use crate::cgroup::{CgroupVersion, Controller};
+
+/// A knob of the contract, named as in `koordinator.sh/resolved-qos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Knob {
+    MemoryMin,
+    MemoryLow,
+    MemoryHigh,
+    WmarkRatio,
+    WmarkScaleFactor,
+    WmarkMinAdj,
+    Priority,
+    UsePriorityOom,
+    OomGroup,
+    CpuShares,
+    CpuCfsQuotaUs,
+    MemoryLimitInBytes,
+}
+
+impl Knob {
+    /// The contract (cgroup v1) name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Knob::MemoryMin => knobs::MEMORY_MIN,
+            Knob::MemoryLow => knobs::MEMORY_LOW,
+            Knob::MemoryHigh => knobs::MEMORY_HIGH,
+            Knob::WmarkRatio => knobs::MEMORY_WMARK_RATIO,
+            Knob::WmarkScaleFactor => knobs::MEMORY_WMARK_SCALE_FACTOR,
+            Knob::WmarkMinAdj => knobs::MEMORY_WMARK_MIN_ADJ,
+            Knob::Priority => knobs::MEMORY_PRIORITY,
+            Knob::UsePriorityOom => knobs::MEMORY_USE_PRIORITY_OOM,
+            Knob::OomGroup => knobs::MEMORY_OOM_GROUP,
+            Knob::CpuShares => knobs::CPU_SHARES,
+            Knob::CpuCfsQuotaUs => knobs::CPU_CFS_QUOTA_US,
+            Knob::MemoryLimitInBytes => knobs::MEMORY_LIMIT_IN_BYTES,
+        }
+    }
+
+    pub fn controller(self) -> Controller {
+        match self {
+            Knob::CpuShares | Knob::CpuCfsQuotaUs => Controller::Cpu,
+            _ => Controller::Memory,
+        }
+    }
+
+    /// The file name on `version`.
+    pub fn file(self, version: CgroupVersion) -> &'static str {
+        match (version, self) {
+            (CgroupVersion::V2, Knob::CpuShares) => knobs::V2_CPU_WEIGHT,
+            (CgroupVersion::V2, Knob::CpuCfsQuotaUs) => knobs::V2_CPU_MAX,
+            (CgroupVersion::V2, Knob::MemoryLimitInBytes) => knobs::V2_MEMORY_MAX,
+            (_, k) => k.name(),
+        }
+    }
+}
+
+/// A contract value: a plain integer, or a byte count that may be unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Value {
+    Int(i64),
+    Bytes(i64),
+    Unlimited,
+}
+
+/// How to recognise the desired value in what the kernel reads back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The same integer.
+    Int(i64),
+    /// The same number of 4 KiB pages, rounded either way: memcg stores pages, so an unaligned
+    /// byte value never reads back verbatim.
+    Bytes(i64),
+    /// `max`, or a v1 value at or above the page-aligned i64::MAX.
+    Unlimited,
+    /// `cpu.max`: the quota (`None` = `max`) and period.
+    CpuMax { quota: Option<i64>, period: i64 },
+}
+
+/// What to write and how to compare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    pub file: &'static str,
+    pub text: String,
+    pub expect: Expect,
+}
+
+/// What v1 memcg shows for "unlimited": PAGE_COUNTER_MAX pages of 4 KiB.
+pub const V1_UNLIMITED_READBACK: i64 = 0x7FFF_FFFF_FFFF_F000;
+
+/// Translates one knob value for `version`. Values were range-checked by the planner.
+pub fn translate(version: CgroupVersion, knob: Knob, value: Value) -> Translated {
+    let file = knob.file(version);
+    let (text, expect) = match (version, knob, value) {
+        (CgroupVersion::V2, Knob::CpuShares, Value::Int(shares)) => {
+            let w = knobs::shares_to_weight(shares);
+            (w.to_string(), Expect::Int(w))
+        }
+        (CgroupVersion::V2, Knob::CpuCfsQuotaUs, Value::Int(q)) => {
+            let quota = (q > 0).then_some(q);
+            let text = match quota {
+                Some(q) => format!("{q} {}", knobs::CFS_PERIOD_US),
+                None => format!("max {}", knobs::CFS_PERIOD_US),
+            };
+            (
+                text,
+                Expect::CpuMax {
+                    quota,
+                    period: knobs::CFS_PERIOD_US,
+                },
+            )
+        }
+        (CgroupVersion::V2, _, Value::Unlimited) => ("max".to_owned(), Expect::Unlimited),
+        (CgroupVersion::V1, Knob::MemoryLimitInBytes, Value::Unlimited) => {
+            ("-1".to_owned(), Expect::Unlimited)
+        }
+        (CgroupVersion::V1, _, Value::Unlimited) => (i64::MAX.to_string(), Expect::Unlimited),
+        (_, _, Value::Bytes(b)) => (b.to_string(), Expect::Bytes(b)),
+        (_, _, Value::Int(i)) => (i.to_string(), Expect::Int(i)),
+    };
+    Translated { file, text, expect }
+}
+
+const PAGE: i64 = knobs::PAGE_SIZE;
+
+/// Whether `current` (the file's content) already holds the desired value.
+pub fn matches(expect: Expect, current: &str) -> bool {
+    let current = current.trim();
+    match expect {
+        Expect::Int(want) => current.parse::<i64>() == Ok(want),
+        Expect::Bytes(want) => match current.parse::<i64>() {
+            Ok(have) if have == want => true,
+            Ok(have) => {
+                let floor = want.div_euclid(PAGE) * PAGE;
+                let ceil = if floor == want {
+                    floor
+                } else {
+                    floor.saturating_add(PAGE)
+                };
+                have.rem_euclid(PAGE) == 0 && (have == floor || have == ceil)
+            }
+            Err(_) => false,
+        },
+        Expect::Unlimited => {
+            current == "max"
+                || current == "-1"
+                || current
+                    .parse::<i64>()
+                    .is_ok_and(|v| v >= V1_UNLIMITED_READBACK)
+        }
+        Expect::CpuMax { quota, period } => {
+            let mut parts = current.split_whitespace();
+            let q = parts.next();
+            let p = parts.next().and_then(|p| p.parse::<i64>().ok());
+            let q_ok = match (quota, q) {
+                (None, Some("max")) => true,
+                (Some(want), Some(q)) => q.parse::<i64>() == Ok(want),
+                _ => false,
+            };
+            q_ok && p == Some(period) && parts.next().is_none()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CgroupVersion::{V1, V2};
+
+    #[test]
+    fn translate_table() {
+        let cases = [
+            (
+                V1,
+                Knob::MemoryHigh,
+                Value::Unlimited,
+                "memory.high",
+                "9223372036854775807",
+            ),
+            (V2, Knob::MemoryHigh, Value::Unlimited, "memory.high", "max"),
+            (
+                V1,
+                Knob::MemoryHigh,
+                Value::Bytes(83_886_080),
+                "memory.high",
+                "83886080",
+            ),
+            (
+                V1,
+                Knob::MemoryLimitInBytes,
+                Value::Unlimited,
+                "memory.limit_in_bytes",
+                "-1",
+            ),
+            (
+                V2,
+                Knob::MemoryLimitInBytes,
+                Value::Unlimited,
+                "memory.max",
+                "max",
+            ),
+            (
+                V2,
+                Knob::MemoryLimitInBytes,
+                Value::Bytes(23_622_320_128),
+                "memory.max",
+                "23622320128",
+            ),
+            (
+                V1,
+                Knob::CpuShares,
+                Value::Int(71_680),
+                "cpu.shares",
+                "71680",
+            ),
+            (
+                V2,
+                Knob::CpuShares,
+                Value::Int(71_680),
+                "cpu.weight",
+                "2735",
+            ),
+            (V2, Knob::CpuShares, Value::Int(1024), "cpu.weight", "39"),
+            (
+                V1,
+                Knob::CpuCfsQuotaUs,
+                Value::Int(-1),
+                "cpu.cfs_quota_us",
+                "-1",
+            ),
+            (
+                V1,
+                Knob::CpuCfsQuotaUs,
+                Value::Int(7_000_000),
+                "cpu.cfs_quota_us",
+                "7000000",
+            ),
+            (
+                V2,
+                Knob::CpuCfsQuotaUs,
+                Value::Int(7_000_000),
+                "cpu.max",
+                "7000000 100000",
+            ),
+            (
+                V2,
+                Knob::CpuCfsQuotaUs,
+                Value::Int(-1),
+                "cpu.max",
+                "max 100000",
+            ),
+            (
+                V2,
+                Knob::WmarkMinAdj,
+                Value::Int(-25),
+                "memory.wmark_min_adj",
+                "-25",
+            ),
+            (V1, Knob::OomGroup, Value::Int(1), "memory.oom.group", "1"),
+        ];
+        for (v, knob, value, file, text) in cases {
+            let t = translate(v, knob, value);
+            assert_eq!(
+                (t.file, t.text.as_str()),
+                (file, text),
+                "{v} {knob:?} {value:?}"
+            );
+            assert!(
+                matches(t.expect, text),
+                "{v} {knob:?}: what we write must read back as equal"
+            );
+        }
+    }
+
+    #[test]
+    fn readback_table() {
+        let cases: &[(Expect, &str, bool)] = &[
+            (Expect::Unlimited, "9223372036854771712\n", true),
+            (Expect::Unlimited, "max\n", true),
+            (Expect::Unlimited, "9223372036854775807", true),
+            (Expect::Unlimited, "1073741824", false),
+            (Expect::Bytes(1_000_000), "999424", true),
+            (Expect::Bytes(1_000_000), "1003520", true),
+            (Expect::Bytes(1_000_000), "995328", false),
+            (Expect::Bytes(104_857_600), "104857600\n", true),
+            (Expect::Bytes(104_857_600), "max", false),
+            (Expect::Int(-25), "-25\n", true),
+            (Expect::Int(0), "", false),
+            (Expect::Int(2), "2 ", true),
+            (
+                Expect::CpuMax {
+                    quota: None,
+                    period: 100_000,
+                },
+                "max 100000\n",
+                true,
+            ),
+            (
+                Expect::CpuMax {
+                    quota: Some(50_000),
+                    period: 100_000,
+                },
+                "50000 100000",
+                true,
+            ),
+            (
+                Expect::CpuMax {
+                    quota: Some(50_000),
+                    period: 100_000,
+                },
+                "max 100000",
+                false,
+            ),
+            (
+                Expect::CpuMax {
+                    quota: Some(50_000),
+                    period: 100_000,
+                },
+                "50000 50000",
+                false,
+            ),
+        ];
+        for (expect, current, want) in cases {
+            assert_eq!(
+                matches(*expect, current),
+                *want,
+                "{expect:?} vs {current:?}"
+            );
+        }
+    }
+}

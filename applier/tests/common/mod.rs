@@ -1,0 +1,145 @@
+//! Shared test helpers: fixture pods and temporary cgroup trees laid out like a kubelet's.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+use koord_applier::cgroup::layout::{ContainerId, Layout};
+use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_applier::podview::PodView;
+
+pub fn fixture(name: &str) -> Pod {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("fixture file"))
+        .expect("fixture pod")
+}
+
+/// The fixture with every container ID rewritten to `scheme://<same id>`.
+pub fn with_runtime(mut pod: Pod, scheme: &str) -> Pod {
+    for cs in pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = cs.container_id.as_mut() {
+            let bare = id
+                .split_once("://")
+                .map(|(_, b)| b.to_owned())
+                .unwrap_or_default();
+            *id = format!("{scheme}://{bare}");
+        }
+    }
+    pod
+}
+
+/// Which kernel the tree imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Mainline cgroup v2: min/low/high/max/oom.group, cpu.weight/cpu.max.
+    MainlineV2,
+    /// Alibaba Cloud Linux cgroup v1: the memcg QoS extension files under memory/.
+    AlibabaV1,
+    /// Mainline cgroup v1: no min/low/high, no wmark, no priority, no oom.group.
+    MainlineV1,
+}
+
+/// Kernel default contents of the files a cgroup directory has.
+pub fn default_files(kernel: Kernel, controller: Controller) -> Vec<(&'static str, &'static str)> {
+    match (kernel, controller) {
+        (Kernel::MainlineV2, _) => vec![
+            ("memory.min", "0"),
+            ("memory.low", "0"),
+            ("memory.high", "max"),
+            ("memory.max", "max"),
+            ("memory.oom.group", "0"),
+            ("cpu.weight", "100"),
+            ("cpu.max", "max 100000"),
+        ],
+        (Kernel::AlibabaV1, Controller::Memory) => vec![
+            ("memory.limit_in_bytes", "9223372036854771712"),
+            ("memory.min", "0"),
+            ("memory.low", "0"),
+            ("memory.high", "9223372036854771712"),
+            ("memory.wmark_ratio", "0"),
+            ("memory.wmark_high", "9223372036854771712"),
+            ("memory.wmark_scale_factor", "50"),
+            ("memory.wmark_min_adj", "0"),
+            ("memory.priority", "0"),
+            ("memory.use_priority_oom", "0"),
+            ("memory.oom.group", "0"),
+        ],
+        (Kernel::MainlineV1, Controller::Memory) => {
+            vec![("memory.limit_in_bytes", "9223372036854771712")]
+        }
+        (_, Controller::Cpu) => vec![
+            ("cpu.shares", "1024"),
+            ("cpu.cfs_quota_us", "-1"),
+            ("cpu.cfs_period_us", "100000"),
+        ],
+    }
+}
+
+/// Creates the pod's and its containers' directories (as the kubelet and runtime would) with
+/// the kernel's default files; returns every directory made.
+pub fn make_pod_tree(layout: &Layout, kernel: Kernel, view: &PodView) -> Vec<PathBuf> {
+    let pod_rel = layout.pod_dir(&view.uid, view.kube_qos).expect("pod dir");
+    let mut rels = vec![pod_rel.clone()];
+    for c in &view.containers {
+        if let Some(id) = c.container_id.as_deref() {
+            let id = ContainerId::parse(id).expect("container id");
+            rels.push(pod_rel.join(layout.container_leaf(&id)));
+        }
+    }
+    let controllers: &[Controller] = match layout.version {
+        CgroupVersion::V1 => &[Controller::Memory, Controller::Cpu],
+        CgroupVersion::V2 => &[Controller::Memory],
+    };
+    let mut dirs = Vec::new();
+    for rel in rels {
+        for c in controllers {
+            let dir = layout.dir(&rel, *c).expect("dir");
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            for (file, value) in default_files(kernel, *c) {
+                std::fs::write(dir.join(file), format!("{value}\n")).expect("seed");
+            }
+            dirs.push(dir);
+        }
+    }
+    if layout.version == CgroupVersion::V2 {
+        std::fs::write(layout.root.join("cgroup.controllers"), "cpu memory\n").expect("marker");
+    }
+    dirs
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+pub fn layout(root: &Path, version: CgroupVersion, driver: CgroupDriver) -> Layout {
+    Layout::new(root, version, driver)
+}
+
+/// Every file under `root`, with its content: to prove a refused pod changed nothing.
+pub fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("readdir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
