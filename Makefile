@@ -1,14 +1,15 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit e2e bench
+.PHONY: run test lint unit e2e numa bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
-## Every test: formatting, lints, unit + integration tests, the end-to-end suite.
-test: lint unit e2e
+## Every test: formatting, lints, unit + integration tests, the end-to-end suite on a real
+## kube-apiserver, and the two-NUMA-node migration proof in a QEMU guest.
+test: lint unit numa e2e
 
 lint:
 	$(CARGO) fmt --all --check
@@ -19,6 +20,9 @@ unit:
 
 e2e:
 	tests/e2e/run
+
+numa:
+	tests/numa/run-two-node-guest.sh
 
 bench:
 	$(CARGO) bench -p koord-webhook --bench resolve
