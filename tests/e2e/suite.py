@@ -1043,6 +1043,13 @@ def s_applier(h: Harness) -> None:
         check(knob in desc.replace("\n", " "), f"{knob} not in the Event:\n{events}")
 
 
+@scenario("colocation: applier advertises batch-cpu/batch-memory on its Node (exact figures), "
+          "a BE pod passes the fit check, ConfigMap changes move/zero it (colocation_e2e.py)")
+def s_colocation(h: Harness) -> None:
+    import colocation_e2e  # tests/e2e/colocation_e2e.py (issue #8)
+    colocation_e2e.run(h, sys.modules[__name__])
+
+
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------

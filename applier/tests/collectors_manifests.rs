@@ -1,0 +1,163 @@
+//! The Grafana dashboard and the ServiceMonitor for the collectors' series: every query uses
+//! a family the applier exposes and only that family's label names.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn families() -> BTreeMap<&'static str, Vec<&'static str>> {
+    let ids = ["node", "pod_uid", "pod_name", "pod_namespace"];
+    let ctr = ["container_id", "container_name"];
+    let psi = [
+        "psi_resource_type",
+        "psi_precision",
+        "psi_degree",
+        "cpu_full_supported",
+    ];
+    let mut f = BTreeMap::new();
+    f.insert("koordlet_pod_psi", [&ids[..], &psi[..]].concat());
+    f.insert(
+        "koordlet_container_psi",
+        [&ids[..], &ctr[..], &psi[..]].concat(),
+    );
+    f.insert(
+        "koordlet_container_cpi",
+        [&ids[..], &ctr[..], &["cpi_field"][..]].concat(),
+    );
+    // Health gauges: only the labels Prometheus adds.
+    f.insert(
+        "koord_applier_cpi_collector_supported",
+        vec!["node", "instance"],
+    );
+    f.insert(
+        "koord_applier_psi_unavailable_cgroups",
+        vec!["node", "instance"],
+    );
+    f
+}
+
+fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr" | "definition" | "query", serde_json::Value::String(s))
+                        if s.contains("koord") =>
+                    {
+                        out.push(s.clone())
+                    }
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn dashboard_queries_use_exposed_families_and_labels() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/monitoring");
+    let text =
+        std::fs::read_to_string(root.join("grafana-dashboard-koord-perf.json")).expect("dashboard");
+    let dash: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let fams = families();
+    let mut all = Vec::new();
+    exprs(&dash, &mut all);
+    assert!(all.len() >= 8, "{all:?}");
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &all {
+        let mut rest = e.as_str();
+        let mut any = false;
+        while let Some(i) = rest.find(|c: char| c == 'k') {
+            rest = &rest[i..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[name.len().max(1)..];
+            let Some(labels) = fams.get(name.as_str()) else {
+                continue;
+            };
+            any = true;
+            seen.insert(name.clone());
+            if let Some(sel) = rest.strip_prefix('{') {
+                let sel = &sel[..sel.find('}').expect("closed selector")];
+                for m in sel.split(',') {
+                    let key = m.split(['=', '!']).next().unwrap_or("").trim();
+                    assert!(
+                        labels.contains(&key),
+                        "{name} has no label {key:?} (in {e})"
+                    );
+                }
+            }
+        }
+        assert!(
+            any || e.contains("label_values("),
+            "query without a collector family: {e}"
+        );
+    }
+    for f in [
+        "koordlet_pod_psi",
+        "koordlet_container_psi",
+        "koordlet_container_cpi",
+    ] {
+        assert!(seen.contains(f), "dashboard lacks {f}");
+    }
+    // The CPI panel divides cycles by instructions.
+    assert!(all.iter().any(|e| e.contains("cpi_field=\"cycles\"")
+        && e.contains("cpi_field=\"instructions\"")
+        && e.contains('/')));
+}
+
+#[test]
+fn servicemonitor_targets_the_applier_metrics_port() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/monitoring");
+    let sm: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("applier-servicemonitor.yaml")).expect("read"),
+    )
+    .expect("yaml");
+    let svc: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("applier-service.yaml")).expect("read"),
+    )
+    .expect("yaml");
+    let ds: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("../applier/daemonset.yaml")).expect("read"),
+    )
+    .expect("yaml");
+    assert_eq!(sm["kind"], "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(
+        sm["spec"]["selector"]["matchLabels"],
+        svc["metadata"]["labels"]["app.kubernetes.io/name"]
+            .as_str()
+            .map(
+                |n| serde_yaml::Value::from(serde_yaml::Mapping::from_iter([(
+                    "app.kubernetes.io/name".into(),
+                    n.into()
+                )]))
+            )
+            .expect("name")
+    );
+    // The Service selects the DaemonSet's pods and reaches their named port 9316.
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/name"],
+        ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+    );
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9316);
+    let ports = &ds["spec"]["template"]["spec"]["containers"][0]["ports"];
+    assert!(
+        ports
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == "metrics" && p["containerPort"] == 9316)
+    );
+    let kust = std::fs::read_to_string(root.join("kustomization.yaml")).expect("read");
+    for f in [
+        "applier-service.yaml",
+        "applier-servicemonitor.yaml",
+        "grafana-dashboard-koord-perf.json",
+    ] {
+        assert!(kust.contains(f), "kustomization lacks {f}");
+    }
+}
