@@ -1,6 +1,7 @@
 //! Executes a pod's plan against the node's cgroups: parse, plan, validate, read-compare-write,
 //! and account for it (report, metrics, the once-per-node log of unsupported knobs).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -12,7 +13,7 @@ use crate::cgroup::writer::{CgroupDir, CgroupWriter, Outcome, WriteResult, read_
 use crate::metrics::Metrics;
 use crate::plan::{self, Plan, PlannedWrite};
 use crate::podview::PodView;
-use crate::report::{KnobReport, PodReport, PodStatus};
+use crate::report::{KnobPath, KnobReport, PodReport, PodStatus};
 
 /// Applies resolved-qos annotations to the cgroups of one node.
 pub struct Applier {
@@ -108,8 +109,15 @@ impl Applier {
             let mut report = self.report(pod, PodStatus::Refused, Some(refused.reason.clone()));
             report.knobs = plan
                 .writes
-                .iter()
-                .map(|w| knob_report(w, None, Outcome::Refused, Some(refused.reason.clone())))
+                .into_iter()
+                .map(|w| {
+                    knob_report(
+                        w,
+                        None,
+                        Outcome::Refused,
+                        Some(Cow::Owned(refused.reason.clone())),
+                    )
+                })
                 .collect();
             return report;
         }
@@ -134,14 +142,12 @@ impl Applier {
         report.pending = plan.pending;
         report.knobs = plan
             .writes
-            .iter()
+            .into_iter()
             .zip(results)
             .map(|(w, r)| {
                 let reason = match r.outcome {
-                    Outcome::Unsupported => {
-                        Some(format!("{} is not supported by this kernel", w.file))
-                    }
-                    _ => r.error,
+                    Outcome::Unsupported => Some(Cow::Borrowed("not supported by this kernel")),
+                    _ => r.error.map(Cow::Owned),
                 };
                 knob_report(w, r.old, r.outcome, reason)
             })
@@ -159,7 +165,7 @@ impl Applier {
             .knobs
             .iter()
             .filter(|k| k.outcome == Outcome::Failed)
-            .filter_map(|k| k.reason.clone())
+            .filter_map(|k| k.reason.as_deref().map(str::to_owned))
             .collect();
         if !failed.is_empty() {
             report.status = PodStatus::Failed;
@@ -206,18 +212,21 @@ impl Applier {
 }
 
 fn knob_report(
-    w: &PlannedWrite,
+    w: PlannedWrite,
     old: Option<String>,
     outcome: Outcome,
-    reason: Option<String>,
+    reason: Option<Cow<'static, str>>,
 ) -> KnobReport {
     KnobReport {
-        target: w.target.clone(),
+        target: w.target,
         knob: w.knob.name(),
         file: w.file,
-        path: w.path().display().to_string(),
+        path: KnobPath {
+            dir: w.dir,
+            file: w.file,
+        },
         old,
-        new: w.text.clone(),
+        new: w.text,
         outcome,
         reason,
     }

@@ -1,7 +1,10 @@
 //! What one pass did to one pod: the JSON report of `koord-applier once`, the input of the
 //! Event texts and of the metrics.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -32,12 +35,12 @@ pub struct KnobReport {
     pub knob: &'static str,
     /// The file on this node (`memory.max` on v2).
     pub file: &'static str,
-    pub path: String,
+    pub path: KnobPath,
     pub old: Option<String>,
     pub new: String,
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Cow<'static, str>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,5 +70,24 @@ pub struct PodReport {
 impl PodReport {
     pub fn count(&self, outcome: Outcome) -> usize {
         self.knobs.iter().filter(|k| k.outcome == outcome).count()
+    }
+}
+
+/// A knob's path, joined only when shown: a resync builds thousands of reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnobPath {
+    pub dir: Arc<Path>,
+    pub file: &'static str,
+}
+
+impl std::fmt::Display for KnobPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.dir.join(self.file).display())
+    }
+}
+
+impl Serialize for KnobPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }

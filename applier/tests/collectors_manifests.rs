@@ -68,7 +68,7 @@ fn dashboard_queries_use_exposed_families_and_labels() {
     for e in &all {
         let mut rest = e.as_str();
         let mut any = false;
-        while let Some(i) = rest.find(|c: char| c == 'k') {
+        while let Some(i) = rest.find('k') {
             rest = &rest[i..];
             let name: String = rest
                 .chars()

@@ -68,7 +68,7 @@ fn once_reports_every_knob_and_dry_run_writes_nothing() {
     assert_eq!(unsupported["outcome"], "unsupported");
     assert_eq!(
         unsupported["reason"],
-        "memory.wmark_ratio is not supported by this kernel"
+        "not supported by this kernel"
     );
 
     let (code, applied) = once(tmp.path(), "ls-redis.json", &[]);
