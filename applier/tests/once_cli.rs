@@ -66,10 +66,7 @@ fn once_reports_every_knob_and_dry_run_writes_nothing() {
         .find(|k| k["knob"] == "memory.wmark_ratio")
         .expect("wmark entry");
     assert_eq!(unsupported["outcome"], "unsupported");
-    assert_eq!(
-        unsupported["reason"],
-        "not supported by this kernel"
-    );
+    assert_eq!(unsupported["reason"], "not supported by this kernel");
 
     let (code, applied) = once(tmp.path(), "ls-redis.json", &[]);
     assert_eq!((code, applied["status"].as_str()), (0, Some("applied")));
