@@ -212,7 +212,15 @@ launch() { # DIR NAME BIN ARGS...   (stdin/out/err detached so callers' pipes cl
     local dir=$1 name=$2 bin=$3
     shift 3
     "$bin" "$@" </dev/null >>"$dir/$name.log" 2>&1 &
-    echo $! >"$dir/$name.pid"
+    local pid=$! i
+    echo "$pid" >"$dir/$name.pid"
+    # Until the forked shell has exec'd the binary, /proc/PID/comm is still the shell's name and
+    # pid_alive would call the process dead (seen on a loaded machine): wait for the exec.
+    for ((i = 0; i < 100; i++)); do
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$(basename "$bin" | cut -c1-15)" ]] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
 }
 
 wait_etcd() { # DIR
