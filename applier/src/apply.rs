@@ -2,26 +2,62 @@
 //! and account for it (report, metrics, the once-per-node log of unsupported knobs).
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use koord_api::{ResolvedQos, knobs};
 
+use crate::cgroup::CgroupVersion;
 use crate::cgroup::layout::Layout;
-use crate::cgroup::writer::{CgroupDir, CgroupWriter, Outcome, WriteResult, read_knob};
+use crate::cgroup::writer::{
+    CgroupDir, CgroupWriter, KeptKnob, KeptRead, Outcome, WriteResult, read_knob,
+};
 use crate::metrics::Metrics;
 use crate::plan::{self, Plan, PlannedWrite};
 use crate::podview::PodView;
 use crate::report::{KnobPath, KnobReport, PodReport, PodStatus};
+use crate::translate::matches;
 
 /// Applies resolved-qos annotations to the cgroups of one node.
 pub struct Applier {
     layout: Layout,
     writer: CgroupWriter,
     /// Files this kernel does not have (learned from the first cgroup that lacked them).
-    unsupported: Mutex<BTreeSet<&'static str>>,
+    unsupported: RwLock<BTreeSet<&'static str>>,
     metrics: Option<Arc<Metrics>>,
+    /// CPU QoS capabilities of this node (group identity or the `cpu.idle` fallback).
+    caps: plan::NodeCaps,
+    /// Per pod UID: the pod as last seen, what parse + validate + build made of it, and the
+    /// knob files kept open between passes. A resync of an unchanged pod skips the pure part
+    /// and re-reads each knob with one `pread` (the files are still read every pass, so a
+    /// value changed behind our back is restored).
+    pods: Mutex<HashMap<String, Arc<Mutex<PodState>>>>,
+    last_sweep: Mutex<Instant>,
+    /// The kernel has no read-only `memory.wmark_high` (mainline): stop looking for it.
+    no_wmark_high: AtomicBool,
+}
+
+/// Cached pods not applied for this long are dropped (a deleted pod the watch did not report;
+/// [`Applier::forget`] is the prompt way).
+const POD_STATE_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// What parse + build + validate made of one version of a pod.
+enum Prepared {
+    Refused(String),
+    /// Refused by validation: every planned write is reported `refused`.
+    RefusedPlan(Plan, String),
+    Ready(Plan),
+}
+
+struct PodState {
+    view: Option<PodView>,
+    prepared: Prepared,
+    /// One slot per `Plan::writes` entry.
+    kept: Vec<Option<KeptKnob>>,
+    last_used: Instant,
 }
 
 fn einval() -> i32 {
@@ -33,9 +69,117 @@ impl Applier {
         Self {
             layout,
             writer: CgroupWriter::new(dry_run),
-            unsupported: Mutex::default(),
+            unsupported: RwLock::default(),
             metrics,
+            caps: plan::NodeCaps::default(),
+            pods: Mutex::default(),
+            last_sweep: Mutex::new(Instant::now()),
+            no_wmark_high: AtomicBool::new(false),
         }
+    }
+
+    /// Drops what is cached for a pod (its plan and its open knob files): the pod was deleted.
+    pub fn forget(&self, uid: &str) {
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+
+    /// How many pods have a cached plan.
+    pub fn cached_pods(&self) -> usize {
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn is_unsupported(&self, file: &str) -> bool {
+        self.unsupported
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(file)
+    }
+
+    /// The pod's cached state, prepared again when the pod changed in any way (annotation,
+    /// resources, container IDs, QoS class).
+    fn state_for(&self, pod: &PodView) -> Arc<Mutex<PodState>> {
+        self.sweep();
+        let entry = {
+            let mut map = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
+            match map.get(&pod.uid) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = Arc::new(Mutex::new(PodState {
+                        view: None,
+                        prepared: Prepared::Refused(String::new()),
+                        kept: Vec::new(),
+                        last_used: Instant::now(),
+                    }));
+                    map.insert(pod.uid.clone(), e.clone());
+                    e
+                }
+            }
+        };
+        {
+            let mut st = entry.lock().unwrap_or_else(PoisonError::into_inner);
+            st.last_used = Instant::now();
+            if st.view.as_ref() != Some(pod) {
+                st.prepared = self.prepare(pod);
+                // New container IDs mean new directories: never reuse the old files.
+                st.kept = match &st.prepared {
+                    Prepared::Ready(plan) => plan.writes.iter().map(|_| None).collect(),
+                    _ => Vec::new(),
+                };
+                st.view = Some(pod.clone());
+            }
+        }
+        entry
+    }
+
+    fn sweep(&self) {
+        let mut last = self
+            .last_sweep
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.elapsed() < POD_STATE_TTL / 2 {
+            return;
+        }
+        *last = Instant::now();
+        drop(last);
+        self.pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, e| {
+                e.try_lock()
+                    .map_or(true, |st| st.last_used.elapsed() < POD_STATE_TTL)
+            });
+    }
+
+    fn prepare(&self, pod: &PodView) -> Prepared {
+        let raw = pod.resolved_qos.as_deref().unwrap_or_default();
+        let resolved = match ResolvedQos::from_annotation(raw) {
+            Ok(q) => q,
+            Err(e) => return Prepared::Refused(e.to_string()),
+        };
+        let plan = match plan::build_with(&resolved, pod, &self.layout, self.caps) {
+            Ok(p) => p,
+            Err(refused) => return Prepared::Refused(refused.reason),
+        };
+        match plan::validate(&resolved, pod) {
+            Ok(()) => Prepared::Ready(plan),
+            Err(refused) => Prepared::RefusedPlan(plan, refused.reason),
+        }
+    }
+
+    /// Sets the node's CPU QoS capabilities (detected once at start).
+    pub fn with_caps(mut self, caps: plan::NodeCaps) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    pub fn caps(&self) -> plan::NodeCaps {
+        self.caps
     }
 
     pub fn layout(&self) -> &Layout {
@@ -49,7 +193,7 @@ impl Applier {
     /// The knobs found missing on this node so far, sorted.
     pub fn unsupported_knobs(&self) -> Vec<&'static str> {
         self.unsupported
-            .lock()
+            .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .copied()
@@ -70,6 +214,7 @@ impl Applier {
             read_back: Default::default(),
             pending: Vec::new(),
             locality: None,
+            resctrl: None,
         }
     }
 
@@ -94,55 +239,64 @@ impl Applier {
     }
 
     fn apply_inner(&self, pod: &PodView) -> PodReport {
-        let Some(raw) = pod.resolved_qos.as_deref() else {
+        if pod.resolved_qos.is_none() {
             return self.report(pod, PodStatus::Unmanaged, None);
-        };
-        let resolved = match ResolvedQos::from_annotation(raw) {
-            Ok(q) => q,
-            Err(e) => return self.report(pod, PodStatus::Refused, Some(e.to_string())),
-        };
-        let plan = match plan::build(&resolved, pod, &self.layout) {
-            Ok(p) => p,
-            Err(refused) => return self.report(pod, PodStatus::Refused, Some(refused.reason)),
-        };
-        if let Err(refused) = plan::validate(&resolved, pod) {
-            let mut report = self.report(pod, PodStatus::Refused, Some(refused.reason.clone()));
-            report.knobs = plan
-                .writes
-                .into_iter()
-                .map(|w| {
-                    knob_report(
-                        w,
-                        None,
-                        Outcome::Refused,
-                        Some(Cow::Owned(refused.reason.clone())),
-                    )
-                })
-                .collect();
-            return report;
         }
-        self.execute(pod, plan)
+        let entry = self.state_for(pod);
+        let mut guard = entry.lock().unwrap_or_else(PoisonError::into_inner);
+        let st = &mut *guard;
+        match &st.prepared {
+            Prepared::Refused(reason) => self.report(pod, PodStatus::Refused, Some(reason.clone())),
+            Prepared::RefusedPlan(plan, reason) => {
+                let mut report = self.report(pod, PodStatus::Refused, Some(reason.clone()));
+                report.knobs = plan
+                    .writes
+                    .iter()
+                    .map(|w| {
+                        knob_report(w, None, Outcome::Refused, Some(Cow::Owned(reason.clone())))
+                    })
+                    .collect();
+                report
+            }
+            Prepared::Ready(plan) => self.execute(pod, plan, &mut st.kept),
+        }
     }
 
-    fn execute(&self, pod: &PodView, plan: Plan) -> PodReport {
+    fn execute(&self, pod: &PodView, plan: &Plan, kept: &mut [Option<KeptKnob>]) -> PodReport {
         let mut dirs = DirCache::default();
         let mut results: Vec<WriteResult> = plan
             .writes
             .iter()
-            .map(|w| self.write(&mut dirs, w))
+            .zip(kept.iter_mut())
+            .map(|(w, k)| self.write(&mut dirs, w, k))
             .collect();
         // cgroup v1 refuses a child CFS quota above its parent's (EINVAL) and the order that
         // works depends on whether values grow or shrink: retry those once, after the others.
-        for (w, r) in plan.writes.iter().zip(results.iter_mut()) {
+        for ((w, r), k) in plan
+            .writes
+            .iter()
+            .zip(results.iter_mut())
+            .zip(kept.iter_mut())
+        {
             if r.outcome == Outcome::Failed && r.errno == Some(einval()) {
-                *r = self.write(&mut dirs, w);
+                *r = self.write(&mut dirs, w, k);
+            }
+        }
+        // Still refused: an ancestor's lower quota (BE suppression) holds it; not a failure.
+        for (w, r) in plan.writes.iter().zip(results.iter_mut()) {
+            if r.outcome == Outcome::Failed
+                && r.errno == Some(einval())
+                && let Some(reason) = self.held_by_ancestor(w)
+            {
+                r.outcome = Outcome::Held;
+                r.error = Some(reason);
             }
         }
         let mut report = self.report(pod, PodStatus::Unchanged, None);
-        report.pending = plan.pending;
+        report.pending = plan.pending.clone();
         report.knobs = plan
             .writes
-            .into_iter()
+            .iter()
             .zip(results)
             .map(|(w, r)| {
                 let reason = match r.outcome {
@@ -152,13 +306,23 @@ impl Applier {
                 knob_report(w, r.old, r.outcome, reason)
             })
             .collect();
-        for (container, path) in plan.wmark_high {
-            if let Ok(Some(v)) = read_knob(&path) {
-                report
-                    .read_back
-                    .entry(container)
-                    .or_default()
-                    .insert(knobs::MEMORY_WMARK_HIGH, v);
+        if !plan.wmark_high.is_empty() && !self.no_wmark_high.load(Ordering::Relaxed) {
+            for (container, path) in &plan.wmark_high {
+                match read_knob(path) {
+                    Ok(Some(v)) => {
+                        report
+                            .read_back
+                            .entry(container.clone())
+                            .or_default()
+                            .insert(knobs::MEMORY_WMARK_HIGH, v);
+                    }
+                    // The cgroup exists but the kernel has no such file: not on this node.
+                    Ok(None) if path.parent().is_some_and(Path::is_dir) => {
+                        self.no_wmark_high.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    _ => {}
+                }
             }
         }
         let failed: Vec<String> = report
@@ -176,13 +340,63 @@ impl Applier {
         report
     }
 
-    fn write(&self, dirs: &mut DirCache, w: &PlannedWrite) -> WriteResult {
-        if self
-            .unsupported
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(w.file)
-        {
+    /// For a CFS quota the kernel refused (`EINVAL`): the nearest ancestor cgroup (up to the
+    /// hierarchy root) that sets a quota, when its CPU share (quota / period) is below the one
+    /// we want. cgroup v1 refuses a child quota above its parent's; the BE suppression of
+    /// colocation lowers the BE parent (and any larger child quota under it) to exactly that.
+    fn held_by_ancestor(&self, w: &PlannedWrite) -> Option<String> {
+        let (want, period) = match (self.layout.version, w.file) {
+            (CgroupVersion::V1, "cpu.cfs_quota_us") => {
+                let want: i64 = w.text.trim().parse().ok()?;
+                let period = read_i64(&w.dir.join("cpu.cfs_period_us")).unwrap_or(100_000);
+                (want, period)
+            }
+            (CgroupVersion::V2, "cpu.max") => parse_cpu_max(&w.text)?,
+            _ => return None,
+        };
+        if want < 0 || period <= 0 {
+            return None;
+        }
+        let top = match self.layout.version {
+            CgroupVersion::V1 => self.layout.root.join("cpu"),
+            CgroupVersion::V2 => self.layout.root.clone(),
+        };
+        let mut dir = w.dir.parent();
+        while let Some(d) = dir.filter(|d| d.starts_with(&top) && *d != top) {
+            let (quota, p_period) = match self.layout.version {
+                CgroupVersion::V1 => (
+                    read_i64(&d.join("cpu.cfs_quota_us"))?,
+                    read_i64(&d.join("cpu.cfs_period_us")).unwrap_or(100_000),
+                ),
+                CgroupVersion::V2 => {
+                    let text = read_knob(&d.join("cpu.max")).ok().flatten()?;
+                    parse_cpu_max(&text)?
+                }
+            };
+            if quota >= 0 && p_period > 0 {
+                // want / period > quota / p_period, without rounding.
+                let above = i128::from(want) * i128::from(p_period)
+                    > i128::from(quota) * i128::from(period);
+                return above.then(|| {
+                    format!(
+                        "held by the parent quota: {} is {quota}/{p_period} us, below {want}/{period} us; written when the parent allows it",
+                        d.display()
+                    )
+                });
+            }
+            dir = d.parent();
+        }
+        None
+    }
+
+    fn write(
+        &self,
+        dirs: &mut DirCache,
+        w: &PlannedWrite,
+        kept: &mut Option<KeptKnob>,
+    ) -> WriteResult {
+        if self.is_unsupported(w.file) {
+            *kept = None;
             return WriteResult {
                 outcome: Outcome::Unsupported,
                 old: None,
@@ -190,13 +404,49 @@ impl Applier {
                 errno: None,
             };
         }
-        let r = self
-            .writer
-            .apply(dirs.get(&w.dir), w.file, &w.text, w.expect);
+        // Re-read a kept file (one pread); a stale or failing one is dropped and reopened.
+        let cached = match kept.as_ref().map(KeptKnob::read) {
+            Some(Ok(KeptRead::Value(v))) => Some(v),
+            Some(_) => {
+                *kept = None;
+                None
+            }
+            None => None,
+        };
+        let old = match cached {
+            Some(v) => Ok(v),
+            None => {
+                let dir = dirs.get(&w.dir);
+                let read = dir.open_knob(w.file).map(|o| {
+                    o.map(|(k, v)| {
+                        *kept = k.try_keep();
+                        v
+                    })
+                });
+                CgroupWriter::read_result(dir, w.file, read)
+            }
+        };
+        let r = match old {
+            Ok(old) => {
+                if matches(w.expect, &old) {
+                    // The common resync case: no directory to open, nothing to write.
+                    return WriteResult {
+                        outcome: Outcome::Unchanged,
+                        old: Some(old),
+                        error: None,
+                        errno: None,
+                    };
+                }
+                self.writer
+                    .compare_write(dirs.get(&w.dir), w.file, &w.text, w.expect, old)
+            }
+            Err(r) => r,
+        };
         if r.outcome == Outcome::Unsupported {
+            *kept = None;
             let first = self
                 .unsupported
-                .lock()
+                .write()
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(w.file);
             if first {
@@ -211,22 +461,37 @@ impl Applier {
     }
 }
 
+fn read_i64(p: &Path) -> Option<i64> {
+    read_knob(p).ok().flatten()?.parse().ok()
+}
+
+/// `cpu.max` text -> (quota, period); `max` is -1.
+fn parse_cpu_max(text: &str) -> Option<(i64, i64)> {
+    let mut it = text.split_whitespace();
+    let quota = match it.next()? {
+        "max" => -1,
+        q => q.parse().ok()?,
+    };
+    let period = it.next().map_or(Some(100_000), |p| p.parse().ok())?;
+    Some((quota, period))
+}
+
 fn knob_report(
-    w: PlannedWrite,
+    w: &PlannedWrite,
     old: Option<String>,
     outcome: Outcome,
     reason: Option<Cow<'static, str>>,
 ) -> KnobReport {
     KnobReport {
-        target: w.target,
+        target: w.target.clone(),
         knob: w.knob.name(),
         file: w.file,
         path: KnobPath {
-            dir: w.dir,
+            dir: w.dir.clone(),
             file: w.file,
         },
         old,
-        new: w.text,
+        new: w.text.clone(),
         outcome,
         reason,
     }

@@ -61,6 +61,18 @@ pub struct GlobalArgs {
         global = true
     )]
     pub locality_max_pages_per_second: u64,
+    /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
+    /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see README, CPU QoS).
+    #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
+    pub cpu_idle_fallback: bool,
+    /// Where resctrl is mounted (L3 CAT / MBA class groups); absent or unsupported = off.
+    #[arg(
+        long,
+        env = "KOORD_RESCTRL_ROOT",
+        default_value = "/sys/fs/resctrl",
+        global = true
+    )]
+    pub resctrl_root: PathBuf,
     /// Read and compare, print the plan, write nothing.
     #[arg(long, env = "KOORD_DRY_RUN", global = true)]
     pub dry_run: bool,
@@ -130,6 +142,8 @@ pub struct Config {
     pub dry_run: bool,
     pub log_format: LogFormat,
     pub collectors: crate::collectors::CollectorArgs,
+    pub cpu_idle_fallback: bool,
+    pub resctrl_root: PathBuf,
 }
 
 /// Settings of `run`.
@@ -195,6 +209,8 @@ impl From<&GlobalArgs> for Config {
             dry_run: g.dry_run,
             log_format: g.log_format,
             collectors: g.collectors.clone(),
+            cpu_idle_fallback: g.cpu_idle_fallback,
+            resctrl_root: g.resctrl_root.clone(),
         }
     }
 }
@@ -244,6 +260,11 @@ mod tests {
         let rc = RunConfig::try_from(run).expect("valid");
         assert_eq!(rc.metrics_addr, "0.0.0.0:9316".parse().expect("addr"));
         assert_eq!(rc.resync, Duration::from_secs(60));
+        assert!(
+            !cfg.cpu_idle_fallback,
+            "the cpu.idle fallback is off by default"
+        );
+        assert_eq!(cfg.resctrl_root, PathBuf::from("/sys/fs/resctrl"));
         let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "pod.yaml", "--dry-run"])
             .expect("parses");
         assert!(cli.global.dry_run);

@@ -13,6 +13,7 @@ pub mod colocation;
 pub mod event_sink;
 pub mod events;
 pub mod metrics;
+pub mod nodeqos;
 pub mod numa;
 pub mod once;
 pub mod plan;

@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 #[derive(Clone)]
@@ -22,6 +22,15 @@ pub struct Metrics {
     pub unsupported: IntGaugeVec,
     /// Events by reason and whether they were posted or suppressed as duplicates.
     pub events: IntCounterVec,
+    /// 1 when resctrl (L3 CAT or MBA) is usable at `--resctrl-root`, else 0.
+    pub resctrl_supported: IntGauge,
+    /// resctrl class groups (`koord-LS`, `koord-BE`) created.
+    pub resctrl_groups_created: IntCounter,
+    /// resctrl `schemata` files written.
+    pub resctrl_schemata_writes: IntCounter,
+    /// Tasks moved by resctrl reconciles: `added` to a class group, `removed` back to the
+    /// default group, `gone` (exited while being moved).
+    pub resctrl_tasks: IntCounterVec,
     /// Families that write their own text (the collectors' thousands of per-cgroup series,
     /// kept compact rather than as prometheus metrics), appended by [`Self::render`].
     text_sources: Arc<Mutex<Vec<TextSource>>>,
@@ -74,8 +83,35 @@ impl Metrics {
             &["reason", "result"],
         )
         .expect("valid metric");
+        let resctrl_supported = IntGauge::new(
+            "koord_applier_resctrl_supported",
+            "1 when resctrl L3 CAT or MBA is usable on this node, else 0.",
+        )
+        .expect("valid metric");
+        let resctrl_groups_created = IntCounter::new(
+            "koord_applier_resctrl_groups_created_total",
+            "resctrl class groups created.",
+        )
+        .expect("valid metric");
+        let resctrl_schemata_writes = IntCounter::new(
+            "koord_applier_resctrl_schemata_writes_total",
+            "resctrl schemata files written.",
+        )
+        .expect("valid metric");
+        let resctrl_tasks = IntCounterVec::new(
+            Opts::new(
+                "koord_applier_resctrl_tasks_moved_total",
+                "Tasks moved into (added) or out of (removed) resctrl class groups, or gone.",
+            ),
+            &["direction"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(writes.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(resctrl_supported.clone()),
+            Box::new(resctrl_groups_created.clone()),
+            Box::new(resctrl_schemata_writes.clone()),
+            Box::new(resctrl_tasks.clone()),
             Box::new(reconcile_seconds.clone()),
             Box::new(pods_managed.clone()),
             Box::new(unsupported.clone()),
@@ -90,6 +126,10 @@ impl Metrics {
             pods_managed,
             unsupported,
             events,
+            resctrl_supported,
+            resctrl_groups_created,
+            resctrl_schemata_writes,
+            resctrl_tasks,
             text_sources: Arc::default(),
         }
     }
@@ -147,6 +187,9 @@ mod tests {
         m.events
             .with_label_values(&["MemoryQOSApplied", "posted"])
             .inc();
+        m.resctrl_supported.set(0);
+        m.resctrl_schemata_writes.inc();
+        m.resctrl_tasks.with_label_values(&["added"]).inc_by(2);
         let text = m.render();
         for needle in [
             "koord_applier_cgroup_writes_total{knob=\"memory.min\",outcome=\"written\"} 1",
@@ -154,6 +197,10 @@ mod tests {
             "koord_applier_pods_managed 3",
             "koord_applier_unsupported_knobs{knob=\"memory.wmark_ratio\"} 1",
             "koord_applier_events_total{reason=\"MemoryQOSApplied\",result=\"posted\"} 1",
+            "koord_applier_resctrl_supported 0",
+            "koord_applier_resctrl_groups_created_total 0",
+            "koord_applier_resctrl_schemata_writes_total 1",
+            "koord_applier_resctrl_tasks_moved_total{direction=\"added\"} 2",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

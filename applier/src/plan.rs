@@ -8,7 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use koord_api::{BatchKnobs, ContainerMemoryKnobs, MaxOr, MemoryQosParams, ResolvedQos, knobs};
+use koord_api::{
+    BatchKnobs, ContainerMemoryKnobs, MaxOr, MemoryQosParams, ResolvedCpuQos, ResolvedQos, knobs,
+};
 use serde::Serialize;
 
 use crate::cgroup::layout::{ContainerId, Layout};
@@ -59,6 +61,53 @@ pub struct Plan {
     pub wmark_high: Vec<(String, PathBuf)>,
     /// Containers named in the annotation that have no container ID yet (not started).
     pub pending: Vec<String>,
+}
+
+/// What the node's kernel offers for CPU QoS, detected once at start, plus the operator's
+/// choice of fallback. Pure input of the planner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCaps {
+    /// `cpu.bvt_warp_ns` exists (Alibaba Cloud Linux group identity).
+    pub bvt_warp_ns: bool,
+    /// `--cpu-idle-fallback`: without group identity, BE pods get `cpu.idle = 1`.
+    pub cpu_idle_fallback: bool,
+}
+
+impl Default for NodeCaps {
+    /// Not detected: plan group identity, so a kernel without it reports it unsupported.
+    fn default() -> Self {
+        Self {
+            bvt_warp_ns: true,
+            cpu_idle_fallback: false,
+        }
+    }
+}
+
+impl NodeCaps {
+    /// Whether the `cpu.idle` fallback replaces group identity on this node.
+    pub fn uses_cpu_idle(self) -> bool {
+        !self.bvt_warp_ns && self.cpu_idle_fallback
+    }
+}
+
+/// The group identity a pod's cgroups get: the resolved value, 0 when disabled.
+pub fn group_identity(c: &ResolvedCpuQos) -> i64 {
+    if c.enabled { c.group_identity } else { 0 }
+}
+
+/// The `cpu.idle` fallback value: 1 for BE (group identity -1), else 0.
+pub fn cpu_idle_value(c: &ResolvedCpuQos) -> i64 {
+    i64::from(group_identity(c) == -1)
+}
+
+/// A QoS-class parent (`kubepods/besteffort`, `kubepods/burstable`) gets the group identity
+/// all the annotated pods below it agree on, else (none, or a disagreement) 0. The applier
+/// holds no policy, so the value is derived from the pods rather than from a class table.
+pub fn parent_group_identity(values: impl IntoIterator<Item = i64>) -> i64 {
+    let mut it = values.into_iter();
+    let Some(first) = it.next() else { return 0 };
+    if it.all(|v| v == first) { first } else { 0 }
 }
 
 /// Why a pod is not applied. The text names the field and the bound.
@@ -275,6 +324,10 @@ pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
         in_range(field, v, 0, i64::MAX)?;
         not_above(field, v, pod_request, "the pod's memory request")?;
     }
+    if let Some(c) = &q.cpu_qos {
+        let (lo, hi) = ResolvedCpuQos::GROUP_IDENTITY_RANGE;
+        in_range("cpuQOS.groupIdentity", c.group_identity, lo, hi)?;
+    }
     if let Some(batch) = &q.batch {
         if !pod.containers.iter().any(ContainerView::has_batch) {
             return Err(refuse(
@@ -384,9 +437,40 @@ fn batch_values(b: &BatchKnobs) -> [(Knob, Value); 3] {
     ]
 }
 
+/// The CPU QoS writes of one cgroup. Group identity goes to the pod and every container;
+/// the `cpu.idle` fallback only to the pod (SCHED_IDLE applies to the group among its siblings,
+/// so the pod being idle makes everything below it idle).
+fn cpu_qos_values(c: &ResolvedCpuQos, caps: NodeCaps, is_pod: bool) -> Vec<(Knob, Value)> {
+    if caps.uses_cpu_idle() {
+        if is_pod {
+            vec![(Knob::CpuIdle, Value::Int(cpu_idle_value(c)))]
+        } else {
+            Vec::new()
+        }
+    } else {
+        vec![(Knob::CpuBvtWarpNs, Value::Int(group_identity(c)))]
+    }
+}
+
+/// Whether the plan makes the pod cgroup SCHED_IDLE: the kernel then refuses `cpu.shares` on it
+/// (EINVAL) and ignores its weight, so the pod-level `cpu.shares` is not planned.
+fn pod_is_idle(q: &ResolvedQos, caps: NodeCaps) -> bool {
+    caps.uses_cpu_idle() && q.cpu_qos.as_ref().is_some_and(|c| cpu_idle_value(c) == 1)
+}
+
+/// [`build_with`] for a node whose capabilities were not detected ([`NodeCaps::default`]).
+pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
+    build_with(q, pod, layout, NodeCaps::default())
+}
+
 /// Builds the writes without judging the values (see [`validate`]); fails only when a path
 /// cannot be built safely (a forged UID or container ID).
-pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
+pub fn build_with(
+    q: &ResolvedQos,
+    pod: &PodView,
+    layout: &Layout,
+    caps: NodeCaps,
+) -> Result<Plan, Refused> {
     let pod_rel = layout
         .pod_dir(&pod.uid, pod.kube_qos)
         .map_err(|e| refuse(e.to_string()))?;
@@ -417,8 +501,19 @@ pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Re
     for (knob, value) in pod_memory {
         push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
     }
+    // `cpu.idle` before `cpu.shares`: leaving idle (1 -> 0) must precede the shares write,
+    // and entering idle drops the shares write altogether (see [`pod_is_idle`]).
+    if let Some(c) = &q.cpu_qos {
+        for (knob, value) in cpu_qos_values(c, caps, true) {
+            push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
+        }
+    }
     if let Some(batch) = &q.batch {
+        let idle = pod_is_idle(q, caps);
         for (knob, value) in batch_values(&batch.pod) {
+            if idle && knob == Knob::CpuShares {
+                continue;
+            }
             push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
         }
     }
@@ -430,6 +525,16 @@ pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Re
                 .keys()
                 .filter(|n| !mq.containers.contains_key(*n)),
         );
+    }
+    if q.cpu_qos.is_some() && !caps.uses_cpu_idle() {
+        // Group identity goes to every container of the spec, annotated or not.
+        let extra: Vec<&String> = pod
+            .containers
+            .iter()
+            .map(|c| &c.name)
+            .filter(|n| !names.contains(n))
+            .collect();
+        names.extend(extra);
     }
     for name in names {
         let Some(raw_id) = pod.container(name).and_then(|c| c.container_id.as_deref()) else {
@@ -470,6 +575,11 @@ pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Re
                 push(&mut plan, v, &target, &dirs, knob, value);
             }
         }
+        if let Some(c) = &q.cpu_qos {
+            for (knob, value) in cpu_qos_values(c, caps, false) {
+                push(&mut plan, v, &target, &dirs, knob, value);
+            }
+        }
     }
     Ok(plan)
 }
@@ -478,6 +588,17 @@ pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Re
 pub fn plan(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
     validate(q, pod)?;
     build(q, pod, layout)
+}
+
+/// [`validate`] then [`build_with`].
+pub fn plan_with(
+    q: &ResolvedQos,
+    pod: &PodView,
+    layout: &Layout,
+    caps: NodeCaps,
+) -> Result<Plan, Refused> {
+    validate(q, pod)?;
+    build_with(q, pod, layout, caps)
 }
 
 #[cfg(test)]

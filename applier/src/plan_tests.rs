@@ -332,3 +332,184 @@ fn containers_without_ids_are_pending_and_bad_ids_refused() {
     v.uid = "../../x".into();
     assert!(plan(&q, &v, &layout).is_err());
 }
+
+fn with_cpu(json: &str, enabled: bool, gi: i64) -> (ResolvedQos, PodView) {
+    let (mut q, v) = view(json);
+    q.cpu_qos = Some(ResolvedCpuQos {
+        enabled,
+        group_identity: gi,
+        source: koord_api::DecisionSource::ClusterConfig,
+    });
+    (q, v)
+}
+
+fn cpu_writes(p: &Plan) -> Vec<(String, &'static str, String)> {
+    p.writes
+        .iter()
+        .filter(|w| matches!(w.knob, Knob::CpuBvtWarpNs | Knob::CpuIdle))
+        .map(|w| (w.target.to_string(), w.file, w.text.clone()))
+        .collect()
+}
+
+#[test]
+fn group_identity_range_is_checked_naming_the_field() {
+    for gi in -1..=2 {
+        let (q, v) = with_cpu(LS, true, gi);
+        validate(&q, &v).unwrap_or_else(|e| panic!("{gi} is valid: {e}"));
+    }
+    for (gi, want) in [
+        (3, "cpuQOS.groupIdentity = 3 is outside -1..=2"),
+        (-2, "cpuQOS.groupIdentity = -2 is outside -1..=2"),
+        (
+            i64::MAX,
+            "cpuQOS.groupIdentity = 9223372036854775807 is outside -1..=2",
+        ),
+    ] {
+        // Even a disabled section is refused: the value is forged either way.
+        for enabled in [true, false] {
+            let (q, v) = with_cpu(LS, enabled, gi);
+            assert_eq!(validate(&q, &v).map_err(|e| e.reason), Err(want.to_owned()));
+        }
+    }
+}
+
+#[test]
+fn group_identity_values_and_defaults_table() {
+    let l = Layout::new("/cg", CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    let bvt = NodeCaps::default();
+    assert_eq!(
+        bvt,
+        NodeCaps {
+            bvt_warp_ns: true,
+            cpu_idle_fallback: false
+        },
+        "undetected: plan group identity, the fallback is off"
+    );
+    // (enabled, resolved group identity) -> the value every cgroup of the pod gets.
+    for (enabled, gi, want) in [
+        (true, 2, "2"),
+        (true, 1, "1"),
+        (true, 0, "0"),
+        (true, -1, "-1"),
+        (false, 2, "0"),
+        (false, -1, "0"),
+    ] {
+        let (q, v) = with_cpu(LS, enabled, gi);
+        let p = plan_with(&q, &v, &l, bvt).expect("plan");
+        let got = cpu_writes(&p);
+        let want_rows: Vec<(String, &str, String)> = ["pod", "exporter", "redis"]
+            .iter()
+            .map(|t| ((*t).to_owned(), "cpu.bvt_warp_ns", want.to_owned()))
+            .collect();
+        assert_eq!(got, want_rows, "enabled={enabled} gi={gi}");
+        for w in p.writes.iter().filter(|w| w.knob == Knob::CpuBvtWarpNs) {
+            assert!(w.dir.starts_with("/cg/cpu/kubepods"), "{}", w.dir.display());
+        }
+    }
+    // No cpuQOS section: no CPU QoS writes at all.
+    let (q, v) = view(LS);
+    assert!(cpu_writes(&plan_with(&q, &v, &l, bvt).expect("plan")).is_empty());
+}
+
+#[test]
+fn cpu_idle_fallback_table() {
+    let l = Layout::new("/cg", CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    let mainline = |fallback| NodeCaps {
+        bvt_warp_ns: false,
+        cpu_idle_fallback: fallback,
+    };
+    let with_fallback_on_alibaba = NodeCaps {
+        bvt_warp_ns: true,
+        cpu_idle_fallback: true,
+    };
+    // (fixture, group identity, caps) -> CPU QoS writes; pod cpu.shares planned?
+    type Row = (
+        &'static str,
+        i64,
+        NodeCaps,
+        Vec<(&'static str, &'static str, &'static str)>,
+        bool,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            BE,
+            -1,
+            mainline(true),
+            vec![("pod", "cpu.idle", "1")],
+            false,
+        ),
+        (BE, 0, mainline(true), vec![("pod", "cpu.idle", "0")], true),
+        (LS, 2, mainline(true), vec![("pod", "cpu.idle", "0")], false),
+        // Fallback off: group identity is planned and the kernel reports it unsupported.
+        (
+            BE,
+            -1,
+            mainline(false),
+            vec![
+                ("pod", "cpu.bvt_warp_ns", "-1"),
+                ("ffmpeg", "cpu.bvt_warp_ns", "-1"),
+                ("uploader", "cpu.bvt_warp_ns", "-1"),
+            ],
+            true,
+        ),
+        // Group identity present: the fallback is not used.
+        (
+            BE,
+            -1,
+            with_fallback_on_alibaba,
+            vec![
+                ("pod", "cpu.bvt_warp_ns", "-1"),
+                ("ffmpeg", "cpu.bvt_warp_ns", "-1"),
+                ("uploader", "cpu.bvt_warp_ns", "-1"),
+            ],
+            true,
+        ),
+    ];
+    for (fixture, gi, caps, want, pod_shares) in rows {
+        let (q, v) = with_cpu(fixture, true, gi);
+        let p = plan_with(&q, &v, &l, caps).expect("plan");
+        let want: Vec<(String, &str, String)> = want
+            .into_iter()
+            .map(|(t, f, x)| (t.to_owned(), f, x.to_owned()))
+            .collect();
+        assert_eq!(cpu_writes(&p), want, "gi={gi} {caps:?}");
+        let shares = p
+            .writes
+            .iter()
+            .any(|w| w.target == Target::Pod && w.knob == Knob::CpuShares);
+        assert_eq!(
+            shares, pod_shares,
+            "pod cpu.shares planned, gi={gi} {caps:?}"
+        );
+        // cpu.idle comes before the pod's cpu.shares (1 -> 0 must precede the shares write).
+        let pos = |k| {
+            p.writes
+                .iter()
+                .position(|w| w.target == Target::Pod && w.knob == k)
+        };
+        if let (Some(i), Some(s)) = (pos(Knob::CpuIdle), pos(Knob::CpuShares)) {
+            assert!(i < s, "cpu.idle before cpu.shares");
+        }
+        // Container batch shares stay: only the idle cgroup itself locks its shares.
+        if fixture == BE {
+            assert!(p.writes.iter().any(
+                |w| w.target == Target::Container("ffmpeg".into()) && w.knob == Knob::CpuShares
+            ));
+        }
+    }
+}
+
+#[test]
+fn parent_group_identity_table() {
+    for (votes, want) in [
+        (vec![], 0),
+        (vec![2], 2),
+        (vec![2, 2, 2], 2),
+        (vec![-1, -1], -1),
+        (vec![2, -1], 0),
+        (vec![0, 2], 0),
+        (vec![1], 1),
+    ] {
+        assert_eq!(parent_group_identity(votes.clone()), want, "{votes:?}");
+    }
+}

@@ -63,6 +63,8 @@ pub fn reconcile(applier: &Applier, pod: &Pod) -> Option<PodEvent> {
 /// Everything the watch loop needs.
 pub struct Watch {
     pub applier: Arc<Applier>,
+    /// QoS-class parents and resctrl groups, reconciled after each resync's pod passes.
+    pub node_qos: Option<Arc<crate::nodeqos::NodeQos>>,
     pub events: mpsc::Sender<SinkMsg>,
     pub resync: Duration,
     pub ready: Arc<AtomicBool>,
@@ -83,6 +85,23 @@ impl Watch {
             // A full queue means the API server is slow: drop rather than stall reconciling.
             let _ = self.events.try_send(SinkMsg::Event(ev));
         }
+    }
+
+    /// The node-level pass over every active pod (parents' group identity, resctrl groups).
+    async fn resync_node(&self, pods: Vec<Arc<Pod>>) {
+        let Some(node) = self.node_qos.clone() else {
+            return;
+        };
+        let _ = tokio::task::spawn_blocking(move || {
+            let views: Vec<PodView> = pods
+                .iter()
+                .filter(|p| is_active(p) && has_annotation(p))
+                .filter_map(|p| PodView::from_pod(p).ok())
+                .collect();
+            let r = node.resync(&views);
+            tracing::debug!(report = ?r, "node qos resync");
+        })
+        .await;
     }
 
     fn count_managed(&self, store: &Store<Pod>) {
@@ -135,6 +154,7 @@ impl Watch {
                         Ok(watcher::Event::Delete(pod)) => {
                             if let Some(uid) = pod.metadata.uid.clone() {
                                 known.remove(&uid);
+                                self.applier.forget(&uid);
                                 let _ = self.events.try_send(SinkMsg::Forget(uid));
                             }
                             self.count_managed(&store);
@@ -143,11 +163,14 @@ impl Watch {
                             // Pods deleted while the watch was down: forget them too.
                             let live: HashSet<String> = store.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
                             for gone in known.difference(&live) {
+                                self.applier.forget(gone);
                                 let _ = self.events.try_send(SinkMsg::Forget(gone.clone()));
                             }
                             known = live;
                             self.count_managed(&store);
                             self.ready.store(true, Ordering::Relaxed);
+                            // Every listed pod was applied as it arrived: the node level now.
+                            self.resync_node(store.state()).await;
                         }
                         Ok(watcher::Event::Init) => {}
                         Err(e) => tracing::warn!(error = %e, "pod watch error; retrying with backoff"),
@@ -157,6 +180,7 @@ impl Watch {
                     if self.ready.load(Ordering::Relaxed) {
                         self.count_managed(&store);
                         self.apply_pods(store.state()).await;
+                        self.resync_node(store.state()).await;
                     }
                 }
             }

@@ -65,6 +65,9 @@ pub struct PodReport {
     /// The memory locality pass (`once` only; `run` reports it as Events).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locality: Option<crate::numa::report::LocalityReport>,
+    /// The resctrl pass (`once` only; `run` does it per resync for the whole node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resctrl: Option<crate::resctrl::ResctrlReport>,
 }
 
 impl PodReport {

@@ -37,8 +37,31 @@ pub enum RunError {
 
 /// `koord-applier once`.
 pub fn once_command(config: &Config, file: &Path) -> Result<PodReport, RunError> {
-    let applier = Applier::new(config.layout()?, config.dry_run, None);
+    let layout = config.layout()?;
+    let caps = crate::nodeqos::detect_caps(&layout, config.cpu_idle_fallback);
+    let applier = Applier::new(layout, config.dry_run, None).with_caps(caps);
     let mut report = once(&applier, file)?;
+    if let Some(support) = crate::nodeqos::detect_resctrl(&config.resctrl_root, None) {
+        let node = crate::nodeqos::NodeQos::new(
+            applier.layout().clone(),
+            config.dry_run,
+            caps,
+            Some((config.resctrl_root.clone(), support)),
+            None,
+        );
+        let pod = crate::once::read_pod(file)?;
+        if let Ok(view) = crate::podview::PodView::from_pod(&pod) {
+            let r = node.once(&view);
+            report.resctrl = r.resctrl;
+            if let Some(e) = r.resctrl_error {
+                report.status = PodStatus::Failed;
+                report.reason = Some(match report.reason.take() {
+                    Some(prev) => format!("{prev}; resctrl: {e}"),
+                    None => format!("resctrl: {e}"),
+                });
+            }
+        }
+    }
     if !config.dry_run {
         report.locality = crate::numa::locality::once_locality(
             applier.layout().clone(),
@@ -82,7 +105,18 @@ pub async fn run_with_client(
         &config.collectors,
         store.clone(),
     )?;
-    let applier = Arc::new(Applier::new(layout, config.dry_run, Some(metrics.clone())));
+    let caps = crate::nodeqos::detect_caps(&layout, config.cpu_idle_fallback);
+    let resctrl = crate::nodeqos::detect_resctrl(&config.resctrl_root, Some(&metrics))
+        .map(|s| (config.resctrl_root.clone(), s));
+    let node_qos = Arc::new(crate::nodeqos::NodeQos::new(
+        layout.clone(),
+        config.dry_run,
+        caps,
+        resctrl,
+        Some(metrics.clone()),
+    ));
+    let applier =
+        Arc::new(Applier::new(layout, config.dry_run, Some(metrics.clone())).with_caps(caps));
     let ready = Arc::new(AtomicBool::new(false));
     let listener = server::bind(run.metrics_addr)
         .await
@@ -131,6 +165,7 @@ pub async fn run_with_client(
     ));
     let watch = Watch {
         applier,
+        node_qos: Some(node_qos),
         events: tx,
         resync: run.resync,
         ready,

@@ -30,7 +30,16 @@ pub enum Knob {
     CpuShares,
     CpuCfsQuotaUs,
     MemoryLimitInBytes,
+    /// Alibaba group identity (`cpu.bvt_warp_ns`, -1..=2); the same name on v1 and v2.
+    CpuBvtWarpNs,
+    /// Mainline SCHED_IDLE cgroups (`cpu.idle`, 0/1, Linux 5.15+); the same name on v1 and v2.
+    CpuIdle,
 }
+
+/// `cpu.bvt_warp_ns` (kernel-interfaces 6.2).
+pub const CPU_BVT_WARP_NS: &str = "cpu.bvt_warp_ns";
+/// `cpu.idle` (kernel-interfaces 6.3).
+pub const CPU_IDLE: &str = "cpu.idle";
 
 impl Knob {
     /// The contract (cgroup v1) name.
@@ -48,12 +57,16 @@ impl Knob {
             Knob::CpuShares => knobs::CPU_SHARES,
             Knob::CpuCfsQuotaUs => knobs::CPU_CFS_QUOTA_US,
             Knob::MemoryLimitInBytes => knobs::MEMORY_LIMIT_IN_BYTES,
+            Knob::CpuBvtWarpNs => CPU_BVT_WARP_NS,
+            Knob::CpuIdle => CPU_IDLE,
         }
     }
 
     pub fn controller(self) -> Controller {
         match self {
-            Knob::CpuShares | Knob::CpuCfsQuotaUs => Controller::Cpu,
+            Knob::CpuShares | Knob::CpuCfsQuotaUs | Knob::CpuBvtWarpNs | Knob::CpuIdle => {
+                Controller::Cpu
+            }
             _ => Controller::Memory,
         }
     }
@@ -271,6 +284,22 @@ mod tests {
                 "-25",
             ),
             (V1, Knob::OomGroup, Value::Int(1), "memory.oom.group", "1"),
+            (
+                V1,
+                Knob::CpuBvtWarpNs,
+                Value::Int(-1),
+                "cpu.bvt_warp_ns",
+                "-1",
+            ),
+            (
+                V2,
+                Knob::CpuBvtWarpNs,
+                Value::Int(2),
+                "cpu.bvt_warp_ns",
+                "2",
+            ),
+            (V1, Knob::CpuIdle, Value::Int(1), "cpu.idle", "1"),
+            (V2, Knob::CpuIdle, Value::Int(0), "cpu.idle", "0"),
         ];
         for (v, knob, value, file, text) in cases {
             let t = translate(v, knob, value);

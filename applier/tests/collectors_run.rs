@@ -54,6 +54,9 @@ async fn run_exposes_psi_and_drops_deleted_pods() {
         locality: Default::default(),
         dry_run: false,
         log_format: LogFormat::Text,
+        cpu_idle_fallback: false,
+        // Never the host's /sys/fs/resctrl in tests.
+        resctrl_root: tmp.path().join("no-resctrl"),
         collectors: CollectorArgs {
             feature_gates: "PSICollector=true".into(),
             psi_collector_interval_seconds: 1,

@@ -36,6 +36,9 @@ async fn watches_node_pods_applies_and_posts_event() {
         collectors: Default::default(),
         dry_run: false,
         log_format: LogFormat::Text,
+        cpu_idle_fallback: false,
+        // Never the host's /sys/fs/resctrl in tests.
+        resctrl_root: tmp.path().join("no-resctrl"),
     };
     let run = RunConfig {
         node_name: "node-1".into(),

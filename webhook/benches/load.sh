@@ -15,6 +15,10 @@ CONNS=${CONNS:-16}
 # thread takes a core-share from the server and measures the generator, not the webhook.
 THREADS=${THREADS:-1}
 ROUNDS=${ROUNDS:-1}
+# PIN=1: server on CPU 1, wrk on CPU 0 (the reference's "pinned" rows: one core's worth of
+# server, the generator never steals from it). Default: unpinned, both share both cores.
+PIN=${PIN:-0}
+if [ "$PIN" = 1 ]; then SERVER_CPU=(taskset -c 1); WRK_CPU=(taskset -c 0); else SERVER_CPU=(); WRK_CPU=(); fi
 FIXTURE=${FIXTURE:-webhook/tests/fixtures/pod-create.json}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk" >&2; exit 1; }
 
@@ -62,7 +66,7 @@ run_one() {
   [ "$mode" = "new-conn" ] && close=1
   local before after out
   before=$(cpu_ticks "$pid")
-  out=$(WRK_CLOSE=$close wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/post.lua" \
+  out=$(WRK_CLOSE=$close "${WRK_CPU[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/post.lua" \
     "https://127.0.0.1:$port/mutate-pod")
   after=$(cpu_ticks "$pid")
   local rps p50 p99 total non2xx sockerr hwm
@@ -82,16 +86,16 @@ run_one() {
 
 start_server() { # start_server NAME PORT -> PID in $STARTED
   case $1 in
-    webhook) RUST_LOG=warn "$BIN" serve --standalone --listen "127.0.0.1:$2" \
+    webhook) RUST_LOG=warn "${SERVER_CPU[@]}" "$BIN" serve --standalone --listen "127.0.0.1:$2" \
                --metrics-listen "127.0.0.1:$(( $2 + 1 ))" --log-level warn 2>"$WORK/$1.err" & ;;
-    floor)   "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
+    floor)   "${SERVER_CPU[@]}" "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
   esac
   STARTED=$!
   PIDS+=("$STARTED")
   wait_port "$2"
 }
 
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, fixture $(wc -c < "$WORK/review.json") bytes, $(nproc) cores shared by server and wrk"
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, fixture $(wc -c < "$WORK/review.json") bytes, $(nproc) cores, pinned=$PIN"
 echo
 echo "| server     | mode      |     req/s | p50 ms | p99 ms | CPU us/req | RSS MiB | errors   | requests |"
 echo "|------------|-----------|-----------|--------|--------|------------|---------|----------|----------|"

@@ -154,6 +154,26 @@ impl Layout {
         Ok(p)
     }
 
+    /// The kubelet's `kubepods` cgroup, relative to the hierarchy root.
+    pub fn kubepods_dir(&self) -> PathBuf {
+        PathBuf::from(match self.driver {
+            CgroupDriver::Cgroupfs => "kubepods",
+            CgroupDriver::Systemd => "kubepods.slice",
+        })
+    }
+
+    /// The QoS-class parent of Burstable and BestEffort pods (`kubepods/burstable`); `None`
+    /// for Guaranteed, whose pods sit directly under `kubepods`.
+    pub fn qos_dir(&self, qos: KubeQos) -> Option<PathBuf> {
+        let parent = qos.parent()?;
+        let mut p = self.kubepods_dir();
+        match self.driver {
+            CgroupDriver::Cgroupfs => p.push(parent),
+            CgroupDriver::Systemd => p.push(format!("kubepods-{parent}.slice")),
+        }
+        Some(p)
+    }
+
     /// The container directory name below its pod directory.
     pub fn container_leaf(&self, id: &ContainerId) -> String {
         let id_str = id.id();

@@ -3,7 +3,8 @@
 use std::io::ErrorKind;
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -25,6 +26,9 @@ pub enum Outcome {
     Missing,
     /// Not attempted: the pod was refused.
     Refused,
+    /// The kernel refused the write of a CFS quota (`EINVAL`) because an ancestor's quota is
+    /// lower (BE suppression on the BE parent): not a failure; written once the ancestor allows.
+    Held,
     /// The kernel refused the read or the write.
     Failed,
 }
@@ -37,6 +41,7 @@ impl Outcome {
             Outcome::Unsupported => "unsupported",
             Outcome::Missing => "missing",
             Outcome::Refused => "refused",
+            Outcome::Held => "held",
             Outcome::Failed => "failed",
         }
     }
@@ -83,6 +88,108 @@ pub struct CgroupDir {
     path: Arc<Path>,
     /// `None` when the directory does not exist (pod not created yet, or gone).
     fd: Option<OwnedFd>,
+    /// The directory is on cgroupfs (v1 or v2), where a removed file answers `ENODEV`.
+    cgroupfs: bool,
+}
+
+/// `statfs(2)` magics of cgroup v1 and v2 mounts (`linux/magic.h`).
+const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
+const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+
+/// A knob file kept open between passes and re-read with one `pread` at offset 0 instead of
+/// `openat` + `read` + `close`. cgroupfs produces the current value on every read from offset 0.
+/// A kept file can go stale when its cgroup is removed (container restart, pod deleted):
+/// cgroupfs then answers `ENODEV`; on other filesystems (the test trees) an `fstat` that shows
+/// no link left tells. Either way [`KeptKnob::read`] says `Stale` and the caller reopens.
+#[derive(Debug)]
+pub struct KeptKnob {
+    fd: OwnedFd,
+    cgroupfs: bool,
+}
+
+/// What re-reading a kept knob gave.
+#[derive(Debug)]
+pub enum KeptRead {
+    Value(String),
+    /// The file is gone or was replaced: drop it and open the path again.
+    Stale,
+}
+
+/// How many knob files are kept open, and how many may be (`RLIMIT_NOFILE` minus headroom).
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+static KEPT_MAX: OnceLock<usize> = OnceLock::new();
+
+/// The soft `RLIMIT_NOFILE` from `/proc/self/limits` (no `unsafe`), 1024 when unreadable.
+fn nofile_soft_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+        })
+        .and_then(|v| {
+            if v == "unlimited" {
+                Some(usize::MAX)
+            } else {
+                v.parse().ok()
+            }
+        })
+        .unwrap_or(1024)
+}
+
+/// Fds the applier may keep open: leave 1024 (or half of a small limit) for everything else.
+fn kept_max() -> usize {
+    *KEPT_MAX.get_or_init(|| {
+        let soft = nofile_soft_limit();
+        if soft > 2048 { soft - 1024 } else { soft / 2 }
+    })
+}
+
+impl KeptKnob {
+    /// Keeps `self` open if the fd budget allows; otherwise it is closed (read the next pass
+    /// the old way).
+    pub fn try_keep(self) -> Option<Self> {
+        let max = kept_max();
+        KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| self)
+    }
+
+    /// Re-reads the current value (one `pread`; plus one `fstat` off cgroupfs).
+    pub fn read(&self) -> std::io::Result<KeptRead> {
+        match pread_fd(&self.fd) {
+            Ok(v) => {
+                if !self.cgroupfs && rustix::fs::fstat(&self.fd).map_err(io_err)?.st_nlink == 0 {
+                    return Ok(KeptRead::Stale);
+                }
+                Ok(KeptRead::Value(v))
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENODEV | libc::ESTALE | libc::ENOENT)
+                ) =>
+            {
+                Ok(KeptRead::Stale)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for KeptKnob {
+    fn drop(&mut self) {
+        // Only kept knobs were counted; an unkept one never reaches a cache.
+        let _ = KEPT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// The number of knob files kept open now (all appliers of the process).
+pub fn kept_knobs() -> usize {
+    KEPT.load(Ordering::Relaxed)
 }
 
 fn io_err(e: rustix::io::Errno) -> std::io::Error {
@@ -104,6 +211,30 @@ fn read_fd(fd: &OwnedFd) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&out).trim().to_owned())
 }
 
+/// Like [`read_fd`] with `pread` from offset 0: the same fd reads the current value again.
+fn pread_fd(fd: &OwnedFd) -> std::io::Result<String> {
+    let mut buf = [0u8; 128];
+    let n = rustix::io::pread(fd, &mut buf, 0).map_err(io_err)?;
+    if n < buf.len() {
+        return Ok(trimmed(&buf[..n]));
+    }
+    let mut out = buf.to_vec();
+    loop {
+        let n = rustix::io::pread(fd, &mut buf, out.len() as u64).map_err(io_err)?;
+        out.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            return Ok(trimmed(&out));
+        }
+    }
+}
+
+fn trimmed(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(s) => s.trim().to_owned(),
+        Err(_) => String::from_utf8_lossy(b).trim().to_owned(),
+    }
+}
+
 impl CgroupDir {
     pub fn open(path: Arc<Path>) -> Self {
         let fd = rustix::fs::open(
@@ -112,7 +243,35 @@ impl CgroupDir {
             Mode::empty(),
         )
         .ok();
-        Self { path, fd }
+        let cgroupfs = fd.as_ref().is_some_and(|fd| {
+            rustix::fs::fstatfs(fd).is_ok_and(|st| {
+                // f_type's integer width differs between architectures; magics fit in 32 bits.
+                #[allow(clippy::unnecessary_cast)]
+                let magic = st.f_type as u64;
+                magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC
+            })
+        });
+        Self { path, fd, cgroupfs }
+    }
+
+    /// Opens `file` to keep it (see [`KeptKnob`]) and reads it once; `Ok(None)` when it does
+    /// not exist. The caller decides whether to keep it ([`KeptKnob::try_keep`]).
+    pub fn open_knob(&self, file: &str) -> std::io::Result<Option<(KeptKnob, String)>> {
+        let Some(dir) = &self.fd else { return Ok(None) };
+        match rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => {
+                let v = pread_fd(&fd)?;
+                Ok(Some((
+                    KeptKnob {
+                        fd,
+                        cgroupfs: self.cgroupfs,
+                    },
+                    v,
+                )))
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(e)),
+        }
     }
 
     pub fn path(&self) -> &Arc<Path> {
@@ -172,34 +331,53 @@ impl CgroupWriter {
 
     /// Writes `text` to `dir/file` unless the file already holds `expect`.
     pub fn apply(&self, dir: &CgroupDir, file: &str, text: &str, expect: Expect) -> WriteResult {
+        match Self::read_result(dir, file, dir.read(file)) {
+            Ok(old) => self.compare_write(dir, file, text, expect, old),
+            Err(r) => r,
+        }
+    }
+
+    /// The outcome of reading `dir/file`: the value, or why there is none (`Unsupported`,
+    /// `Missing`, `Failed`).
+    pub fn read_result(
+        dir: &CgroupDir,
+        file: &str,
+        read: std::io::Result<Option<String>>,
+    ) -> Result<String, WriteResult> {
         let shown = || dir.path().join(file).display().to_string();
-        let old = match dir.read(file) {
-            Ok(Some(old)) => old,
-            Ok(None) if dir.exists() => {
-                return WriteResult::of(
-                    Outcome::Unsupported,
-                    None,
-                    Some(format!("{} does not exist", shown())),
-                    None,
-                );
-            }
-            Ok(None) => {
-                return WriteResult::of(
-                    Outcome::Missing,
-                    None,
-                    Some(format!("{} does not exist", dir.path().display())),
-                    None,
-                );
-            }
-            Err(e) => {
-                return WriteResult::of(
-                    Outcome::Failed,
-                    None,
-                    Some(format!("read {}: {e}", shown())),
-                    e.raw_os_error(),
-                );
-            }
-        };
+        Err(match read {
+            Ok(Some(old)) => return Ok(old),
+            Ok(None) if dir.exists() => WriteResult::of(
+                Outcome::Unsupported,
+                None,
+                Some(format!("{} does not exist", shown())),
+                None,
+            ),
+            Ok(None) => WriteResult::of(
+                Outcome::Missing,
+                None,
+                Some(format!("{} does not exist", dir.path().display())),
+                None,
+            ),
+            Err(e) => WriteResult::of(
+                Outcome::Failed,
+                None,
+                Some(format!("read {}: {e}", shown())),
+                e.raw_os_error(),
+            ),
+        })
+    }
+
+    /// Compares the value read (`old`) with `expect` and writes `text` when they differ.
+    pub fn compare_write(
+        &self,
+        dir: &CgroupDir,
+        file: &str,
+        text: &str,
+        expect: Expect,
+        old: String,
+    ) -> WriteResult {
+        let shown = || dir.path().join(file).display().to_string();
         if matches(expect, &old) {
             return WriteResult::of(Outcome::Unchanged, Some(old), None, None);
         }
@@ -266,6 +444,31 @@ mod tests {
         std::fs::write(dir.path().join("f"), format!("{long}\n")).expect("seed");
         assert_eq!(open(dir.path()).read("f").expect("read"), Some(long));
         assert_eq!(open(dir.path()).read("none").expect("read"), None);
+    }
+
+    #[test]
+    fn kept_knob_rereads_and_detects_a_replaced_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().join("cg");
+        std::fs::create_dir(&d).expect("mkdir");
+        std::fs::write(d.join("cpu.weight"), "100\n").expect("seed");
+        let (k, v) = open(&d)
+            .open_knob("cpu.weight")
+            .expect("open")
+            .expect("exists");
+        assert_eq!(v, "100");
+        // Written behind our back (same file): the kept fd sees the new value.
+        std::fs::write(d.join("cpu.weight"), "7\n").expect("drift");
+        assert!(matches!(k.read(), Ok(KeptRead::Value(v)) if v == "7"));
+        // The directory replaced (container restarted): stale, never the old value.
+        std::fs::remove_dir_all(&d).expect("rm");
+        std::fs::create_dir(&d).expect("mkdir again");
+        std::fs::write(d.join("cpu.weight"), "100\n").expect("seed again");
+        assert!(matches!(k.read(), Ok(KeptRead::Stale)));
+        assert_eq!(
+            open(&d).open_knob("none").expect("open").map(|(_, v)| v),
+            None
+        );
     }
 
     #[test]

@@ -122,7 +122,8 @@ pub struct PodResctrl {
 }
 
 /// What one pass did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResctrlReport {
     pub groups_created: usize,
     pub schemata_written: usize,
@@ -182,6 +183,17 @@ pub fn reconcile(
     support: &ResctrlSupport,
     pods: &[PodResctrl],
 ) -> Result<ResctrlReport, ResctrlError> {
+    reconcile_with(root, support, pods, true)
+}
+
+/// [`reconcile`]; with `evict_others` false, tasks already in a group that are not in `pods`
+/// stay where they are (`once` sees one pod, not the node).
+pub fn reconcile_with(
+    root: &Path,
+    support: &ResctrlSupport,
+    pods: &[PodResctrl],
+    evict_others: bool,
+) -> Result<ResctrlReport, ResctrlError> {
     let mut report = ResctrlReport::default();
     let mut by_group: BTreeMap<ClassGroup, Vec<&PodResctrl>> = BTreeMap::new();
     for p in pods.iter().filter(|p| p.qos.enabled) {
@@ -228,7 +240,8 @@ pub fn reconcile(
         }
         // Tasks of deleted pods (or pods whose partition was disabled) go back to the default group.
         let root_tasks = root.join("tasks");
-        for pid in current.difference(&wanted) {
+        let stale = current.difference(&wanted).filter(|_| evict_others);
+        for pid in stale {
             if move_task(&root_tasks, *pid)? {
                 report.tasks_removed += 1;
             } else {

@@ -7,4 +7,5 @@ pub mod schemata;
 
 pub use manager::{
     ClassGroup, PodResctrl, ResctrlError, ResctrlReport, ResctrlSupport, detect, reconcile,
+    reconcile_with,
 };

@@ -1,0 +1,320 @@
+//! Node-level CPU and cache QoS (issue 9): what the kernel offers, detected once at start; the
+//! group identity of the QoS-class parents; and the resctrl class groups. Both depend on every
+//! pod of the node, so they run once per resync over the pod cache, after the per-pod passes.
+//!
+//! The applier holds no policy: a parent's group identity is the value all annotated pods
+//! below it agree on (else 0, see [`crate::plan::parent_group_identity`]), and the resctrl
+//! partition of a class is the one its pods' annotations carry.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use koord_api::{ResolvedCpuQos, ResolvedQos};
+use serde::Serialize;
+
+use crate::cgroup::layout::{ContainerId, KubeQos, Layout};
+use crate::cgroup::writer::{CgroupDir, CgroupWriter, Outcome};
+use crate::cgroup::{CgroupVersion, Controller};
+use crate::metrics::Metrics;
+use crate::plan::{NodeCaps, cpu_idle_value, group_identity, parent_group_identity};
+use crate::podview::PodView;
+use crate::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
+use crate::translate::{CPU_BVT_WARP_NS, CPU_IDLE, Expect};
+
+/// Detects group identity: `cpu.bvt_warp_ns` in the `kubepods` cpu cgroup or, before the
+/// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence).
+pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool) -> NodeCaps {
+    let has = |file: &str| {
+        [layout.kubepods_dir(), PathBuf::new()]
+            .iter()
+            .filter_map(|rel| layout.dir(rel, Controller::Cpu).ok())
+            .any(|dir| dir.join(file).exists())
+    };
+    let caps = NodeCaps {
+        bvt_warp_ns: has(CPU_BVT_WARP_NS),
+        cpu_idle_fallback,
+    };
+    if caps.uses_cpu_idle() && !has(CPU_IDLE) {
+        tracing::warn!(
+            "--cpu-idle-fallback is on but this kernel has no cpu.idle (Linux 5.15+); BE pods will report it unsupported"
+        );
+    }
+    tracing::info!(
+        bvt_warp_ns = caps.bvt_warp_ns,
+        cpu_idle_fallback = caps.cpu_idle_fallback,
+        "cpu qos: {}",
+        if caps.bvt_warp_ns {
+            "group identity (cpu.bvt_warp_ns)"
+        } else if caps.cpu_idle_fallback {
+            "cpu.idle fallback for BE pods"
+        } else {
+            "no group identity on this kernel and the cpu.idle fallback is off"
+        }
+    );
+    caps
+}
+
+/// Detects resctrl once; unsupported is logged once and shown as
+/// `koord_applier_resctrl_supported 0`.
+pub fn detect_resctrl(root: &Path, metrics: Option<&Metrics>) -> Option<ResctrlSupport> {
+    let support = match resctrl::detect(root) {
+        Ok(s) => {
+            tracing::info!(root = %root.display(), l3 = s.l3.is_some(), mba = s.mb.is_some(), "resctrl: class groups enabled");
+            Some(s)
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "resctrl: off on this node (reported once)");
+            None
+        }
+    };
+    if let Some(m) = metrics {
+        m.resctrl_supported.set(i64::from(support.is_some()));
+    }
+    support
+}
+
+/// The value of the Burstable and BestEffort parents, from the per-pod values of the pods
+/// below them (group identity, or `cpu.idle`). Pure. Pods without `cpuQOS` (`None`) do not vote.
+pub fn parent_values(pods: &[(KubeQos, Option<i64>)]) -> [(KubeQos, i64); 2] {
+    [KubeQos::Burstable, KubeQos::BestEffort].map(|qos| {
+        let votes = pods
+            .iter()
+            .filter(|(q, _)| *q == qos)
+            .filter_map(|(_, v)| *v);
+        (qos, parent_group_identity(votes))
+    })
+}
+
+/// One QoS-class parent write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentReport {
+    pub path: PathBuf,
+    pub value: i64,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What one node-level pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeQosReport {
+    pub parents: Vec<ParentReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resctrl: Option<ResctrlReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resctrl_error: Option<String>,
+}
+
+/// The node-level state: layout, capabilities, resctrl support (all detected once).
+pub struct NodeQos {
+    layout: Layout,
+    writer: CgroupWriter,
+    caps: NodeCaps,
+    resctrl: Option<(PathBuf, ResctrlSupport)>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+fn annotation(view: &PodView) -> Option<ResolvedQos> {
+    ResolvedQos::from_annotation(view.resolved_qos.as_deref()?).ok()
+}
+
+/// The file listing every thread of a cgroup: resctrl `tasks` takes thread IDs, and a
+/// process's threads must all move (`cgroup.procs` lists only thread-group leaders).
+fn threads_file(version: CgroupVersion) -> &'static str {
+    match version {
+        CgroupVersion::V1 => "tasks",
+        CgroupVersion::V2 => "cgroup.threads",
+    }
+}
+
+impl NodeQos {
+    pub fn new(
+        layout: Layout,
+        dry_run: bool,
+        caps: NodeCaps,
+        resctrl: Option<(PathBuf, ResctrlSupport)>,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        Self {
+            layout,
+            writer: CgroupWriter::new(dry_run),
+            caps,
+            resctrl,
+            metrics,
+        }
+    }
+
+    /// Parents then resctrl, over every pod of the node.
+    pub fn resync(&self, pods: &[PodView]) -> NodeQosReport {
+        let parsed: Vec<(&PodView, Option<ResolvedQos>)> =
+            pods.iter().map(|p| (p, annotation(p))).collect();
+        let mut report = NodeQosReport {
+            parents: self.parents(&parsed),
+            ..Default::default()
+        };
+        match self.resctrl(&parsed, true) {
+            Some(Ok(r)) => report.resctrl = Some(r),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "resctrl reconcile failed");
+                report.resctrl_error = Some(e);
+            }
+            None => {}
+        }
+        report
+    }
+
+    /// [`Self::resync`] for `once`: resctrl only (one pod says nothing about a parent), and
+    /// without moving other pods' tasks out of the groups.
+    pub fn once(&self, pod: &PodView) -> NodeQosReport {
+        let parsed = [(pod, annotation(pod))];
+        let mut report = NodeQosReport::default();
+        match self.resctrl(&parsed, false) {
+            Some(Ok(r)) => report.resctrl = Some(r),
+            Some(Err(e)) => report.resctrl_error = Some(e),
+            None => {}
+        }
+        report
+    }
+
+    /// Group identity of `kubepods/burstable` and `kubepods/besteffort` (`kubepods` itself
+    /// stays 0: never written), or with the `cpu.idle` fallback their `cpu.idle`: a BE pod's
+    /// SCHED_IDLE only counts against its siblings, so without the besteffort parent being idle
+    /// the BE pods would still compete with burstable and guaranteed pods by weight.
+    fn parents(&self, parsed: &[(&PodView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
+        let (file, value_of): (&'static str, fn(&ResolvedCpuQos) -> i64) =
+            if self.caps.uses_cpu_idle() {
+                (CPU_IDLE, cpu_idle_value)
+            } else if self.caps.bvt_warp_ns {
+                (CPU_BVT_WARP_NS, group_identity)
+            } else {
+                return Vec::new();
+            };
+        let votes: Vec<(KubeQos, Option<i64>)> = parsed
+            .iter()
+            .map(|(p, q)| {
+                (
+                    p.kube_qos,
+                    q.as_ref().and_then(|q| q.cpu_qos.as_ref()).map(value_of),
+                )
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (qos, value) in parent_values(&votes) {
+            let Some(rel) = self.layout.qos_dir(qos) else {
+                continue;
+            };
+            let Ok(dir) = self.layout.dir(&rel, Controller::Cpu) else {
+                continue;
+            };
+            let cg = CgroupDir::open(Arc::from(dir.as_path()));
+            let r = self
+                .writer
+                .apply(&cg, file, &value.to_string(), Expect::Int(value));
+            if let Some(m) = &self.metrics {
+                m.writes
+                    .with_label_values(&[file, r.outcome.as_str()])
+                    .inc();
+            }
+            if r.outcome == Outcome::Written {
+                tracing::info!(dir = %dir.display(), file, value, "qos parent cpu qos set");
+            }
+            out.push(ParentReport {
+                path: dir.join(file),
+                value,
+                outcome: r.outcome,
+                error: r.error,
+            });
+        }
+        out
+    }
+
+    /// The threads of every container of the pods with an enabled `resctrlQOS`, kept in their
+    /// class group. `None` when resctrl is off on this node or in a dry run.
+    fn resctrl(
+        &self,
+        parsed: &[(&PodView, Option<ResolvedQos>)],
+        evict_others: bool,
+    ) -> Option<Result<ResctrlReport, String>> {
+        let (root, support) = self.resctrl.as_ref()?;
+        if self.writer.dry_run {
+            return None;
+        }
+        let mut pods = Vec::new();
+        for (view, q) in parsed {
+            let Some(q) = q else { continue };
+            let Some(rq) = q.resctrl_qos.filter(|r| r.enabled) else {
+                continue;
+            };
+            pods.push(PodResctrl {
+                class: q.qos_class,
+                qos: rq,
+                pids: self.container_threads(view),
+            });
+        }
+        let r =
+            resctrl::reconcile_with(root, support, &pods, evict_others).map_err(|e| e.to_string());
+        if let (Ok(r), Some(m)) = (&r, &self.metrics) {
+            m.resctrl_groups_created.inc_by(r.groups_created as u64);
+            m.resctrl_schemata_writes.inc_by(r.schemata_written as u64);
+            for (dir, n) in [
+                ("added", r.tasks_added),
+                ("removed", r.tasks_removed),
+                ("gone", r.tasks_gone),
+            ] {
+                m.resctrl_tasks.with_label_values(&[dir]).inc_by(n as u64);
+            }
+        }
+        Some(r)
+    }
+
+    fn container_threads(&self, view: &PodView) -> Vec<u32> {
+        let Ok(pod_rel) = self.layout.pod_dir(&view.uid, view.kube_qos) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for c in &view.containers {
+            let Some(Ok(id)) = c.container_id.as_deref().map(ContainerId::parse) else {
+                continue;
+            };
+            let rel = pod_rel.join(self.layout.container_leaf(&id));
+            let Ok(dir) = self.layout.dir(&rel, Controller::Cpu) else {
+                continue;
+            };
+            if let Ok(text) = std::fs::read_to_string(dir.join(threads_file(self.layout.version))) {
+                out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parent_values_table() {
+        use KubeQos::{BestEffort as Be, Burstable as Bu, Guaranteed as G};
+        type Votes = Vec<(KubeQos, Option<i64>)>;
+        let cases: Vec<(Votes, [i64; 2])> = vec![
+            (vec![], [0, 0]),
+            (vec![(Bu, Some(2)), (Be, Some(-1))], [2, -1]),
+            // Guaranteed pods sit under kubepods itself, which stays 0: they vote nowhere.
+            (vec![(G, Some(2))], [0, 0]),
+            // Pods without cpuQOS do not vote.
+            (vec![(Bu, Some(2)), (Bu, None)], [2, 0]),
+            (vec![(Bu, Some(2)), (Bu, Some(0))], [0, 0]),
+            (vec![(Be, Some(-1)), (Be, Some(-1)), (Be, Some(0))], [0, 0]),
+        ];
+        for (votes, want) in cases {
+            let got = parent_values(&votes);
+            assert_eq!(
+                [got[0], got[1]],
+                [(Bu, want[0]), (Be, want[1])],
+                "{votes:?}"
+            );
+        }
+    }
+}
