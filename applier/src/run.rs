@@ -179,7 +179,7 @@ pub async fn run_with_client(
 }
 
 /// SIGTERM (the kubelet stopping the pod) or SIGINT.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

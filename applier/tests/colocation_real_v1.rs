@@ -9,6 +9,10 @@
 //!
 //! Run: `cargo test -p koord-applier --test colocation_real_v1 -- --nocapture --test-threads 1`
 
+mod common;
+
+use common::real_v1::is_root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -25,17 +29,6 @@ const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];
 const BE_UID: &str = "be000000-0000-4000-8000-00000000000b";
 const LS_UID: &str = "15000000-0000-4000-8000-00000000000a";
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
 
 fn skip_reason() -> Option<String> {
     if !is_root() {

@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::real_v1::is_root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -32,17 +34,6 @@ use koord_applier::podview::PodView;
 const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
 const SAMPLE: Duration = Duration::from_secs(3);
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
 
 fn skip_reason() -> Option<String> {
     if !is_root() {

@@ -111,23 +111,8 @@ pub fn once_command(
         tracing::info!(%addr, pods = pods.len(), "collecting for a fixed pod list");
         tokio::select! {
             () = super::run_loops(collector, collectors, move || pods.clone()) => {}
-            () = shutdown() => {}
+            () = crate::run::shutdown_signal() => {}
         }
         Ok(String::new())
     })
-}
-
-async fn shutdown() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

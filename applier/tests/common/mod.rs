@@ -143,3 +143,4 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
     out.sort();
     out
 }
+pub mod real_v1;
