@@ -1,5 +1,5 @@
 //! Every Event text of the memory locality pass, against the reference's
-//! `kubectl describe pod` output (shared/examples/README.md).
+//! `kubectl describe pod` output (the reference product documentation).
 
 use koord_applier::events::EventKind;
 use koord_applier::numa::message::{REASON_COMPLETED, REASON_FAILED, REASON_SKIPPED, event_text};
