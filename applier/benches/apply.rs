@@ -119,10 +119,15 @@ fn bench(c: &mut Criterion) {
                         p.resolved_qos.as_deref().expect("annotated"),
                     )
                     .expect("valid");
-                    koord_applier::plan::plan(&q, p, &layout)
-                        .expect("plan")
-                        .writes
-                        .len()
+                    koord_applier::plan::plan(
+                        &q,
+                        p,
+                        &layout,
+                        koord_applier::plan::NodeCaps::default(),
+                    )
+                    .expect("plan")
+                    .writes
+                    .len()
                 })
                 .sum::<usize>()
         })
@@ -134,7 +139,7 @@ fn bench(c: &mut Criterion) {
                 p.resolved_qos.as_deref().expect("annotated"),
             )
             .expect("valid");
-            koord_applier::plan::plan(&q, p, &layout)
+            koord_applier::plan::plan(&q, p, &layout, koord_applier::plan::NodeCaps::default())
                 .expect("plan")
                 .writes
                 .into_iter()

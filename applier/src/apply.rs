@@ -162,7 +162,7 @@ impl Applier {
             Ok(q) => q,
             Err(e) => return Prepared::Refused(e.to_string()),
         };
-        let plan = match plan::build_with(&resolved, pod, &self.layout, self.caps) {
+        let plan = match plan::build(&resolved, pod, &self.layout, self.caps) {
             Ok(p) => p,
             Err(refused) => return Prepared::Refused(refused.reason),
         };

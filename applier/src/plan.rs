@@ -458,14 +458,9 @@ fn pod_is_idle(q: &ResolvedQos, caps: NodeCaps) -> bool {
     caps.uses_cpu_idle() && q.cpu_qos.as_ref().is_some_and(|c| cpu_idle_value(c) == 1)
 }
 
-/// [`build_with`] for a node whose capabilities were not detected ([`NodeCaps::default`]).
-pub fn build(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
-    build_with(q, pod, layout, NodeCaps::default())
-}
-
 /// Builds the writes without judging the values (see [`validate`]); fails only when a path
 /// cannot be built safely (a forged UID or container ID).
-pub fn build_with(
+pub fn build(
     q: &ResolvedQos,
     pod: &PodView,
     layout: &Layout,
@@ -585,20 +580,14 @@ pub fn build_with(
 }
 
 /// [`validate`] then [`build`].
-pub fn plan(q: &ResolvedQos, pod: &PodView, layout: &Layout) -> Result<Plan, Refused> {
-    validate(q, pod)?;
-    build(q, pod, layout)
-}
-
-/// [`validate`] then [`build_with`].
-pub fn plan_with(
+pub fn plan(
     q: &ResolvedQos,
     pod: &PodView,
     layout: &Layout,
     caps: NodeCaps,
 ) -> Result<Plan, Refused> {
     validate(q, pod)?;
-    build_with(q, pod, layout, caps)
+    build(q, pod, layout, caps)
 }
 
 #[cfg(test)]

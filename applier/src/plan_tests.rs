@@ -216,7 +216,7 @@ fn forged_values_are_refused_naming_field_and_bound() {
         assert_eq!(got.reason, want);
         let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Systemd);
         assert!(
-            plan(&q, &v, &layout).is_err(),
+            plan(&q, &v, &layout, NodeCaps::default()).is_err(),
             "plan must refuse too: {want}"
         );
     }
@@ -242,7 +242,7 @@ fn lowering_batch_values_is_allowed() {
 fn build_paths_and_values_v1_cgroupfs() {
     let (q, v) = view(BE);
     let layout = Layout::new("/cg", CgroupVersion::V1, CgroupDriver::Cgroupfs);
-    let p = plan(&q, &v, &layout).expect("plan");
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("plan");
     let pod_dir = "kubepods/besteffort/pod9c8b7a65-4321-4fed-cba9-876543210fed";
     let ff = "1111111111111111111111111111111111111111111111111111111111111111";
     let find = |target: &Target, file: &str| {
@@ -314,7 +314,7 @@ fn containers_without_ids_are_pending_and_bad_ids_refused() {
     let (q, mut v) = view(LS);
     let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Systemd);
     v.containers[1].container_id = None;
-    let p = plan(&q, &v, &layout).expect("plan");
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("plan");
     assert_eq!(p.pending, vec!["exporter".to_owned()]);
     assert!(
         p.writes
@@ -322,7 +322,7 @@ fn containers_without_ids_are_pending_and_bad_ids_refused() {
             .all(|w| w.target != Target::Container("exporter".into()))
     );
     v.containers[0].container_id = Some("containerd://../../../../etc".into());
-    let err = plan(&q, &v, &layout).expect_err("traversal");
+    let err = plan(&q, &v, &layout, NodeCaps::default()).expect_err("traversal");
     assert!(
         err.reason.contains("container \"redis\"")
             && err.reason.contains("ASCII letters and digits"),
@@ -330,7 +330,7 @@ fn containers_without_ids_are_pending_and_bad_ids_refused() {
         err.reason
     );
     v.uid = "../../x".into();
-    assert!(plan(&q, &v, &layout).is_err());
+    assert!(plan(&q, &v, &layout, NodeCaps::default()).is_err());
 }
 
 fn with_cpu(json: &str, enabled: bool, gi: i64) -> (ResolvedQos, PodView) {
@@ -395,7 +395,7 @@ fn group_identity_values_and_defaults_table() {
         (false, -1, "0"),
     ] {
         let (q, v) = with_cpu(LS, enabled, gi);
-        let p = plan_with(&q, &v, &l, bvt).expect("plan");
+        let p = plan(&q, &v, &l, bvt).expect("plan");
         let got = cpu_writes(&p);
         let want_rows: Vec<(String, &str, String)> = ["pod", "exporter", "redis"]
             .iter()
@@ -408,7 +408,7 @@ fn group_identity_values_and_defaults_table() {
     }
     // No cpuQOS section: no CPU QoS writes at all.
     let (q, v) = view(LS);
-    assert!(cpu_writes(&plan_with(&q, &v, &l, bvt).expect("plan")).is_empty());
+    assert!(cpu_writes(&plan(&q, &v, &l, bvt).expect("plan")).is_empty());
 }
 
 #[test]
@@ -467,7 +467,7 @@ fn cpu_idle_fallback_table() {
     ];
     for (fixture, gi, caps, want, pod_shares) in rows {
         let (q, v) = with_cpu(fixture, true, gi);
-        let p = plan_with(&q, &v, &l, caps).expect("plan");
+        let p = plan(&q, &v, &l, caps).expect("plan");
         let want: Vec<(String, &str, String)> = want
             .into_iter()
             .map(|(t, f, x)| (t.to_owned(), f, x.to_owned()))

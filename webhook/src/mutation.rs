@@ -48,23 +48,20 @@ fn resources_value(r: &OwnedResources) -> Value {
     )
 }
 
-fn object_at<'v>(parent: &'v mut Value, key: &str) -> &'v mut Map<String, Value> {
-    if !parent.is_object() {
-        *parent = Value::Object(Map::new());
+/// `value` as an object, replacing anything else (a manifest may carry `labels: null`).
+fn as_object(value: &mut Value) -> &mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
     }
-    let Value::Object(map) = parent else {
-        unreachable!("made an object above")
-    };
-    let child = map
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !child.is_object() {
-        *child = Value::Object(Map::new());
-    }
-    match child {
+    match value {
         Value::Object(m) => m,
         _ => unreachable!("made an object above"),
     }
+}
+
+/// The object under `key` of `parent`, both created when missing.
+fn object_at<'v>(parent: &'v mut Value, key: &str) -> &'v mut Map<String, Value> {
+    object_entry(as_object(parent), key)
 }
 
 /// Applies the changes to a pod manifest (as `kubectl` would after the patch).
@@ -106,16 +103,7 @@ pub fn apply_changes(pod: &mut Value, changes: &[Change]) {
 }
 
 fn object_entry<'m>(map: &'m mut Map<String, Value>, key: &str) -> &'m mut Map<String, Value> {
-    let v = map
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !v.is_object() {
-        *v = Value::Object(Map::new());
-    }
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("made an object above"),
-    }
+    as_object(map.entry(key.to_owned()).or_insert(Value::Null))
 }
 
 /// Escapes one JSON pointer token (RFC 6901): `~` -> `~0`, `/` -> `~1`.
