@@ -4,10 +4,12 @@
 //! `koordinator.sh/resolved-qos` version 1 document (`docs/contract.md`), the cgroup knob
 //! names, and Kubernetes quantity arithmetic. No IO, no async runtime.
 
+pub mod json_write;
 pub mod keys;
 pub mod knobs;
 pub mod quantity;
 pub mod resolved;
+mod resolved_json;
 
 pub use quantity::{Quantity, QuantityError};
 pub use resolved::*;

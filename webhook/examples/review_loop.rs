@@ -21,6 +21,9 @@ use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{Operation, PodInput, ResolveContext, resolve_pod};
 use koord_webhook::server::admission::{ReviewContext, admission_span, review};
 
+#[path = "common/floor_review.rs"]
+mod floor_review;
+
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -41,7 +44,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
         skip_namespace: &skip,
     };
     let fixture = match case {
-        "create" | "span" => "pod-create.json",
+        "create" | "span" | "floor" => "pod-create.json",
         "be" => "pod-create-be.json",
         "update" => "pod-update.json",
         "resolve" => "admission-review-pod-create.json",
@@ -55,6 +58,11 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
                 let reviewed = span.in_scope(|| review(black_box(&body), &ctx));
                 reviewed.record_in(&span);
                 black_box(reviewed);
+            }
+        }
+        "floor" => {
+            for _ in 0..n {
+                black_box(floor_review::floor_review(black_box(&body)));
             }
         }
         "resolve" => {
@@ -72,7 +80,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
             for _ in 0..n {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&pod))?;
                 let r = resolve_pod(&view, &ctx)?;
-                black_box(serde_json::to_vec(&json_patch(&view, &r.changes))?);
+                black_box(json_patch(&view, &r.changes));
             }
         }
         _ => {
