@@ -85,6 +85,16 @@ pub fn escaped(out: &mut Vec<u8>, s: &str) {
 
 /// An integer as serde_json writes it.
 pub fn integer(out: &mut Vec<u8>, value: i64) {
+    // Most numbers of an annotation are small (0, percentages, flags).
+    if let Ok(small) = u8::try_from(value)
+        && small < 100
+    {
+        if small >= 10 {
+            out.push(b'0' + small / 10);
+        }
+        out.push(b'0' + small % 10);
+        return;
+    }
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     let mut rest = value.unsigned_abs();

@@ -43,7 +43,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
                 self,
                 mut m: M,
             ) -> Result<StrMap<'a>, M::Error> {
-                let mut pairs = Vec::with_capacity(m.size_hint().unwrap_or(0).min(64));
+                // Room for a typical pod's labels or annotations without growing.
+                let mut pairs = Vec::with_capacity(m.size_hint().unwrap_or(16).min(64));
                 while let Some(pair) = m.next_entry()? {
                     pairs.push(pair);
                 }
@@ -134,7 +135,7 @@ impl<'a> PodInput<'a> {
     pub fn display_name(&self) -> String {
         match (&self.metadata.name, &self.metadata.generate_name) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(g)) if !g.is_empty() => format!("{g}*"),
+            (_, Some(g)) if !g.is_empty() => [g.as_str(), "*"].concat(),
             _ => "<unnamed>".to_owned(),
         }
     }

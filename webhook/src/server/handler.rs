@@ -6,6 +6,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -33,23 +34,34 @@ fn json(body: Vec<u8>) -> Response {
 }
 
 enum ReadError {
-    Deadline,
+    /// Waiting for a slot, then reading the body, took longer than the deadline.
+    Deadline {
+        had_slot: bool,
+    },
     Body(String),
 }
 
-async fn read_body(state: &AppState, req: Request) -> Result<Bytes, ReadError> {
-    let limit = state.limits.max_body_bytes;
-    tokio::time::timeout(state.limits.deadline, async {
-        axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|e| {
-                ReadError::Body(format!(
-                    "request body unreadable or above {limit} bytes: {e}"
-                ))
-            })
-    })
-    .await
-    .map_err(|_| ReadError::Deadline)?
+/// Reads the body within `limit` bytes: a `Content-Length` above it is refused before a byte
+/// is read, and a body that streams past it (chunked, or a lying length) is cut off there, so
+/// no request buffers more than the limit.
+async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = declared.filter(|l| *l > limit as u64) {
+        return Err(ReadError::Body(format!(
+            "request body of {length} bytes is above the {limit}-byte limit"
+        )));
+    }
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| {
+            ReadError::Body(format!(
+                "request body unreadable or above {limit} bytes: {e}"
+            ))
+        })
 }
 
 /// Keeps `koord_webhook_inflight_admissions` right even when the client goes away and the
@@ -89,17 +101,37 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Res
     json(reviewed.body)
 }
 
-/// Waits for a slot, reads the body and reviews it, within the deadline.
+/// Waits for a slot and reads the body, both within the deadline (one timer for the two),
+/// then reviews it.
 async fn admit(state: &AppState, req: Request, start: Instant, span: &Span) -> Reviewed {
     // The bound keeps memory flat under a burst: each permit holds at most one body.
-    let permit = tokio::time::timeout(state.limits.deadline, state.permits.acquire()).await;
-    match permit {
-        Ok(Ok(_permit)) => match read_body(state, req).await {
-            Ok(body) => review_confirmed(state, &body, start, span).await,
-            Err(ReadError::Deadline) => unresolved("request not read before the deadline"),
-            Err(ReadError::Body(message)) => unresolved(&message),
-        },
-        _ => unresolved("too many concurrent admissions; not resolved before the deadline"),
+    let had_slot = AtomicBool::new(false);
+    let slot_and_body = async {
+        let permit = state.permits.acquire().await.ok();
+        had_slot.store(true, Ordering::Relaxed);
+        let body = read_body(req, state.limits.max_body_bytes).await;
+        (permit, body)
+    };
+    match tokio::time::timeout(state.limits.deadline, slot_and_body).await {
+        Ok((Some(_permit), Ok(body))) => review_confirmed(state, &body, start, span).await,
+        Ok((_, Err(e))) => read_failed(e),
+        // The semaphore is never closed; answer as if no slot came free.
+        Ok((None, Ok(_))) => read_failed(ReadError::Deadline { had_slot: false }),
+        Err(_) => read_failed(ReadError::Deadline {
+            had_slot: had_slot.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+fn read_failed(e: ReadError) -> Reviewed {
+    match e {
+        ReadError::Deadline { had_slot: true } => {
+            unresolved("request not read before the deadline")
+        }
+        ReadError::Deadline { had_slot: false } => {
+            unresolved("too many concurrent admissions; not resolved before the deadline")
+        }
+        ReadError::Body(message) => unresolved(&message),
     }
 }
 
