@@ -44,6 +44,10 @@ pub struct Metrics {
     pub tls_reloads: IntCounter,
     pub tls_reload_errors: IntCounter,
     pub inflight: IntGauge,
+    pub connections_open: IntGauge,
+    pub connections_shed: IntCounter,
+    pub connections_evicted: IntCounter,
+    pub connections_idle_closed: IntCounter,
 }
 
 impl Metrics {
@@ -112,6 +116,25 @@ impl Metrics {
                 "Admission reviews being processed.",
             ),
         )?;
+        let connections_open = register(
+            &registry,
+            IntGauge::new(
+                "koord_webhook_connections_open",
+                "TLS connections open (admission listener).",
+            ),
+        )?;
+        let connections_shed = counter(
+            "koord_webhook_connections_shed_total",
+            "Connections closed on arrival because --max-connections were open.",
+        )?;
+        let connections_evicted = counter(
+            "koord_webhook_connections_evicted_total",
+            "Connections without a request yet, closed to admit a new one at --max-connections.",
+        )?;
+        let connections_idle_closed = counter(
+            "koord_webhook_connections_idle_closed_total",
+            "Connections closed after --idle-timeout without a byte either way.",
+        )?;
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);
@@ -127,6 +150,10 @@ impl Metrics {
             tls_reloads,
             tls_reload_errors,
             inflight,
+            connections_open,
+            connections_shed,
+            connections_evicted,
+            connections_idle_closed,
         })
     }
 
