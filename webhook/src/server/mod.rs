@@ -86,6 +86,15 @@ pub struct ConnectionSettings {
     /// New connection: the first request's headers within this, after the handshake.
     pub header_read_timeout: Duration,
     pub tls_handshake_timeout: Duration,
+    pub http2: Http2Settings,
+}
+
+/// HTTP/2 limits (webhook/README.md, the HTTP/2 tuning table under "Load benchmark").
+#[derive(Debug, Clone, Copy)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: u32,
+    pub stream_window_bytes: u32,
+    pub connection_window_bytes: u32,
 }
 
 /// Largest HTTP/1.1 read buffer (headers): a client that sends endless headers is cut off
@@ -171,6 +180,11 @@ impl Config {
                 },
                 header_read_timeout: args.header_read_timeout,
                 tls_handshake_timeout: args.tls_handshake_timeout,
+                http2: Http2Settings {
+                    max_concurrent_streams: args.h2_max_concurrent_streams,
+                    stream_window_bytes: args.h2_stream_window_bytes,
+                    connection_window_bytes: args.h2_connection_window_bytes,
+                },
             },
             shutdown_grace: args.shutdown_grace,
         })
@@ -360,10 +374,14 @@ impl WebhookServer {
             .http1()
             .header_read_timeout(settings.limits.idle_timeout)
             .max_buf_size(MAX_HEADER_BYTES);
+        let h2 = settings.http2;
         server
             .http_builder()
             .http2()
-            .max_header_list_size(MAX_HEADER_BYTES as u32);
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_concurrent_streams(h2.max_concurrent_streams)
+            .initial_stream_window_size(h2.stream_window_bytes)
+            .initial_connection_window_size(h2.connection_window_bytes);
         let result = server.serve(router.into_make_service()).await;
         for t in tasks {
             t.abort();

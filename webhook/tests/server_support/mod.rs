@@ -13,7 +13,9 @@ use koord_runtime::install_crypto_provider;
 use koord_webhook::server::connections::ConnectionLimits;
 use koord_webhook::server::state::Limits;
 use koord_webhook::server::tls::CertFiles;
-use koord_webhook::server::{Config, ConnectionSettings, PolicySource, TlsSource, WebhookServer};
+use koord_webhook::server::{
+    Config, ConnectionSettings, Http2Settings, PolicySource, TlsSource, WebhookServer,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
@@ -65,6 +67,11 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
             },
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
+            http2: Http2Settings {
+                max_concurrent_streams: 200,
+                stream_window_bytes: 1024 * 1024,
+                connection_window_bytes: 1024 * 1024,
+            },
         },
         shutdown_grace: Duration::from_secs(1),
     }
