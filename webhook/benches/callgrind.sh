@@ -5,6 +5,8 @@
 #   webhook/benches/callgrind.sh            # per review (examples/review_loop): no IO
 #   webhook/benches/callgrind.sh --check    # the same, failing on a regression (CI, ~15 s)
 #   SERVER=1 webhook/benches/callgrind.sh   # also the real servers over TLS, per request
+#   TOP=15 webhook/benches/callgrind.sh     # also the 15 functions with most instructions
+#                                           # (self) in 5,000 `create` reviews
 #
 # Per review: `review_loop CASE N` at N=200 and N=1200; (refs1200 - refs200) / 1000 cancels
 # the set-up. Cases: `create` (the load script's Pod CREATE, the reference AdmissionReview),
@@ -70,6 +72,26 @@ if [ -n "${measured[create]:-}" ] && [ -n "${measured[floor]:-}" ]; then
   echo
   awk -v w="${measured[create]}" -v f="${measured[floor]}" \
     'BEGIN {printf "create / floor: %.2fx (the review does %d instructions more than parsing for the uid)\n", w / f, w - f}'
+fi
+
+if [ -n "${TOP:-}" ]; then
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/top.out" "$LOOP" create 5000 >/dev/null 2>&1
+  echo
+  echo "Top $TOP functions by instructions (self), review_loop create 5000 (set-up included):"
+  echo
+  echo "| instructions | share | function |"
+  echo "|---|---|---|"
+  # callgrind_annotate prints "COUNT (PCT%)  FILE:FUNCTION [OBJECT]", one line per source file
+  # a function's code came from (inlining): sum per function.
+  callgrind_annotate --auto=no --threshold=100 "$WORK/top.out" 2>/dev/null | awk '
+    /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1; next }
+    /^ *[0-9,]+ \( *[0-9.]+%\) +[^ ]*:/ {
+      count = $1; gsub(",", "", count)
+      line = $0; sub(/^ *[0-9,]+ \( *[0-9.]+%\) +/, "", line); sub(/ \[[^]]*\]$/, "", line)
+      sub(/^[^:]*:/, "", line); sum[line] += count
+    }
+    END { for (f in sum) printf "%d\t%.2f%%\t%s\n", sum[f], 100 * sum[f] / total, f }' \
+    | sort -t$'\t' -k1,1nr | head -n "$TOP" | awk -F'\t' '{printf "| %d | %s | `%s` |\n", $1, $2, $3}'
 fi
 
 if [ "${UPDATE_BASELINE:-0}" = 1 ]; then
