@@ -16,8 +16,13 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## Unit and integration tests; then the applier's machine tests (root, real cgroups, NUMA,
+## perf) and the manifest render tests (kubectl), which plain `cargo test` reports as ignored:
+## see applier/scripts/machine-tests.sh.
 unit:
 	$(CARGO) test --workspace
+	$(CARGO) test -p koord-webhook --test manifests -- --ignored
+	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
 e2e:
 	tests/e2e/run

@@ -1,7 +1,7 @@
 //! The contract shared by `koord-webhook` and `koord-applier`.
 //!
 //! Everything here is pure data: the label and annotation keys people touch, the
-//! `koordinator.sh/resolved-qos` version 1 document (DESIGN.md section 4), the cgroup knob
+//! `koordinator.sh/resolved-qos` version 1 document (`docs/contract.md`), the cgroup knob
 //! names, and Kubernetes quantity arithmetic. No IO, no async runtime.
 
 pub mod keys;

@@ -1,4 +1,4 @@
-//! `koordinator.sh/resolved-qos` version 1 (DESIGN.md section 4).
+//! `koordinator.sh/resolved-qos` version 1 (`docs/contract.md`, "## 1. The annotation").
 //!
 //! Field order in these structs is the serialized key order, so the JSON is stable. Byte values
 //! are integers; an unlimited memory knob is the string `"max"`; in `batch`, unlimited is `-1`.
@@ -116,54 +116,78 @@ pub struct ParamSpec {
     pub max: i64,
 }
 
+impl ParamSpec {
+    /// Whether `v` is inside the inclusive range.
+    pub fn contains(&self, v: i64) -> bool {
+        (self.min..=self.max).contains(&v)
+    }
+}
+
 impl MemoryQosParams {
-    /// Names and hard ranges of every parameter, in serialized order.
+    pub const MIN_LIMIT_PERCENT: ParamSpec = ParamSpec {
+        name: "minLimitPercent",
+        min: 0,
+        max: 100,
+    };
+    pub const LOW_LIMIT_PERCENT: ParamSpec = ParamSpec {
+        name: "lowLimitPercent",
+        min: 0,
+        max: 100,
+    };
+    pub const THROTTLING_PERCENT: ParamSpec = ParamSpec {
+        name: "throttlingPercent",
+        min: 0,
+        max: 100,
+    };
+    /// Also the range of the container knob `memory.wmark_ratio`.
+    pub const WMARK_RATIO: ParamSpec = ParamSpec {
+        name: "wmarkRatio",
+        min: 0,
+        max: 100,
+    };
+    /// Also the range of the container knob `memory.wmark_min_adj`.
+    pub const WMARK_MIN_ADJ: ParamSpec = ParamSpec {
+        name: "wmarkMinAdj",
+        min: -25,
+        max: 50,
+    };
+    /// Also the range of the container knob `memory.wmark_scale_factor`.
+    pub const WMARK_SCALE_PERMILL: ParamSpec = ParamSpec {
+        name: "wmarkScalePermill",
+        min: 1,
+        max: 1000,
+    };
+    /// Also the range of the container knob `memory.priority`.
+    pub const PRIORITY: ParamSpec = ParamSpec {
+        name: "priority",
+        min: 0,
+        max: 12,
+    };
+    /// Also the range of the container knob `memory.use_priority_oom`.
+    pub const PRIORITY_ENABLE: ParamSpec = ParamSpec {
+        name: "priorityEnable",
+        min: 0,
+        max: 1,
+    };
+    /// Also the range of the container knob `memory.oom.group`.
+    pub const OOM_KILL_GROUP: ParamSpec = ParamSpec {
+        name: "oomKillGroup",
+        min: 0,
+        max: 1,
+    };
+
+    /// Names and hard ranges of every parameter, in serialized order: the one table both the
+    /// webhook (validating input) and the applier (validating the annotation) ask.
     pub const SPECS: [ParamSpec; 9] = [
-        ParamSpec {
-            name: "minLimitPercent",
-            min: 0,
-            max: 100,
-        },
-        ParamSpec {
-            name: "lowLimitPercent",
-            min: 0,
-            max: 100,
-        },
-        ParamSpec {
-            name: "throttlingPercent",
-            min: 0,
-            max: 100,
-        },
-        ParamSpec {
-            name: "wmarkRatio",
-            min: 0,
-            max: 100,
-        },
-        ParamSpec {
-            name: "wmarkMinAdj",
-            min: -25,
-            max: 50,
-        },
-        ParamSpec {
-            name: "wmarkScalePermill",
-            min: 1,
-            max: 1000,
-        },
-        ParamSpec {
-            name: "priority",
-            min: 0,
-            max: 12,
-        },
-        ParamSpec {
-            name: "priorityEnable",
-            min: 0,
-            max: 1,
-        },
-        ParamSpec {
-            name: "oomKillGroup",
-            min: 0,
-            max: 1,
-        },
+        Self::MIN_LIMIT_PERCENT,
+        Self::LOW_LIMIT_PERCENT,
+        Self::THROTTLING_PERCENT,
+        Self::WMARK_RATIO,
+        Self::WMARK_MIN_ADJ,
+        Self::WMARK_SCALE_PERMILL,
+        Self::PRIORITY,
+        Self::PRIORITY_ENABLE,
+        Self::OOM_KILL_GROUP,
     ];
 
     /// The reset ("None") parameters written when memory QoS is disabled.
@@ -215,7 +239,7 @@ impl MemoryQosParams {
         Self::SPECS
             .iter()
             .zip(self.values())
-            .find(|(spec, v)| !(spec.min..=spec.max).contains(v))
+            .find(|(spec, v)| !spec.contains(*v))
             .map(|(spec, v)| (*spec, v))
     }
 }
@@ -306,6 +330,46 @@ pub struct ContainerMemoryKnobs {
     pub use_priority_oom: i64,
     #[serde(rename = "memory.oom.group")]
     pub oom_group: i64,
+}
+
+impl ContainerMemoryKnobs {
+    /// The container knobs whose hard range is a parameter's (the knob carries the parameter's
+    /// value): `(knob file name, value, range)`, in serialized order.
+    pub fn ranged(&self) -> [(&'static str, i64, ParamSpec); 6] {
+        use crate::knobs;
+        [
+            (
+                knobs::MEMORY_WMARK_RATIO,
+                self.wmark_ratio,
+                MemoryQosParams::WMARK_RATIO,
+            ),
+            (
+                knobs::MEMORY_WMARK_SCALE_FACTOR,
+                self.wmark_scale_factor,
+                MemoryQosParams::WMARK_SCALE_PERMILL,
+            ),
+            (
+                knobs::MEMORY_WMARK_MIN_ADJ,
+                self.wmark_min_adj,
+                MemoryQosParams::WMARK_MIN_ADJ,
+            ),
+            (
+                knobs::MEMORY_PRIORITY,
+                self.priority,
+                MemoryQosParams::PRIORITY,
+            ),
+            (
+                knobs::MEMORY_USE_PRIORITY_OOM,
+                self.use_priority_oom,
+                MemoryQosParams::PRIORITY_ENABLE,
+            ),
+            (
+                knobs::MEMORY_OOM_GROUP,
+                self.oom_group,
+                MemoryQosParams::OOM_KILL_GROUP,
+            ),
+        ]
+    }
 }
 
 /// Pod-level memory knobs: the sums of the containers' min and low.
@@ -449,30 +513,31 @@ impl ResolvedQos {
 mod tests {
     use super::*;
 
-    const DESIGN_EXAMPLE: &str = r#"{"version":1,"qosClass":"LS","qosClassSource":"label","memoryQOS":{"enabled":true,"policy":"auto","source":"pod-annotation","params":{"minLimitPercent":0,"lowLimitPercent":0,"throttlingPercent":0,"wmarkRatio":95,"wmarkMinAdj":-25,"wmarkScalePermill":20,"priority":0,"priorityEnable":0,"oomKillGroup":0},"pod":{"memory.min":0,"memory.low":0},"containers":{"redis":{"memory.min":0,"memory.low":0,"memory.high":"max","memory.wmark_ratio":95,"memory.wmark_high":6120325120,"memory.wmark_scale_factor":20,"memory.wmark_min_adj":-25,"memory.priority":0,"memory.use_priority_oom":0,"memory.oom.group":0}}},"memoryLocality":{"policy":"bestEffort","migrateIntervalMinutes":10,"source":"pod-annotation"},"batch":{"pod":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128},"containers":{"ffmpeg":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128}}}}"#;
+    /// The example document of `docs/contract.md`, "## 1. The annotation".
+    const CONTRACT_EXAMPLE: &str = r#"{"version":1,"qosClass":"LS","qosClassSource":"label","memoryQOS":{"enabled":true,"policy":"auto","source":"pod-annotation","params":{"minLimitPercent":0,"lowLimitPercent":0,"throttlingPercent":0,"wmarkRatio":95,"wmarkMinAdj":-25,"wmarkScalePermill":20,"priority":0,"priorityEnable":0,"oomKillGroup":0},"pod":{"memory.min":0,"memory.low":0},"containers":{"redis":{"memory.min":0,"memory.low":0,"memory.high":"max","memory.wmark_ratio":95,"memory.wmark_high":6120325120,"memory.wmark_scale_factor":20,"memory.wmark_min_adj":-25,"memory.priority":0,"memory.use_priority_oom":0,"memory.oom.group":0}}},"memoryLocality":{"policy":"bestEffort","migrateIntervalMinutes":10,"source":"pod-annotation"},"batch":{"pod":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128},"containers":{"ffmpeg":{"cpu.shares":71680,"cpu.cfs_quota_us":7000000,"memory.limit_in_bytes":23622320128}}}}"#;
 
     #[test]
-    fn design_example_round_trips_byte_for_byte() {
-        let parsed = ResolvedQos::from_annotation(DESIGN_EXAMPLE).expect("parses");
-        assert_eq!(parsed.to_annotation(), DESIGN_EXAMPLE);
+    fn contract_example_round_trips_byte_for_byte() {
+        let parsed = ResolvedQos::from_annotation(CONTRACT_EXAMPLE).expect("parses");
+        assert_eq!(parsed.to_annotation(), CONTRACT_EXAMPLE);
         assert_eq!(parsed.memory_qos.containers["redis"].high, MaxOr::Max);
     }
 
     #[test]
     fn rejects_other_versions_and_forged_fields() {
-        let v2 = DESIGN_EXAMPLE.replacen("\"version\":1", "\"version\":2", 1);
+        let v2 = CONTRACT_EXAMPLE.replacen("\"version\":1", "\"version\":2", 1);
         assert!(matches!(
             ResolvedQos::from_annotation(&v2),
             Err(ResolvedQosError::Version(2))
         ));
-        let forged = DESIGN_EXAMPLE.replacen(
+        let forged = CONTRACT_EXAMPLE.replacen(
             "\"memory.min\":0,\"memory.low\":0}",
             "\"memory.min\":0,\"memory.low\":0,\"x\":1}",
             1,
         );
         assert!(ResolvedQos::from_annotation(&forged).is_err());
         let bad_max =
-            DESIGN_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
+            CONTRACT_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
         assert!(ResolvedQos::from_annotation(&bad_max).is_err());
     }
 
@@ -485,6 +550,8 @@ mod tests {
             p.out_of_range().map(|(s, v)| (s.name, v)),
             Some(("wmarkMinAdj", -26))
         );
+        assert!(MemoryQosParams::WMARK_MIN_ADJ.contains(-25));
+        assert!(!MemoryQosParams::WMARK_MIN_ADJ.contains(51));
         p.wmark_min_adj = 0;
         p.wmark_scale_permill = 0;
         assert_eq!(

@@ -9,10 +9,10 @@ use std::time::Duration;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::apply::Applier;
+use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::layout::{ContainerId, Layout};
-use koord_applier::cgroup::writer::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 const PODS: usize = 1000;
 const DEFAULTS: [(&str, &str); 7] = [
@@ -25,14 +25,14 @@ const DEFAULTS: [(&str, &str); 7] = [
     ("cpu.max", "max 100000"),
 ];
 
-fn pods() -> Vec<PodView> {
+fn pods() -> Vec<PodSpecView> {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/ls-redis.json"
     ))
     .expect("fixture");
     let pod: Pod = serde_json::from_str(&text).expect("pod");
-    let base = PodView::from_pod(&pod).expect("view");
+    let base = PodSpecView::from_pod(&pod).expect("view");
     (0..PODS)
         .map(|i| {
             let mut v = base.clone();
@@ -46,7 +46,7 @@ fn pods() -> Vec<PodView> {
 }
 
 /// (Re)writes every cgroup directory with the kernel defaults.
-fn seed(layout: &Layout, pods: &[PodView]) {
+fn seed(layout: &Layout, pods: &[PodSpecView]) {
     for v in pods {
         let pod_rel = layout.pod_dir(&v.uid, v.kube_qos).expect("pod");
         let mut rels = vec![pod_rel.clone()];
@@ -64,7 +64,7 @@ fn seed(layout: &Layout, pods: &[PodView]) {
     }
 }
 
-fn apply_all(applier: &Applier, pods: &[PodView]) -> usize {
+fn apply_all(applier: &Applier, pods: &[PodSpecView]) -> usize {
     applier
         .apply_all(pods)
         .iter()

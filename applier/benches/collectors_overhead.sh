@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Overhead of the Performance Collector (issue #7): koord-applier with both collectors on,
+# Overhead of the Performance Collector: koord-applier with both collectors on,
 # following N real container cgroups for a while, measured from outside.
 #
 #   sudo applier/benches/collectors_overhead.sh [SECONDS=600] [CONTAINERS=150]

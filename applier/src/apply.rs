@@ -10,16 +10,14 @@ use std::time::{Duration, Instant};
 
 use koord_api::{ResolvedQos, knobs};
 
-use crate::cgroup::CgroupVersion;
 use crate::cgroup::layout::Layout;
-use crate::cgroup::writer::{
-    CgroupDir, CgroupWriter, KeptKnob, KeptRead, Outcome, WriteResult, read_knob,
-};
+use crate::cgroup::readback::matches;
+use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead, WriteResult, read_knob};
+use crate::cgroup::{CgroupVersion, Outcome};
 use crate::metrics::Metrics;
 use crate::plan::{self, Plan, PlannedWrite};
-use crate::podview::PodView;
+use crate::pod_spec_view::PodSpecView;
 use crate::report::{KnobPath, KnobReport, PodReport, PodStatus};
-use crate::translate::matches;
 
 /// Applies resolved-qos annotations to the cgroups of one node.
 pub struct Applier {
@@ -53,7 +51,7 @@ enum Prepared {
 }
 
 struct PodState {
-    view: Option<PodView>,
+    view: Option<PodSpecView>,
     prepared: Prepared,
     /// One slot per `Plan::writes` entry.
     kept: Vec<Option<KeptKnob>>,
@@ -103,7 +101,7 @@ impl Applier {
 
     /// The pod's cached state, prepared again when the pod changed in any way (annotation,
     /// resources, container IDs, QoS class).
-    fn state_for(&self, pod: &PodView) -> Arc<Mutex<PodState>> {
+    fn state_for(&self, pod: &PodSpecView) -> Arc<Mutex<PodState>> {
         self.sweep();
         let entry = {
             let mut map = self.pods.lock().unwrap_or_else(PoisonError::into_inner);
@@ -156,7 +154,7 @@ impl Applier {
             });
     }
 
-    fn prepare(&self, pod: &PodView) -> Prepared {
+    fn prepare(&self, pod: &PodSpecView) -> Prepared {
         let raw = pod.resolved_qos.as_deref().unwrap_or_default();
         let resolved = match ResolvedQos::from_annotation(raw) {
             Ok(q) => q,
@@ -200,7 +198,7 @@ impl Applier {
             .collect()
     }
 
-    fn report(&self, pod: &PodView, status: PodStatus, reason: Option<String>) -> PodReport {
+    fn report(&self, pod: &PodSpecView, status: PodStatus, reason: Option<String>) -> PodReport {
         PodReport {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
@@ -213,18 +211,16 @@ impl Applier {
             knobs: Vec::new(),
             read_back: Default::default(),
             pending: Vec::new(),
-            locality: None,
-            resctrl: None,
         }
     }
 
     /// One pass over many pods, spread over the CPUs (a resync on a full node).
-    pub fn apply_all(&self, pods: &[PodView]) -> Vec<PodReport> {
+    pub fn apply_all(&self, pods: &[PodSpecView]) -> Vec<PodReport> {
         par_map(pods, |p| self.apply(p))
     }
 
     /// One pass over one pod.
-    pub fn apply(&self, pod: &PodView) -> PodReport {
+    pub fn apply(&self, pod: &PodSpecView) -> PodReport {
         let started = Instant::now();
         let report = self.apply_inner(pod);
         if let Some(m) = &self.metrics {
@@ -238,7 +234,7 @@ impl Applier {
         report
     }
 
-    fn apply_inner(&self, pod: &PodView) -> PodReport {
+    fn apply_inner(&self, pod: &PodSpecView) -> PodReport {
         if pod.resolved_qos.is_none() {
             return self.report(pod, PodStatus::Unmanaged, None);
         }
@@ -262,7 +258,7 @@ impl Applier {
         }
     }
 
-    fn execute(&self, pod: &PodView, plan: &Plan, kept: &mut [Option<KeptKnob>]) -> PodReport {
+    fn execute(&self, pod: &PodSpecView, plan: &Plan, kept: &mut [Option<KeptKnob>]) -> PodReport {
         let mut dirs = DirCache::default();
         let mut results: Vec<WriteResult> = plan
             .writes

@@ -1,11 +1,14 @@
-//! Command line: every flag also reads an environment variable. [`Cli::into_parts`] turns the
-//! parsed flags into the plain [`Config`] structs the rest of the crate (and the tests) use.
+//! Command line: every flag also reads an environment variable. [`Config::from`] and
+//! [`RunConfig::try_from`] turn the parsed flags into the plain settings the commands (and the
+//! tests) use. Each feature owns its flags (`numa::LocalityArgs`, `collectors::CollectorArgs`,
+//! `colocation::ColocationArgs`), flattened in here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+pub use koord_runtime::LogFormat;
 
 use crate::cgroup::detect::{DetectError, detect_driver, detect_version};
 use crate::cgroup::layout::Layout;
@@ -22,12 +25,6 @@ pub struct Cli {
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Args)]
@@ -52,15 +49,9 @@ pub struct GlobalArgs {
     /// The host's /sys (for the locality and collector features).
     #[arg(long, env = "KOORD_SYS_ROOT", default_value = "/sys", global = true)]
     pub sys_root: PathBuf,
-    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
-    /// second per process (0 = off: one migrate_pages(2) per process).
-    #[arg(
-        long,
-        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
-        default_value_t = 0,
-        global = true
-    )]
-    pub locality_max_pages_per_second: u64,
+    /// Memory locality: the migration rate.
+    #[command(flatten)]
+    pub locality: crate::numa::LocalityArgs,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see README, CPU QoS).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
@@ -203,9 +194,7 @@ impl From<&GlobalArgs> for Config {
             cgroup_driver: g.cgroup_driver,
             proc_root: g.proc_root.clone(),
             sys_root: g.sys_root.clone(),
-            locality: crate::numa::LocalityConfig {
-                max_pages_per_second: Some(g.locality_max_pages_per_second).filter(|n| *n > 0),
-            },
+            locality: crate::numa::LocalityConfig::from(&g.locality),
             dry_run: g.dry_run,
             log_format: g.log_format,
             collectors: g.collectors.clone(),

@@ -14,8 +14,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
-use crate::events::{Aggregator, EventKind, PodEvent};
+use crate::events::Aggregator;
 use crate::metrics::Metrics;
+use crate::pod_event::{EventKind, PodEvent};
 
 pub const REPORTING_CONTROLLER: &str = "koordinator.sh/koord-applier";
 const ACTION: &str = "ApplyCgroups";

@@ -1,4 +1,4 @@
-//! Pod Events as `kubectl describe pod` shows them, and their aggregation.
+//! The memory QoS Events of a pass as `kubectl describe pod` shows them, and their aggregation.
 //!
 //! Pure: [`event_for`] turns a pass's report into at most one Event (Normal
 //! `MemoryQOSApplied` only when something was written, i.e. one per change, never per resync;
@@ -10,45 +10,14 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::cgroup::writer::Outcome;
+use crate::cgroup::Outcome;
 use crate::plan::Target;
+use crate::pod_event::{EventKind, PodEvent, truncate_note};
 use crate::report::{PodReport, PodStatus};
 
 pub const REASON_APPLIED: &str = "MemoryQOSApplied";
 pub const REASON_REFUSED: &str = "MemoryQOSRefused";
 pub const REASON_FAILED: &str = "MemoryQOSFailed";
-
-/// The API server rejects Event notes over 1 KiB.
-const MAX_NOTE: usize = 1024;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Normal,
-    Warning,
-}
-
-/// An Event about one pod.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PodEvent {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub kind: EventKind,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-fn truncate(mut s: String) -> String {
-    if s.len() > MAX_NOTE {
-        let mut cut = MAX_NOTE - 3;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
 
 fn value_text(v: &str) -> String {
     if v.contains(' ') {
@@ -93,7 +62,7 @@ pub fn applied_message(report: &PodReport) -> String {
     if !report.pending.is_empty() {
         let _ = write!(msg, "; not started yet: {}", report.pending.join(" "));
     }
-    truncate(msg)
+    truncate_note(msg)
 }
 
 /// The Event a pass deserves, if any.
@@ -124,7 +93,7 @@ pub fn event_for(report: &PodReport) -> Option<PodEvent> {
         uid: report.uid.clone(),
         kind,
         reason,
-        message: truncate(message),
+        message: truncate_note(message),
     })
 }
 
@@ -212,11 +181,5 @@ mod tests {
         assert_eq!(agg.len(), 1);
         agg.expire(t0 + Duration::from_secs(10_000));
         assert!(agg.is_empty());
-    }
-
-    #[test]
-    fn long_notes_are_cut_at_1k() {
-        let s = truncate("é".repeat(1000));
-        assert!(s.len() <= MAX_NOTE && s.ends_with("..."));
     }
 }

@@ -2,39 +2,27 @@
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use koord_applier::cli::{Cli, Command, Config, LogFormat, RunConfig};
+use koord_applier::cli::{Cli, Command, Config, RunConfig};
+use koord_applier::cmd;
 
 fn main() -> anyhow::Result<()> {
     // One rustls provider for the whole process (kube's client), installed before any TLS use.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    koord_runtime::install_crypto_provider();
     let cli = Cli::parse();
     let config = Config::from(&cli.global);
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match config.log_format {
-        LogFormat::Json => logs.json().init(),
-        LogFormat::Text => logs.init(),
-    }
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
+    koord_runtime::init_logging(config.log_format, &filter);
     match &cli.command {
         Command::Once(args) if args.collect => {
-            let text = koord_applier::collectors::command::once_command(
-                &config,
-                &args.file,
-                args.collect_serve.as_deref(),
-            )?;
+            let text = cmd::collect::run(&config, &args.file, args.collect_serve.as_deref())?;
             print!("{text}");
             Ok(())
         }
         Command::Once(args) => {
-            let report = koord_applier::run::once_command(&config, &args.file)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&report).context("report to JSON")?
-            );
-            std::process::exit(koord_applier::run::exit_code(&report));
+            let report = cmd::once::run(&config, &args.file)?;
+            let json = serde_json::to_string_pretty(&report).context("report to JSON")?;
+            println!("{json}");
+            std::process::exit(cmd::once::exit_code(&report));
         }
         Command::Run(args) => {
             let run = RunConfig::try_from(args)?;
@@ -42,7 +30,7 @@ fn main() -> anyhow::Result<()> {
                 .worker_threads(2)
                 .enable_all()
                 .build()?;
-            Ok(rt.block_on(koord_applier::run::run(config, run))?)
+            Ok(rt.block_on(cmd::run::run(config, run))?)
         }
     }
 }

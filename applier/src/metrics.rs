@@ -1,11 +1,13 @@
 //! Prometheus metrics on `/metrics`. Own registry (no process collector: that feature pulls a
-//! second procfs); names are prefixed `koord_applier_`.
+//! second procfs); names are prefixed `koord_applier_`. The features register their own
+//! families in the same registry ([`Metrics::registry`]), all through
+//! `koord_runtime::metrics::register`.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use koord_runtime::metrics::{MetricError, register};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 #[derive(Clone)]
@@ -40,98 +42,83 @@ pub struct Metrics {
 pub type TextSource = Box<dyn Fn(&mut String) + Send + Sync>;
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// The applier's own families in a fresh registry.
+    pub fn new() -> Result<Self, MetricError> {
         let registry = Registry::new();
-        // The metric definitions are constants; registering them in a fresh registry only
-        // fails on a programming error (duplicate names), which tests catch.
-        let writes = IntCounterVec::new(
-            Opts::new(
+        let r = &registry;
+        let counters = |name: &str, help: &str, labels: &[&str]| {
+            register(r, IntCounterVec::new(Opts::new(name, help), labels))
+        };
+        Ok(Self {
+            writes: counters(
                 "koord_applier_cgroup_writes_total",
                 "Cgroup knob reconciliations by knob and outcome.",
-            ),
-            &["knob", "outcome"],
-        )
-        .expect("valid metric");
-        let reconcile_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "koord_applier_reconcile_duration_seconds",
-                "Time to reconcile one pod's cgroups.",
-            )
-            .buckets(vec![
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 0.5,
-            ]),
-        )
-        .expect("valid metric");
-        let pods_managed = IntGauge::new(
-            "koord_applier_pods_managed",
-            "Pods on this node with a resolved-qos annotation.",
-        )
-        .expect("valid metric");
-        let unsupported = IntGaugeVec::new(
-            Opts::new(
-                "koord_applier_unsupported_knobs",
-                "Knobs this node's kernel does not have (1 each).",
-            ),
-            &["knob"],
-        )
-        .expect("valid metric");
-        let events = IntCounterVec::new(
-            Opts::new(
+                &["knob", "outcome"],
+            )?,
+            reconcile_seconds: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "koord_applier_reconcile_duration_seconds",
+                        "Time to reconcile one pod's cgroups.",
+                    )
+                    .buckets(vec![
+                        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+                        0.1, 0.5,
+                    ]),
+                ),
+            )?,
+            pods_managed: register(
+                r,
+                IntGauge::new(
+                    "koord_applier_pods_managed",
+                    "Pods on this node with a resolved-qos annotation.",
+                ),
+            )?,
+            unsupported: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "koord_applier_unsupported_knobs",
+                        "Knobs this node's kernel does not have (1 each).",
+                    ),
+                    &["knob"],
+                ),
+            )?,
+            events: counters(
                 "koord_applier_events_total",
                 "Pod events by reason and result.",
-            ),
-            &["reason", "result"],
-        )
-        .expect("valid metric");
-        let resctrl_supported = IntGauge::new(
-            "koord_applier_resctrl_supported",
-            "1 when resctrl L3 CAT or MBA is usable on this node, else 0.",
-        )
-        .expect("valid metric");
-        let resctrl_groups_created = IntCounter::new(
-            "koord_applier_resctrl_groups_created_total",
-            "resctrl class groups created.",
-        )
-        .expect("valid metric");
-        let resctrl_schemata_writes = IntCounter::new(
-            "koord_applier_resctrl_schemata_writes_total",
-            "resctrl schemata files written.",
-        )
-        .expect("valid metric");
-        let resctrl_tasks = IntCounterVec::new(
-            Opts::new(
+                &["reason", "result"],
+            )?,
+            resctrl_supported: register(
+                r,
+                IntGauge::new(
+                    "koord_applier_resctrl_supported",
+                    "1 when resctrl L3 CAT or MBA is usable on this node, else 0.",
+                ),
+            )?,
+            resctrl_groups_created: register(
+                r,
+                IntCounter::new(
+                    "koord_applier_resctrl_groups_created_total",
+                    "resctrl class groups created.",
+                ),
+            )?,
+            resctrl_schemata_writes: register(
+                r,
+                IntCounter::new(
+                    "koord_applier_resctrl_schemata_writes_total",
+                    "resctrl schemata files written.",
+                ),
+            )?,
+            resctrl_tasks: counters(
                 "koord_applier_resctrl_tasks_moved_total",
                 "Tasks moved into (added) or out of (removed) resctrl class groups, or gone.",
-            ),
-            &["direction"],
-        )
-        .expect("valid metric");
-        for c in [
-            Box::new(writes.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(resctrl_supported.clone()),
-            Box::new(resctrl_groups_created.clone()),
-            Box::new(resctrl_schemata_writes.clone()),
-            Box::new(resctrl_tasks.clone()),
-            Box::new(reconcile_seconds.clone()),
-            Box::new(pods_managed.clone()),
-            Box::new(unsupported.clone()),
-            Box::new(events.clone()),
-        ] {
-            registry.register(c).expect("unique metric names");
-        }
-        Self {
+                &["direction"],
+            )?,
             registry,
-            writes,
-            reconcile_seconds,
-            pods_managed,
-            unsupported,
-            events,
-            resctrl_supported,
-            resctrl_groups_created,
-            resctrl_schemata_writes,
-            resctrl_tasks,
             text_sources: Arc::default(),
-        }
+        })
     }
 
     /// Adds families rendered as text after the registry's.
@@ -149,10 +136,7 @@ impl Metrics {
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        // Encoding gathered families into a Vec cannot fail.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        let mut text = String::from_utf8(buf).unwrap_or_default();
+        let mut text = koord_runtime::metrics::render(&self.registry);
         for source in self
             .text_sources
             .lock()
@@ -165,19 +149,13 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn renders_all_families() {
-        let m = Metrics::new();
+        let m = Metrics::new().expect("metrics");
         m.writes.with_label_values(&["memory.min", "written"]).inc();
         m.reconcile_seconds.observe(0.001);
         m.pods_managed.set(3);

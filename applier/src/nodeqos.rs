@@ -1,4 +1,4 @@
-//! Node-level CPU and cache QoS (issue 9): what the kernel offers, detected once at start; the
+//! Node-level CPU and cache QoS: what the kernel offers, detected once at start; the
 //! group identity of the QoS-class parents; and the resctrl class groups. Both depend on every
 //! pod of the node, so they run once per resync over the pod cache, after the per-pod passes.
 //!
@@ -13,13 +13,14 @@ use koord_api::{ResolvedCpuQos, ResolvedQos};
 use serde::Serialize;
 
 use crate::cgroup::layout::{ContainerId, KubeQos, Layout};
-use crate::cgroup::writer::{CgroupDir, CgroupWriter, Outcome};
-use crate::cgroup::{CgroupVersion, Controller};
+use crate::cgroup::readback::Expect;
+use crate::cgroup::writer::{CgroupDir, CgroupWriter};
+use crate::cgroup::{CgroupVersion, Controller, Outcome};
+use crate::knob_map::{CPU_BVT_WARP_NS, CPU_IDLE};
 use crate::metrics::Metrics;
 use crate::plan::{NodeCaps, cpu_idle_value, group_identity, parent_group_identity};
-use crate::podview::PodView;
+use crate::pod_spec_view::PodSpecView;
 use crate::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
-use crate::translate::{CPU_BVT_WARP_NS, CPU_IDLE, Expect};
 
 /// Detects group identity: `cpu.bvt_warp_ns` in the `kubepods` cpu cgroup or, before the
 /// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence).
@@ -116,7 +117,7 @@ pub struct NodeQos {
     metrics: Option<Arc<Metrics>>,
 }
 
-fn annotation(view: &PodView) -> Option<ResolvedQos> {
+fn annotation(view: &PodSpecView) -> Option<ResolvedQos> {
     ResolvedQos::from_annotation(view.resolved_qos.as_deref()?).ok()
 }
 
@@ -147,8 +148,8 @@ impl NodeQos {
     }
 
     /// Parents then resctrl, over every pod of the node.
-    pub fn resync(&self, pods: &[PodView]) -> NodeQosReport {
-        let parsed: Vec<(&PodView, Option<ResolvedQos>)> =
+    pub fn resync(&self, pods: &[PodSpecView]) -> NodeQosReport {
+        let parsed: Vec<(&PodSpecView, Option<ResolvedQos>)> =
             pods.iter().map(|p| (p, annotation(p))).collect();
         let mut report = NodeQosReport {
             parents: self.parents(&parsed),
@@ -167,7 +168,7 @@ impl NodeQos {
 
     /// [`Self::resync`] for `once`: resctrl only (one pod says nothing about a parent), and
     /// without moving other pods' tasks out of the groups.
-    pub fn once(&self, pod: &PodView) -> NodeQosReport {
+    pub fn once(&self, pod: &PodSpecView) -> NodeQosReport {
         let parsed = [(pod, annotation(pod))];
         let mut report = NodeQosReport::default();
         match self.resctrl(&parsed, false) {
@@ -182,7 +183,7 @@ impl NodeQos {
     /// stays 0: never written), or with the `cpu.idle` fallback their `cpu.idle`: a BE pod's
     /// SCHED_IDLE only counts against its siblings, so without the besteffort parent being idle
     /// the BE pods would still compete with burstable and guaranteed pods by weight.
-    fn parents(&self, parsed: &[(&PodView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
+    fn parents(&self, parsed: &[(&PodSpecView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
         let (file, value_of): (&'static str, fn(&ResolvedCpuQos) -> i64) =
             if self.caps.uses_cpu_idle() {
                 (CPU_IDLE, cpu_idle_value)
@@ -234,7 +235,7 @@ impl NodeQos {
     /// class group. `None` when resctrl is off on this node or in a dry run.
     fn resctrl(
         &self,
-        parsed: &[(&PodView, Option<ResolvedQos>)],
+        parsed: &[(&PodSpecView, Option<ResolvedQos>)],
         evict_others: bool,
     ) -> Option<Result<ResctrlReport, String>> {
         let (root, support) = self.resctrl.as_ref()?;
@@ -269,7 +270,7 @@ impl NodeQos {
         Some(r)
     }
 
-    fn container_threads(&self, view: &PodView) -> Vec<u32> {
+    fn container_threads(&self, view: &PodSpecView) -> Vec<u32> {
         let Ok(pod_rel) = self.layout.pod_dir(&view.uid, view.kube_qos) else {
             return Vec::new();
         };

@@ -14,9 +14,10 @@ use koord_api::{
 use serde::Serialize;
 
 use crate::cgroup::layout::{ContainerId, Layout};
+use crate::cgroup::readback::Expect;
 use crate::cgroup::{CgroupVersion, Controller};
-use crate::podview::{ContainerView, PodView};
-use crate::translate::{Expect, Knob, Value, translate};
+use crate::knob_map::{Knob, Value, map_knob};
+use crate::pod_spec_view::{ContainerSpecView, PodSpecView};
 
 /// The cgroup a write is aimed at.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -149,10 +150,10 @@ fn not_above(field: impl std::fmt::Display, v: i64, bound: i64, what: &str) -> R
 }
 
 fn spec_container<'a>(
-    pod: &'a PodView,
+    pod: &'a PodSpecView,
     section: &str,
     name: &str,
-) -> Result<&'a ContainerView, Refused> {
+) -> Result<&'a ContainerSpecView, Refused> {
     pod.container(name).ok_or_else(|| {
         refuse(format!(
             "{section}.containers[{name:?}]: the pod spec has no such container"
@@ -163,7 +164,7 @@ fn spec_container<'a>(
 fn validate_container_memory(
     field: &str,
     k: &ContainerMemoryKnobs,
-    c: &ContainerView,
+    c: &ContainerSpecView,
 ) -> Result<(), Refused> {
     let request = c.effective_memory_request();
     in_range(Field(field, "memory.min"), k.min, 0, i64::MAX)?;
@@ -197,27 +198,11 @@ fn validate_container_memory(
             )));
         }
     }
-    in_range(Field(field, "memory.wmark_ratio"), k.wmark_ratio, 0, 100)?;
-    in_range(
-        Field(field, "memory.wmark_scale_factor"),
-        k.wmark_scale_factor,
-        1,
-        1000,
-    )?;
-    in_range(
-        Field(field, "memory.wmark_min_adj"),
-        k.wmark_min_adj,
-        -25,
-        50,
-    )?;
-    in_range(Field(field, "memory.priority"), k.priority, 0, 12)?;
-    in_range(
-        Field(field, "memory.use_priority_oom"),
-        k.use_priority_oom,
-        0,
-        1,
-    )?;
-    in_range(Field(field, "memory.oom.group"), k.oom_group, 0, 1)
+    // The knobs that carry a parameter's value have that parameter's range (the api's table).
+    for (knob, v, spec) in k.ranged() {
+        in_range(Field(field, knob), v, spec.min, spec.max)?;
+    }
+    Ok(())
 }
 
 /// Batch values may be lower than the batch resources allow (that only restricts the pod
@@ -294,13 +279,13 @@ fn validate_batch(
 }
 
 /// Sum of `f` over containers; `None` if any container lacks the value (= unlimited).
-fn sum_all(cs: &[ContainerView], f: impl Fn(&ContainerView) -> Option<i64>) -> Option<i64> {
+fn sum_all(cs: &[ContainerSpecView], f: impl Fn(&ContainerSpecView) -> Option<i64>) -> Option<i64> {
     cs.iter()
         .try_fold(0i64, |acc, c| f(c).map(|v| acc.saturating_add(v)))
 }
 
 /// Checks every value of the annotation against the pod spec and the kernel ranges.
-pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
+pub fn validate(q: &ResolvedQos, pod: &PodSpecView) -> Result<(), Refused> {
     let mq = &q.memory_qos;
     if let Some((spec, v)) = mq.params.out_of_range() {
         return Err(refuse(format!(
@@ -315,7 +300,7 @@ pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
     let pod_request = pod
         .containers
         .iter()
-        .map(ContainerView::effective_memory_request)
+        .map(ContainerSpecView::effective_memory_request)
         .fold(pod.overhead_memory, i64::saturating_add);
     for (field, v) in [
         ("memoryQOS.pod.memory.min", mq.pod.min),
@@ -329,7 +314,7 @@ pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
         in_range("cpuQOS.groupIdentity", c.group_identity, lo, hi)?;
     }
     if let Some(batch) = &q.batch {
-        if !pod.containers.iter().any(ContainerView::has_batch) {
+        if !pod.containers.iter().any(ContainerSpecView::has_batch) {
             return Err(refuse(
                 "batch is set but the pod spec has no kubernetes.io/batch-cpu or batch-memory resources",
             ));
@@ -348,7 +333,7 @@ pub fn validate(q: &ResolvedQos, pod: &PodView) -> Result<(), Refused> {
         let cs = &pod.containers;
         let cpu_request = cs
             .iter()
-            .filter_map(ContainerView::batch_cpu_request_or_limit)
+            .filter_map(ContainerSpecView::batch_cpu_request_or_limit)
             .fold(0i64, i64::saturating_add);
         validate_batch(
             "batch.pod",
@@ -378,10 +363,12 @@ impl Dirs {
         Ok(Self { memory, cpu })
     }
 
+    /// The directory of a knob's controller: knobs live in the memory and cpu controllers only
+    /// ([`Knob::controller`]).
     fn of(&self, controller: Controller) -> Arc<Path> {
         match controller {
-            Controller::Memory => self.memory.clone(),
             Controller::Cpu => self.cpu.clone(),
+            _ => self.memory.clone(),
         }
     }
 }
@@ -394,7 +381,7 @@ fn push(
     knob: Knob,
     value: Value,
 ) {
-    let t = translate(version, knob, value);
+    let t = map_knob(version, knob, value);
     plan.writes.push(PlannedWrite {
         target: target.clone(),
         knob,
@@ -462,30 +449,61 @@ fn pod_is_idle(q: &ResolvedQos, caps: NodeCaps) -> bool {
 /// cannot be built safely (a forged UID or container ID).
 pub fn build(
     q: &ResolvedQos,
-    pod: &PodView,
+    pod: &PodSpecView,
     layout: &Layout,
     caps: NodeCaps,
 ) -> Result<Plan, Refused> {
     let pod_rel = layout
         .pod_dir(&pod.uid, pod.kube_qos)
         .map_err(|e| refuse(e.to_string()))?;
-    let pod_dirs = Dirs::new(layout, &pod_rel)?;
-    let v = layout.version;
     let mut plan = Plan::default();
+    let pod_dirs = Dirs::new(layout, &pod_rel)?;
+    for (knob, value) in pod_values(q, caps) {
+        push(
+            &mut plan,
+            layout.version,
+            &Target::Pod,
+            &pod_dirs,
+            knob,
+            value,
+        );
+    }
+    for name in container_names(q, pod, caps) {
+        let Some(raw_id) = pod.container(name).and_then(|c| c.container_id.as_deref()) else {
+            plan.pending.push(name.clone());
+            continue;
+        };
+        let id =
+            ContainerId::parse(raw_id).map_err(|e| refuse(format!("container {name:?}: {e}")))?;
+        let dirs = Dirs::new(layout, &pod_rel.join(layout.container_leaf(&id)))?;
+        let target = Target::Container(name.clone());
+        for (knob, value) in container_values(q, name, caps) {
+            push(&mut plan, layout.version, &target, &dirs, knob, value);
+        }
+        if q.memory_qos.containers.contains_key(name) {
+            plan.wmark_high
+                .push((name.clone(), dirs.memory.join(knobs::MEMORY_WMARK_HIGH)));
+        }
+    }
+    Ok(plan)
+}
+
+/// The pod cgroup's values, in write order. Memory: min/low from the annotation and the static
+/// knobs as the containers get them (Koordinator writes the same values at pod level; disabled
+/// -> the reset parameters). Then `cpu.idle` before `cpu.shares`: leaving idle (1 -> 0) must
+/// precede the shares write, and entering idle drops the shares write (see [`pod_is_idle`]).
+fn pod_values(q: &ResolvedQos, caps: NodeCaps) -> Vec<(Knob, Value)> {
     let mq = &q.memory_qos;
-    // Pod level: min/low from the annotation; the static knobs as the containers get them
-    // (Koordinator writes the same values at pod level). Disabled -> the reset parameters.
     let p = if mq.enabled {
         mq.params
     } else {
         MemoryQosParams::RESET
     };
-    let pod_memory = [
+    let mut out = vec![
         (Knob::MemoryMin, Value::Bytes(mq.pod.min)),
         (Knob::MemoryLow, Value::Bytes(mq.pod.low)),
-    ]
-    .into_iter()
-    .chain(static_memory(
+    ];
+    out.extend(static_memory(
         p.wmark_ratio,
         p.wmark_scale_permill,
         p.wmark_min_adj,
@@ -493,25 +511,28 @@ pub fn build(
         p.priority_enable,
         p.oom_kill_group,
     ));
-    for (knob, value) in pod_memory {
-        push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
-    }
-    // `cpu.idle` before `cpu.shares`: leaving idle (1 -> 0) must precede the shares write,
-    // and entering idle drops the shares write altogether (see [`pod_is_idle`]).
     if let Some(c) = &q.cpu_qos {
-        for (knob, value) in cpu_qos_values(c, caps, true) {
-            push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
-        }
+        out.extend(cpu_qos_values(c, caps, true));
     }
     if let Some(batch) = &q.batch {
         let idle = pod_is_idle(q, caps);
-        for (knob, value) in batch_values(&batch.pod) {
-            if idle && knob == Knob::CpuShares {
-                continue;
-            }
-            push(&mut plan, v, &Target::Pod, &pod_dirs, knob, value);
-        }
+        out.extend(
+            batch_values(&batch.pod)
+                .into_iter()
+                .filter(|(knob, _)| !(idle && *knob == Knob::CpuShares)),
+        );
     }
+    out
+}
+
+/// The containers that get writes, in order: those of the memory section, then those only in
+/// the batch section, then (group identity) every other container of the spec.
+fn container_names<'a>(
+    q: &'a ResolvedQos,
+    pod: &'a PodSpecView,
+    caps: NodeCaps,
+) -> Vec<&'a String> {
+    let mq = &q.memory_qos;
     let mut names: Vec<&String> = mq.containers.keys().collect();
     if let Some(batch) = &q.batch {
         names.extend(
@@ -531,58 +552,44 @@ pub fn build(
             .collect();
         names.extend(extra);
     }
-    for name in names {
-        let Some(raw_id) = pod.container(name).and_then(|c| c.container_id.as_deref()) else {
-            plan.pending.push(name.clone());
-            continue;
+    names
+}
+
+/// One container cgroup's values, in write order: memory, batch, CPU QoS.
+fn container_values(q: &ResolvedQos, name: &str, caps: NodeCaps) -> Vec<(Knob, Value)> {
+    let mut out = Vec::new();
+    if let Some(k) = q.memory_qos.containers.get(name) {
+        let high = match k.high {
+            MaxOr::Max => Value::Unlimited,
+            MaxOr::Bytes(b) => Value::Bytes(b),
         };
-        let id =
-            ContainerId::parse(raw_id).map_err(|e| refuse(format!("container {name:?}: {e}")))?;
-        let dirs = Dirs::new(layout, &pod_rel.join(layout.container_leaf(&id)))?;
-        let target = Target::Container(name.clone());
-        if let Some(k) = mq.containers.get(name) {
-            let high = match k.high {
-                MaxOr::Max => Value::Unlimited,
-                MaxOr::Bytes(b) => Value::Bytes(b),
-            };
-            let memory = [
-                (Knob::MemoryMin, Value::Bytes(k.min)),
-                (Knob::MemoryLow, Value::Bytes(k.low)),
-                (Knob::MemoryHigh, high),
-            ]
-            .into_iter()
-            .chain(static_memory(
-                k.wmark_ratio,
-                k.wmark_scale_factor,
-                k.wmark_min_adj,
-                k.priority,
-                k.use_priority_oom,
-                k.oom_group,
-            ));
-            for (knob, value) in memory {
-                push(&mut plan, v, &target, &dirs, knob, value);
-            }
-            plan.wmark_high
-                .push((name.clone(), dirs.memory.join(knobs::MEMORY_WMARK_HIGH)));
-        }
-        if let Some(b) = q.batch.as_ref().and_then(|b| b.containers.get(name)) {
-            for (knob, value) in batch_values(b) {
-                push(&mut plan, v, &target, &dirs, knob, value);
-            }
-        }
-        if let Some(c) = &q.cpu_qos {
-            for (knob, value) in cpu_qos_values(c, caps, false) {
-                push(&mut plan, v, &target, &dirs, knob, value);
-            }
-        }
+        out.extend([
+            (Knob::MemoryMin, Value::Bytes(k.min)),
+            (Knob::MemoryLow, Value::Bytes(k.low)),
+            (Knob::MemoryHigh, high),
+        ]);
+        out.extend(static_memory(
+            k.wmark_ratio,
+            k.wmark_scale_factor,
+            k.wmark_min_adj,
+            k.priority,
+            k.use_priority_oom,
+            k.oom_group,
+        ));
     }
-    Ok(plan)
+    if let Some(b) = q.batch.as_ref().and_then(|b| b.containers.get(name)) {
+        out.extend(batch_values(b));
+    }
+    if let Some(c) = &q.cpu_qos {
+        out.extend(cpu_qos_values(c, caps, false));
+    }
+    out
 }
 
 /// [`validate`] then [`build`].
 pub fn plan(
     q: &ResolvedQos,
-    pod: &PodView,
+    pod: &PodSpecView,
     layout: &Layout,
     caps: NodeCaps,
 ) -> Result<Plan, Refused> {

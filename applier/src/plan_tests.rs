@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::Pod;
 const LS: &str = include_str!("../tests/fixtures/ls-redis.json");
 const BE: &str = include_str!("../tests/fixtures/be-transcode.json");
 
-fn view(json: &str) -> (ResolvedQos, PodView) {
+fn view(json: &str) -> (ResolvedQos, PodSpecView) {
     let pod: Pod = serde_json::from_str(json).expect("fixture");
-    let v = PodView::from_pod(&pod).expect("view");
+    let v = PodSpecView::from_pod(&pod).expect("view");
     let q = ResolvedQos::from_annotation(v.resolved_qos.as_deref().expect("annotated"))
         .expect("contract");
     (q, v)
@@ -333,7 +333,7 @@ fn containers_without_ids_are_pending_and_bad_ids_refused() {
     assert!(plan(&q, &v, &layout, NodeCaps::default()).is_err());
 }
 
-fn with_cpu(json: &str, enabled: bool, gi: i64) -> (ResolvedQos, PodView) {
+fn with_cpu(json: &str, enabled: bool, gi: i64) -> (ResolvedQos, PodSpecView) {
     let (mut q, v) = view(json);
     q.cpu_qos = Some(ResolvedCpuQos {
         enabled,

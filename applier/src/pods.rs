@@ -12,23 +12,18 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use crate::apply::Applier;
 use crate::event_sink::SinkMsg;
-use crate::events::{EventKind, PodEvent, REASON_REFUSED, event_for};
-use crate::podview::PodView;
+use crate::events::{REASON_REFUSED, event_for};
+use crate::pod_event::{EventKind, PodEvent};
+use crate::pod_phase;
+use crate::pod_spec_view::PodSpecView;
 
 /// Only this node's pods.
 pub fn watcher_config(node: &str) -> watcher::Config {
     watcher::Config::default().fields(&format!("spec.nodeName={node}"))
-}
-
-/// Pods that finished have no cgroups left to manage (as Koordinator's `IsPodInactive`).
-fn is_active(pod: &Pod) -> bool {
-    !matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 fn has_annotation(pod: &Pod) -> bool {
@@ -38,12 +33,21 @@ fn has_annotation(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(koord_api::keys::ANNOTATION_RESOLVED_QOS))
 }
 
-/// Applies one pod and returns the Event it deserves. Blocking (file IO).
+/// Applies one pod and returns the Event it deserves. Blocking (file IO); its log lines carry
+/// the pod's namespace, name and UID (the `reconcile` span).
 pub fn reconcile(applier: &Applier, pod: &Pod) -> Option<PodEvent> {
-    if !is_active(pod) || !has_annotation(pod) {
+    if !pod_phase::is_active(pod) || !has_annotation(pod) {
         return None;
     }
-    match PodView::from_pod(pod) {
+    let meta = &pod.metadata;
+    let span = tracing::info_span!(
+        "reconcile",
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        pod = meta.name.as_deref().unwrap_or_default(),
+        uid = meta.uid.as_deref().unwrap_or_default(),
+    );
+    let _in_pod = span.enter();
+    match PodSpecView::from_pod(pod) {
         Ok(view) => {
             let report = applier.apply(&view);
             tracing::debug!(pod = %view.name, namespace = %view.namespace, status = ?report.status, "reconciled");
@@ -73,7 +77,9 @@ pub struct Watch {
 impl Watch {
     async fn apply_pods(&self, pods: Vec<Arc<Pod>>) {
         let applier = self.applier.clone();
+        let span = tracing::Span::current();
         let evs = tokio::task::spawn_blocking(move || {
+            let _in_task = span.enter();
             crate::apply::par_map(&pods, |p| reconcile(&applier, p))
                 .into_iter()
                 .flatten()
@@ -92,11 +98,13 @@ impl Watch {
         let Some(node) = self.node_qos.clone() else {
             return;
         };
+        let span = tracing::info_span!("node_qos");
         let _ = tokio::task::spawn_blocking(move || {
-            let views: Vec<PodView> = pods
+            let _in_pass = span.enter();
+            let views: Vec<PodSpecView> = pods
                 .iter()
-                .filter(|p| is_active(p) && has_annotation(p))
-                .filter_map(|p| PodView::from_pod(p).ok())
+                .filter(|p| pod_phase::is_active(p) && has_annotation(p))
+                .filter_map(|p| PodSpecView::from_pod(p).ok())
                 .collect();
             let r = node.resync(&views);
             tracing::debug!(report = ?r, "node qos resync");
@@ -104,12 +112,19 @@ impl Watch {
         .await;
     }
 
+    /// Every pod again, then the node level: repairs values changed behind our back.
+    async fn resync(&self, store: &Store<Pod>) {
+        self.count_managed(store);
+        self.apply_pods(store.state()).await;
+        self.resync_node(store.state()).await;
+    }
+
     fn count_managed(&self, store: &Store<Pod>) {
         if let Some(m) = self.applier_metrics() {
             let n = store
                 .state()
                 .iter()
-                .filter(|p| is_active(p) && has_annotation(p))
+                .filter(|p| pod_phase::is_active(p) && has_annotation(p))
                 .count();
             m.pods_managed.set(i64::try_from(n).unwrap_or(i64::MAX));
         }
@@ -178,9 +193,7 @@ impl Watch {
                 }
                 _ = resync.tick() => {
                     if self.ready.load(Ordering::Relaxed) {
-                        self.count_managed(&store);
-                        self.apply_pods(store.state()).await;
-                        self.resync_node(store.state()).await;
+                        self.resync(&store).instrument(tracing::info_span!("resync")).await;
                     }
                 }
             }

@@ -1,5 +1,6 @@
-//! What one pass did to one pod: the JSON report of `koord-applier once`, the input of the
-//! Event texts and of the metrics.
+//! What one memory/CPU QoS pass did to one pod: the body of `koord-applier once`'s JSON report
+//! (the command adds the locality and resctrl sections, see `cmd::once`), the input of the
+//! Event texts and of the metrics. Pure.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::cgroup::writer::Outcome;
+use crate::cgroup::Outcome;
 use crate::cgroup::{CgroupDriver, CgroupVersion};
 use crate::plan::Target;
 
@@ -62,12 +63,6 @@ pub struct PodReport {
     /// Containers of the annotation without a container ID yet.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<String>,
-    /// The memory locality pass (`once` only; `run` reports it as Events).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub locality: Option<crate::numa::report::LocalityReport>,
-    /// The resctrl pass (`once` only; `run` does it per resync for the whole node).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resctrl: Option<crate::resctrl::ResctrlReport>,
 }
 
 impl PodReport {

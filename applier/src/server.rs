@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn routes() {
-        let m = Metrics::new();
+        let m = Metrics::new().expect("metrics");
         m.pods_managed.set(2);
         let (s, _, body) = route("GET /metrics HTTP/1.1", &m, false);
         assert_eq!(s, "200 OK");
@@ -117,7 +117,7 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let m = Arc::new(Metrics::new());
+        let m = Arc::new(Metrics::new().expect("metrics"));
         m.pods_managed.set(7);
         tokio::spawn(serve(listener, m, Arc::new(AtomicBool::new(true))));
         let mut s = TcpStream::connect(addr).await.expect("connect");

@@ -1,11 +1,11 @@
 //! `koord-applier once -f POD --collect` end to end (the binary), and the collector flags.
 
-mod collectors_util;
+mod common;
 
 use std::process::Command;
 
 use clap::Parser as _;
-use collectors_util::{cid, pod, series};
+use common::collectors::{cid, pod, series};
 use koord_applier::cli::{Cli, Config};
 use koord_applier::collectors::CollectorConfig;
 

@@ -3,17 +3,18 @@
 //! event type is the only difference from cycles/instructions), and the no-PMU path as it
 //! happens on a machine without hardware counters.
 
-mod collectors_util;
+mod common;
 
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::Duration;
 
-use collectors_util::{RealTree, cid, pod, real_unified_reason, series, skip};
+use common::collectors::{RealTree, cid, pod, series, unified_psi_missing};
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
+use koord_applier::collectors::CollectorMetrics;
 use koord_applier::collectors::cpi::{self, CPI_EVENTS, PmuStatus};
-use koord_applier::collectors::exposition::{CollectorMetrics, render};
+use koord_runtime::metrics::render;
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
 fn scrape(registry: &Registry, c: &Collector) -> String {
@@ -37,15 +38,38 @@ fn cpi_config() -> CollectorConfig {
 }
 
 /// Whether cgroup-mode software counting works here (root, a v2 hierarchy, perf enabled).
-fn perf_cgroup_reason() -> Option<String> {
-    if let Some(r) = real_unified_reason() {
+fn perf_cgroup_missing() -> Option<String> {
+    if let Some(r) = unified_psi_missing() {
         return Some(r);
     }
-    let dir = psi::open_dir(Path::new(collectors_util::UNIFIED)).ok()?;
+    let dir = psi::open_dir(Path::new(common::collectors::UNIFIED)).ok()?;
     match CounterGroup::open_cgroup(dir.as_fd(), 0, &SW) {
         Ok(_) => None,
         Err(e) => Some(format!("cgroup-mode software counters refused: {e}")),
     }
+}
+
+fn cpi_collector() -> (Registry, Collector) {
+    let registry = Registry::new();
+    let m = CollectorMetrics::register(&registry, false, true).expect("register");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let layout = Layout::new(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let c = Collector::new(layout, "node-a", m, &cpi_config(), Path::new("/sys"));
+    (registry, c)
+}
+
+#[test]
+#[ignore = "needs an x86_64 machine with a PMU (/sys/bus/event_source/devices/cpu)"]
+fn needs_pmu_cpi_probe_reports_supported() {
+    assert_eq!(
+        machine_has_no_pmu(),
+        Some(false),
+        "needs an x86_64 machine with a PMU (/sys/bus/event_source/devices/cpu)"
+    );
+    let (registry, c) = cpi_collector();
+    assert_eq!(cpi::probe(&CPI_EVENTS), PmuStatus::Supported);
+    assert!(c.cpi_active());
+    assert!(scrape(&registry, &c).contains("koord_applier_cpi_collector_supported 1"));
 }
 
 /// The x86 core PMU registers as `cpu` in the event-source bus; without it there are no
@@ -58,10 +82,12 @@ fn machine_has_no_pmu() -> Option<bool> {
 }
 
 #[test]
+#[ignore = "needs root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters"]
 fn counter_groups_count_a_real_cgroup() {
-    if let Some(r) = perf_cgroup_reason() {
-        return skip("counter_groups_count_a_real_cgroup", &r);
-    }
+    common::real_v1::require(
+        "root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters",
+        perf_cgroup_missing(),
+    );
     let mut tree = RealTree::new();
     let busy = tree.mkdir(Path::new("busy"));
     let idle = tree.mkdir(Path::new("idle"));
@@ -104,10 +130,12 @@ fn counter_groups_count_a_real_cgroup() {
 }
 
 #[test]
+#[ignore = "needs root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters"]
 fn cpi_collector_on_real_cgroups_with_software_events() {
-    if let Some(r) = perf_cgroup_reason() {
-        return skip("cpi_collector_on_real_cgroups_with_software_events", &r);
-    }
+    common::real_v1::require(
+        "root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters",
+        perf_cgroup_missing(),
+    );
     let mut tree = RealTree::new();
     let (a, b) = (cid(0xa), cid(0xb));
     let pod_rel = Path::new("kubepods/burstable").join(format!("pod{UID}"));
@@ -116,8 +144,7 @@ fn cpi_collector_on_real_cgroups_with_software_events() {
     let spinner = tree.spawn_busy(&dir_a);
 
     let registry = Registry::new();
-    let m = CollectorMetrics::new();
-    m.register(&registry, false, true).expect("register");
+    let m = CollectorMetrics::register(&registry, false, true).expect("register");
     let layout = Layout::new(&tree.root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
     let mut c =
         Collector::new(layout, "node-a", m, &cpi_config(), Path::new("/sys")).with_cpi_events(SW);
@@ -167,28 +194,14 @@ fn cpi_collector_on_real_cgroups_with_software_events() {
 }
 
 #[test]
+#[ignore = "needs an x86_64 machine without a PMU"]
 fn no_pmu_is_detected_at_start_and_cpi_stays_quiet() {
-    let Some(no_pmu) = machine_has_no_pmu() else {
-        return skip(
-            "no_pmu_is_detected_at_start_and_cpi_stays_quiet",
-            "not x86_64: no PMU oracle",
-        );
-    };
-    let registry = Registry::new();
-    let m = CollectorMetrics::new();
-    m.register(&registry, false, true).expect("register");
-    let tmp = tempfile::tempdir().expect("tmp");
-    let layout = Layout::new(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
-    let mut c = Collector::new(layout, "node-a", m, &cpi_config(), Path::new("/sys"));
-    if !no_pmu {
-        assert_eq!(cpi::probe(&CPI_EVENTS), PmuStatus::Supported);
-        assert!(c.cpi_active());
-        assert!(scrape(&registry, &c).contains("koord_applier_cpi_collector_supported 1"));
-        return skip(
-            "no_pmu_is_detected_at_start_and_cpi_stays_quiet (no-PMU part)",
-            "this machine has a PMU; checked the supported path instead",
-        );
-    }
+    assert_eq!(
+        machine_has_no_pmu(),
+        Some(true),
+        "needs an x86_64 machine without a PMU (/sys/bus/event_source/devices/cpu absent)"
+    );
+    let (registry, mut c) = cpi_collector();
     assert!(
         matches!(cpi::probe(&CPI_EVENTS), PmuStatus::NoPmu(_)),
         "{:?}",
@@ -206,10 +219,12 @@ fn no_pmu_is_detected_at_start_and_cpi_stays_quiet() {
 }
 
 #[test]
+#[ignore = "needs root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters"]
 fn cpi_round_split_into_windows_covers_every_container() {
-    if let Some(r) = perf_cgroup_reason() {
-        return skip("cpi_round_split_into_windows_covers_every_container", &r);
-    }
+    common::real_v1::require(
+        "root, cgroup v2 at /sys/fs/cgroup/unified and cgroup-mode perf software counters",
+        perf_cgroup_missing(),
+    );
     let mut tree = RealTree::new();
     let ids: Vec<String> = (1..=3).map(cid).collect();
     let pod_rel = Path::new("kubepods/burstable").join(format!("pod{UID}"));
@@ -218,8 +233,7 @@ fn cpi_round_split_into_windows_covers_every_container() {
         tree.spawn_busy(&dir);
     }
     let registry = Registry::new();
-    let m = CollectorMetrics::new();
-    m.register(&registry, false, true).expect("register");
+    let m = CollectorMetrics::register(&registry, false, true).expect("register");
     let layout = Layout::new(&tree.root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
     // One container per window (as when the descriptor limit is tight): three windows.
     let mut c = Collector::new(layout, "node-a", m, &cpi_config(), Path::new("/sys"))

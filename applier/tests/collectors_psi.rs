@@ -2,14 +2,15 @@
 //! missing files) and on this machine's real cgroup v2 pressure files. The exposition text is
 //! compared series by series.
 
-mod collectors_util;
+mod common;
 
 use std::path::Path;
 
-use collectors_util::{RealTree, cid, pod, real_unified_reason, series, skip};
+use common::collectors::{RealTree, cid, pod, require_unified_psi, series};
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::collectors::exposition::{CollectorMetrics, render};
+use koord_applier::collectors::CollectorMetrics;
+use koord_runtime::metrics::render;
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
 fn scrape(registry: &Registry, c: &Collector) -> String {
@@ -34,8 +35,7 @@ fn psi_config() -> CollectorConfig {
 
 fn collector(root: &Path, version: CgroupVersion) -> (Collector, Registry) {
     let registry = Registry::new();
-    let m = CollectorMetrics::new();
-    m.register(&registry, true, false).expect("register");
+    let m = CollectorMetrics::register(&registry, true, false).expect("register");
     let layout = Layout::new(root, version, CgroupDriver::Cgroupfs);
     let c = Collector::new(layout, "node-a", m, &psi_config(), Path::new("/sys"));
     (c, registry)
@@ -269,14 +269,13 @@ fn v1_alibaba_reads_cpuacct_and_plain_v1_stays_quiet() {
 }
 
 #[test]
+#[ignore = "needs root and cgroup v2 at /sys/fs/cgroup/unified with PSI files"]
 fn real_unified_root_files_parse() {
-    if let Some(r) = real_unified_reason() {
-        return skip("real_unified_root_files_parse", &r);
-    }
-    let dir = psi::open_dir(Path::new(collectors_util::UNIFIED)).expect("open");
+    require_unified_psi();
+    let dir = psi::open_dir(Path::new(common::collectors::UNIFIED)).expect("open");
     for res in Resource::ALL {
         let got = psi::read_resource(&dir, res).expect("read real pressure file");
-        let text = std::fs::read_to_string(Path::new(collectors_util::UNIFIED).join(res.file()))
+        let text = std::fs::read_to_string(Path::new(common::collectors::UNIFIED).join(res.file()))
             .expect("read");
         let parsed = psi::parse(&text).expect("parse");
         // Totals only grow; averages are percentages.
@@ -289,10 +288,9 @@ fn real_unified_root_files_parse() {
 }
 
 #[test]
+#[ignore = "needs root and cgroup v2 at /sys/fs/cgroup/unified with PSI files"]
 fn real_unified_child_cgroups_with_a_busy_process() {
-    if let Some(r) = real_unified_reason() {
-        return skip("real_unified_child_cgroups_with_a_busy_process", &r);
-    }
+    require_unified_psi();
     let mut tree = RealTree::new();
     let (a, b) = (cid(0xa), cid(0xb));
     let pod_rel = format!("kubepods/burstable/pod{UID}");

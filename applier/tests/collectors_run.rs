@@ -1,11 +1,11 @@
 //! `run` with the PSI collector on, against an in-process fake API server: the watch's pods
 //! get series on `/metrics`, and a DELETED watch event removes them.
 
-mod collectors_util;
+mod common;
 
 use std::time::Duration;
 
-use collectors_util::{cid, pod, series};
+use common::collectors::{cid, pod, series};
 use http::{Request, Response};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::cli::{Config, LogFormat, RunConfig};
@@ -30,7 +30,7 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_exposes_psi_and_drops_deleted_pods() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let a = cid(0xa);
     let pod_dir = tmp.path().join(format!("kubepods/burstable/pod{UID}"));
@@ -72,7 +72,9 @@ async fn run_exposes_psi_and_drops_deleted_pods() {
     };
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
-    let applier = tokio::spawn(koord_applier::run::run_with_client(config, run, client));
+    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
+        config, run, client,
+    ));
 
     // The fake API server: lists return the pod until it is deleted, then nothing; the first
     // watch is answered with DELETED when the test says so, later watches stay open.

@@ -12,11 +12,10 @@ use koord_applier::colocation::capacity::{
 use koord_applier::colocation::config::{
     ColocationConfig, ConfigState, MemoryPolicy, SuppressPolicy, parse_colocation, parse_threshold,
 };
-use koord_applier::colocation::suppress::{
-    SuppressInput, be_budget_milli, cpuset_for, format_cpu_list, parse_cpu_list, quota_for,
-};
+use koord_applier::colocation::suppress::{SuppressInput, be_budget_milli, cpuset_for, quota_for};
 use koord_applier::colocation::usage::{Reading, parse_proc_stat_busy, stat_field};
 use koord_applier::colocation::window::{Series, rate_milli};
+use koord_applier::cpu_list::{format_slice, parse_vec};
 
 const GI: i64 = 1 << 30;
 
@@ -553,21 +552,32 @@ fn quota_and_cpu_lists() {
         ("", vec![]),
         ("0-1\n", vec![0, 1]),
     ] {
-        assert_eq!(parse_cpu_list(text), Some(cpus.clone()), "{text:?}");
+        assert_eq!(parse_vec(text), Some(cpus.clone()), "{text:?}");
         if !text.contains('\n') {
-            assert_eq!(format_cpu_list(&cpus), text);
+            assert_eq!(format_slice(&cpus), text);
         }
     }
     for bad in ["a", "3-1", "1-", "0-99999999"] {
-        assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+        assert_eq!(parse_vec(bad), None, "{bad:?}");
     }
 }
 
 #[test]
 fn proc_and_stat_parsing() {
-    let stat = "cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 0 25 500 10 1 1 0 0 0\n";
-    assert_eq!(parse_proc_stat_busy(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
-    assert_eq!(parse_proc_stat_busy("cpu 1 2 3\n"), None);
+    let tail = "intr 0\nctxt 9\nbtime 1\nprocesses 5\n";
+    let stat = format!("cpu  100 5 50 1000 20 3 2 1 0 0\ncpu0 50 0 25 500 10 1 1 0 0 0\n{tail}");
+    assert_eq!(parse_proc_stat_busy(&stat), Some(100 + 5 + 50 + 3 + 2 + 1));
+    assert_eq!(parse_proc_stat_busy(&format!("cpu 1 2 3\n{tail}")), None);
+    assert_eq!(
+        parse_proc_stat_busy("cpu  100 5 50 1000 20 3 2 1 0 0\n"),
+        None,
+        "not a whole /proc/stat"
+    );
+    let real = std::fs::read_to_string("/proc/stat").expect("this machine's /proc/stat");
+    assert!(
+        parse_proc_stat_busy(&real).is_some(),
+        "the kernel's own /proc/stat parses"
+    );
     let ms = "cache 100\ntotal_inactive_file 4096\ninactive_file 10\n";
     assert_eq!(stat_field(ms, "total_inactive_file"), Some(4096));
     assert_eq!(stat_field(ms, "inactive_file"), Some(10));

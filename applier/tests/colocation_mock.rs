@@ -3,6 +3,8 @@
 //! status is merge-patched with the batch resources computed from the pod cache, a synthetic
 //! /proc and an empty cgroup tree.
 
+mod common;
+
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -18,22 +20,21 @@ const GI: i64 = 1 << 30;
 
 #[tokio::test]
 async fn patches_node_status_with_batch_resources() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let proc = tmp.path().join("proc");
     std::fs::create_dir_all(&proc).expect("mkdir");
     std::fs::write(
         proc.join("stat"),
-        "cpu  10 0 10 1000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n",
+        format!(
+            "cpu  10 0 10 1000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n{}",
+            common::PROC_STAT_TAIL
+        ),
     )
     .expect("stat");
     std::fs::write(
         proc.join("meminfo"),
-        format!(
-            "MemTotal: {} kB\nMemAvailable: {} kB\n",
-            64 * GI / 1024,
-            62 * GI / 1024
-        ),
+        common::meminfo(64 * GI as u64, 62 * GI as u64),
     )
     .expect("meminfo");
     let layout = Layout::new(
@@ -57,7 +58,7 @@ async fn patches_node_status_with_batch_resources() {
 
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
-    let metrics = ColocationMetrics::new();
+    let metrics = ColocationMetrics::register(&prometheus::Registry::new()).expect("metrics");
     let c = Colocation {
         client,
         layout,

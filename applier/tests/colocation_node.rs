@@ -218,7 +218,7 @@ fn flags_and_settings() {
 #[test]
 fn configmap_updates_are_counted_and_never_lose_the_good_config() {
     let state = std::sync::Mutex::new(ConfigState::default());
-    let m = ColocationMetrics::new();
+    let m = ColocationMetrics::register(&prometheus::Registry::new()).expect("metrics");
     let mut data = BTreeMap::new();
     data.insert(
         "colocation-config".to_owned(),

@@ -2,6 +2,8 @@
 //! synthetic `--proc-root`: usage readings, the capacity input over the window, and the BE
 //! parent writes of both suppression policies, including lifting.
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -45,14 +47,11 @@ fn write_proc(dir: &Path, busy: u64, used: u64, cpus: usize) {
     for i in 0..cpus {
         stat.push_str(&format!("cpu{i} 0 0 0 0 0 0 0 0 0 0\n"));
     }
+    stat.push_str(common::PROC_STAT_TAIL);
     put(&dir.join("stat"), &stat);
     put(
         &dir.join("meminfo"),
-        &format!(
-            "MemTotal: {} kB\nMemFree: 1 kB\nMemAvailable: {} kB\n",
-            16 * GI / 1024,
-            (16 * GI - used) / 1024
-        ),
+        &common::meminfo(16 * GI, 16 * GI - used),
     );
 }
 

@@ -8,7 +8,7 @@
 //! fallback on (the plan writes `cpu.idle = 1` on the BE pod) and the node pass sets the
 //! besteffort parent's `cpu.idle` from the pods below it; the BE share of CPU 0 (from
 //! `cpuacct.usage`) must collapse. Processes are killed and directories removed (leaves first)
-//! also on failure. Needs root and cgroup v1 with `cpu.idle`; otherwise prints a loud SKIPPED.
+//! also on failure. Needs root and cgroup v1 with `cpu.idle`; otherwise ignored (`make unit` runs it with --ignored where the machine has it).
 //!
 //! Run: `cargo test -p koord-applier --test cpu_idle_real_v1 -- --nocapture --test-threads 1`
 
@@ -24,18 +24,19 @@ use common::fixture;
 use k8s_openapi::api::core::v1::Pod;
 use koord_api::{DecisionSource, ResolvedCpuQos, ResolvedQos, keys};
 use koord_applier::apply::Applier;
+use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::layout::{ContainerId, Layout};
-use koord_applier::cgroup::writer::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_applier::nodeqos::NodeQos;
 use koord_applier::plan::NodeCaps;
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];
 const SAMPLE: Duration = Duration::from_secs(3);
 
-fn skip_reason() -> Option<String> {
+/// What this machine lacks for these tests, if anything.
+fn missing() -> Option<String> {
     if !is_root() {
         return Some("needs root".into());
     }
@@ -122,11 +123,12 @@ fn pct(part: u64, total: u64) -> f64 {
 }
 
 #[test]
+#[ignore = "needs root, cgroup v1 with cpu.idle (Linux 5.15+) and taskset"]
 fn be_busy_loop_yields_to_ls_with_cpu_idle() {
-    if let Some(why) = skip_reason() {
-        eprintln!("*** SKIPPED: cpu_idle_real_v1: {why}");
-        return;
-    }
+    common::real_v1::require(
+        "root, cgroup v1 with cpu.idle (Linux 5.15+) and taskset",
+        missing(),
+    );
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -145,10 +147,10 @@ fn be_busy_loop_yields_to_ls_with_cpu_idle() {
         std::os::unix::fs::symlink(&real, tmp.path().join(c)).expect("symlink");
     }
     let layout = Layout::new(tmp.path(), CgroupVersion::V1, CgroupDriver::Cgroupfs);
-    let ls = PodView::from_pod(&with_cpu_qos(fixture("ls-redis.json"), 2)).expect("ls");
-    let be = PodView::from_pod(&with_cpu_qos(fixture("be-transcode.json"), -1)).expect("be");
+    let ls = PodSpecView::from_pod(&with_cpu_qos(fixture("ls-redis.json"), 2)).expect("ls");
+    let be = PodSpecView::from_pod(&with_cpu_qos(fixture("be-transcode.json"), -1)).expect("be");
     // The kubelet's and runtime's directories, parents first (removed in reverse).
-    let mut leaf = |view: &PodView, container: &str| -> PathBuf {
+    let mut leaf = |view: &PodSpecView, container: &str| -> PathBuf {
         let pod_rel = layout.pod_dir(&view.uid, view.kube_qos).expect("pod dir");
         let id = view
             .container(container)

@@ -13,13 +13,13 @@ use common::{Kernel, fixture, layout, make_pod_tree, read, snapshot};
 use k8s_openapi::api::core::v1::Pod;
 use koord_api::{DecisionSource, QosClass, ResolvedCpuQos, ResolvedQos, ResolvedResctrlQos, keys};
 use koord_applier::apply::Applier;
-use koord_applier::cgroup::writer::Outcome;
+use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::events::{REASON_APPLIED, REASON_REFUSED, event_for};
 use koord_applier::metrics::Metrics;
 use koord_applier::nodeqos::{NodeQos, detect_caps, detect_resctrl};
 use koord_applier::plan::NodeCaps;
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 use koord_applier::report::PodStatus;
 
 const LS_POD: &str = "kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
@@ -51,12 +51,12 @@ fn cpu(gi: i64) -> Option<ResolvedCpuQos> {
     })
 }
 
-fn pods() -> (PodView, PodView) {
+fn pods() -> (PodSpecView, PodSpecView) {
     let ls = edit(fixture("ls-redis.json"), |q| q.cpu_qos = cpu(2));
     let be = edit(fixture("be-transcode.json"), |q| q.cpu_qos = cpu(-1));
     (
-        PodView::from_pod(&ls).expect("ls"),
-        PodView::from_pod(&be).expect("be"),
+        PodSpecView::from_pod(&ls).expect("ls"),
+        PodSpecView::from_pod(&be).expect("be"),
     )
 }
 
@@ -100,7 +100,7 @@ fn alibaba_v1_group_identity_every_file_parents_and_idempotence() {
             cpu_idle_fallback: false
         }
     );
-    let metrics = std::sync::Arc::new(Metrics::new());
+    let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
     let applier = Applier::new(l.clone(), false, Some(metrics.clone())).with_caps(caps);
     let r_ls = applier.apply(&ls);
     let r_be = applier.apply(&be);
@@ -149,7 +149,7 @@ fn alibaba_v1_group_identity_every_file_parents_and_idempotence() {
     assert!(nr.parents.iter().all(|p| p.outcome == Outcome::Unchanged));
     assert_eq!(snapshot(root), before);
     // A disagreement below a parent resets it to 0; disabled group identity writes 0.
-    let ls_disabled = PodView::from_pod(&edit(fixture("ls-redis.json"), |q| {
+    let ls_disabled = PodSpecView::from_pod(&edit(fixture("ls-redis.json"), |q| {
         q.cpu_qos = Some(ResolvedCpuQos {
             enabled: false,
             group_identity: 2,
@@ -179,7 +179,7 @@ fn forged_group_identity_is_refused_and_nothing_written() {
     let tmp = tempfile::tempdir().expect("tmp");
     let root = tmp.path();
     let l = layout(root, CgroupVersion::V1, CgroupDriver::Cgroupfs);
-    let be = PodView::from_pod(&edit(fixture("be-transcode.json"), |q| q.cpu_qos = cpu(5)))
+    let be = PodSpecView::from_pod(&edit(fixture("be-transcode.json"), |q| q.cpu_qos = cpu(5)))
         .expect("view");
     make_pod_tree(&l, Kernel::AlibabaV1, &be);
     seed_cpu(root, "cpu.bvt_warp_ns", "0");
@@ -336,8 +336,8 @@ fn resctrl_via_once_two_domains_then_node_pass_cleans_deleted_pod() {
     let ls_pod = edit(fixture("ls-redis.json"), |q| {
         q.resctrl_qos = resctrl(0, 100, 100)
     });
-    let be = PodView::from_pod(&be_pod).expect("be");
-    let ls = PodView::from_pod(&ls_pod).expect("ls");
+    let be = PodSpecView::from_pod(&be_pod).expect("be");
+    let ls = PodSpecView::from_pod(&ls_pod).expect("ls");
     make_pod_tree(&l, Kernel::AlibabaV1, &be);
     make_pod_tree(&l, Kernel::AlibabaV1, &ls);
     // The threads of each container (v1 `tasks`; thread IDs, not only the leaders).
@@ -400,7 +400,7 @@ fn resctrl_via_once_two_domains_then_node_pass_cleans_deleted_pod() {
 
     // The node pass (run's resync) with the BE pod deleted: its tasks go back to the default
     // group; the LS group is left as it is.
-    let metrics = std::sync::Arc::new(Metrics::new());
+    let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
     let support = detect_resctrl(&rc, Some(&metrics)).expect("supported");
     let node = NodeQos::new(
         l,
@@ -431,7 +431,7 @@ fn resctrl_via_once_two_domains_then_node_pass_cleans_deleted_pod() {
 #[test]
 fn resctrl_unsupported_is_detected_and_reported_as_a_gauge() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let metrics = Metrics::new();
+    let metrics = Metrics::new().expect("metrics");
     assert!(detect_resctrl(&tmp.path().join("absent"), Some(&metrics)).is_none());
     // Mounted but neither L3 CAT nor MBA.
     fs::write(tmp.path().join("schemata"), "").expect("schemata");

@@ -1,11 +1,11 @@
 //! Every Event text of the memory locality pass, against the reference's
 //! `kubectl describe pod` output (the reference product documentation).
 
-use koord_applier::events::EventKind;
 use koord_applier::numa::message::{REASON_COMPLETED, REASON_FAILED, REASON_SKIPPED, event_text};
 use koord_applier::numa::numa_maps::Locality;
 use koord_applier::numa::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityReport};
 use koord_applier::numa::topology::IdSet;
+use koord_applier::pod_event::EventKind;
 
 fn nodes(ids: &[u32]) -> IdSet {
     ids.iter().copied().collect()

@@ -13,9 +13,12 @@ use koord_applier::numa::migrate_sys::{
 use koord_applier::numa::numa_maps::NodeUsage;
 use koord_applier::numa::topology::Topology;
 
-fn numa_kernel() -> bool {
-    Path::new("/proc/self/numa_maps").exists()
-        && Path::new("/sys/devices/system/node/node0").exists()
+fn require_numa_kernel() {
+    assert!(
+        Path::new("/proc/self/numa_maps").exists()
+            && Path::new("/sys/devices/system/node/node0").exists(),
+        "needs a kernel with NUMA (/proc/self/numa_maps, /sys/devices/system/node/node0)"
+    );
 }
 
 fn sleeper() -> Child {
@@ -26,13 +29,9 @@ fn sleeper() -> Child {
 }
 
 #[test]
+#[ignore = "needs a kernel with NUMA (/proc/self/numa_maps, /sys/devices/system/node/node0)"]
 fn syscalls_move_nothing_when_pages_are_already_there() {
-    if !numa_kernel() {
-        eprintln!(
-            "SKIPPED syscalls_move_nothing_when_pages_are_already_there: kernel without NUMA (no numa_maps / node0)"
-        );
-        return;
-    }
+    require_numa_kernel();
     let me = std::process::id();
     // 64 touched pages of our own heap, page-aligned addresses inside the buffer.
     let mut buf = vec![0u8; 65 * 4096];
@@ -90,19 +89,15 @@ fn syscalls_move_nothing_when_pages_are_already_there() {
 }
 
 #[test]
+#[ignore = "needs a kernel with NUMA and one NUMA node with memory"]
 fn once_on_this_machine_reports_no_target_numa() {
-    let topo = Topology::read(Path::new("/")).expect("sysfs");
-    if !topo.is_single_node() {
-        eprintln!(
-            "SKIPPED once_on_this_machine_reports_no_target_numa: this machine has {} NUMA nodes",
-            topo.memory.len()
-        );
-        return;
-    }
-    if !numa_kernel() {
-        eprintln!("SKIPPED once_on_this_machine_reports_no_target_numa: kernel without NUMA");
-        return;
-    }
+    let topo = Topology::read(Path::new("/sys")).expect("sysfs");
+    assert!(
+        topo.is_single_node(),
+        "needs one NUMA node with memory; this machine has {}",
+        topo.memory.len()
+    );
+    require_numa_kernel();
     let uid = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
     let cid = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let dir = tempfile::tempdir().expect("tempdir");
@@ -169,13 +164,9 @@ fn once_on_this_machine_reports_no_target_numa() {
 }
 
 #[test]
+#[ignore = "needs a kernel with NUMA (/proc/self/numa_maps, /sys/devices/system/node/node0)"]
 fn a_zombie_answers_einval_which_the_pass_reports_as_exited() {
-    if !numa_kernel() {
-        eprintln!(
-            "SKIPPED a_zombie_answers_einval_which_the_pass_reports_as_exited: kernel without NUMA"
-        );
-        return;
-    }
+    require_numa_kernel();
     let mut child = Command::new("true").spawn().expect("spawn true");
     let pid = child.id();
     // Wait until it has exited but is not reaped (State: Z).

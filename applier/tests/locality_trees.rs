@@ -10,7 +10,7 @@ use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::numa::LocalityConfig;
 use koord_applier::numa::locality::{Migrator, container_cgroup, pod_locality};
 use koord_applier::numa::report::{ContainerStatus, LocalityReport, Method};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
 const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
@@ -22,7 +22,7 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).expect("write");
 }
 
-fn pod(locality: &str, started: bool) -> PodView {
+fn pod(locality: &str, started: bool) -> PodSpecView {
     let resolved = format!(
         r#"{{"version":1,"qosClass":"LS","qosClassSource":"label","memoryQOS":{{"enabled":false,"policy":"none","source":"default","params":{{"minLimitPercent":0,"lowLimitPercent":0,"throttlingPercent":0,"wmarkRatio":95,"wmarkMinAdj":0,"wmarkScalePermill":20,"priority":0,"priorityEnable":0,"oomKillGroup":0}},"pod":{{"memory.min":0,"memory.low":0}},"containers":{{}}}}{locality}}}"#
     );
@@ -38,7 +38,7 @@ fn pod(locality: &str, started: bool) -> PodView {
         "status": {"qosClass": "Burstable", "containerStatuses": statuses}
     }))
     .expect("pod");
-    PodView::from_pod(&p).expect("view")
+    PodSpecView::from_pod(&p).expect("view")
 }
 
 const BEST_EFFORT: &str = r#","memoryLocality":{"policy":"bestEffort","source":"pod-annotation"}"#;
@@ -96,15 +96,26 @@ impl Tree {
         write(&dir.join("numa_maps"), numa_maps);
         write(
             &dir.join("status"),
-            &format!(
-                "Name:\tredis\nCpus_allowed:\tf\nCpus_allowed_list:\t{cpus_allowed}\nMems_allowed_list:\t{mems_allowed}\n"
-            ),
+            &status_text(pid, cpus_allowed, mems_allowed),
         );
         write(
             &dir.join("maps"),
             "7f0000000000-7f0000190000 rw-p 00000000 00:00 0 \n7f1000000000-7f1000001000 rw-p 00000000 00:00 0 \n",
         );
     }
+}
+
+/// A `/proc/<pid>/status` shaped like the kernel's (the fields every kernel prints).
+fn status_text(pid: u32, cpus_allowed: &str, mems_allowed: &str) -> String {
+    format!(
+        "Name:\tredis\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t1\n\
+         TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t \n\
+         VmRSS:\t    1764 kB\nThreads:\t1\nSigQ:\t0/96365\nSigPnd:\t0000000000000000\n\
+         ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n\
+         SigCgt:\t0000000000000000\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\n\
+         CapEff:\t0000000000000000\nCpus_allowed:\tf\nCpus_allowed_list:\t{cpus_allowed}\n\
+         Mems_allowed:\t00000003\nMems_allowed_list:\t{mems_allowed}\n"
+    )
 }
 
 /// 300 pages on node 0 and 100 on node 1.

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 fn fixture_path(name: &str) -> String {
     format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
@@ -40,7 +40,7 @@ fn once_reports_every_knob_and_dry_run_writes_nothing() {
     make_pod_tree(
         &l,
         Kernel::MainlineV2,
-        &PodView::from_pod(&fixture("ls-redis.json")).expect("view"),
+        &PodSpecView::from_pod(&fixture("ls-redis.json")).expect("view"),
     );
     let high = tmp.path().join(
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice/\

@@ -5,17 +5,17 @@ mod common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read, snapshot, with_runtime};
 use koord_applier::apply::Applier;
-use koord_applier::cgroup::writer::Outcome;
+use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::events::{REASON_APPLIED, REASON_REFUSED, event_for};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 use koord_applier::report::PodStatus;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const FF: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
-fn view(name: &str, scheme: &str) -> PodView {
-    PodView::from_pod(&with_runtime(fixture(name), scheme)).expect("view")
+fn view(name: &str, scheme: &str) -> PodSpecView {
+    PodSpecView::from_pod(&with_runtime(fixture(name), scheme)).expect("view")
 }
 
 #[test]
@@ -294,7 +294,7 @@ fn forged_annotation_is_refused_whole_and_nothing_changes() {
     make_pod_tree(
         &l,
         Kernel::MainlineV2,
-        &PodView::from_pod(&pod).expect("view"),
+        &PodSpecView::from_pod(&pod).expect("view"),
     );
     let before = snapshot(tmp.path());
     let ann = pod.metadata.annotations.as_mut().expect("annotations");
@@ -304,7 +304,7 @@ fn forged_annotation_is_refused_whole_and_nothing_changes() {
         1,
     );
     ann.insert("koordinator.sh/resolved-qos".into(), forged);
-    let r = Applier::new(l.clone(), false, None).apply(&PodView::from_pod(&pod).expect("view"));
+    let r = Applier::new(l.clone(), false, None).apply(&PodSpecView::from_pod(&pod).expect("view"));
     assert_eq!(r.status, PodStatus::Refused);
     assert!(r.knobs.iter().all(|k| k.outcome == Outcome::Refused) && !r.knobs.is_empty());
     assert_eq!(
@@ -329,7 +329,7 @@ fn path_traversal_in_container_id_is_refused() {
     make_pod_tree(
         &l,
         Kernel::MainlineV2,
-        &PodView::from_pod(&good).expect("view"),
+        &PodSpecView::from_pod(&good).expect("view"),
     );
     // A victim file outside the root that a traversal would reach.
     std::fs::write(tmp.path().join("memory.min"), "untouched").expect("victim");
@@ -341,7 +341,7 @@ fn path_traversal_in_container_id_is_refused() {
         .and_then(|s| s.container_statuses.as_mut())
         .expect("statuses");
     cs[1].container_id = Some("containerd://../../../..".into());
-    let r = Applier::new(l, false, None).apply(&PodView::from_pod(&evil).expect("view"));
+    let r = Applier::new(l, false, None).apply(&PodSpecView::from_pod(&evil).expect("view"));
     assert_eq!(r.status, PodStatus::Refused);
     assert!(
         r.reason
@@ -358,7 +358,7 @@ fn path_traversal_in_container_id_is_refused() {
 fn unannotated_pod_is_not_touched_and_dry_run_writes_nothing() {
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);
-    let plain = PodView::from_pod(&fixture("unannotated.json")).expect("view");
+    let plain = PodSpecView::from_pod(&fixture("unannotated.json")).expect("view");
     make_pod_tree(&l, Kernel::MainlineV2, &plain);
     let v = view("ls-redis.json", "containerd");
     make_pod_tree(&l, Kernel::MainlineV2, &v);
@@ -395,7 +395,7 @@ fn metrics_count_outcomes_and_unsupported_once() {
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);
     let v = view("ls-redis.json", "containerd");
     make_pod_tree(&l, Kernel::MainlineV2, &v);
-    let metrics = Arc::new(koord_applier::metrics::Metrics::new());
+    let metrics = Arc::new(koord_applier::metrics::Metrics::new().expect("metrics"));
     let applier = Applier::new(l, false, Some(metrics.clone()));
     applier.apply(&v);
     applier.apply(&v);

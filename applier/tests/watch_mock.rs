@@ -9,19 +9,19 @@ use common::{Kernel, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::cli::{Config, LogFormat, RunConfig};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 use kube::client::Body;
 
 #[tokio::test]
 async fn watches_node_pods_applies_and_posts_event() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);
     let pod = fixture("ls-redis.json");
     make_pod_tree(
         &l,
         Kernel::MainlineV2,
-        &PodView::from_pod(&pod).expect("view"),
+        &PodSpecView::from_pod(&pod).expect("view"),
     );
 
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
@@ -47,7 +47,9 @@ async fn watches_node_pods_applies_and_posts_event() {
         event_window: Duration::from_secs(600),
         colocation: Default::default(),
     };
-    let applier = tokio::spawn(koord_applier::run::run_with_client(config, run, client));
+    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
+        config, run, client,
+    ));
 
     let list = serde_json::json!({
         "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "100"},

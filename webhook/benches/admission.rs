@@ -1,9 +1,13 @@
 //! CPU cost of one admission review (bytes in -> response bytes out), no IO: the part of the
-//! server's per-request cost that is ours rather than TLS/HTTP's.
+//! server's per-request cost that is ours rather than TLS/HTTP's. The logging set-up is the
+//! server's (`koord_runtime::init_logging`, level `info`), so the admission span's cost at the
+//! default level is part of what is measured; the last case measures it at `debug`, where it
+//! is enabled and formatted.
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use koord_runtime::LogFormat;
 use koord_webhook::policy::PolicyConfig;
-use koord_webhook::server::admission::{ReviewContext, review};
+use koord_webhook::server::admission::{ReviewContext, Reviewed, admission_span, review};
 
 fn compact(path: &str) -> Vec<u8> {
     let text = std::fs::read(path).expect("fixture");
@@ -11,7 +15,16 @@ fn compact(path: &str) -> Vec<u8> {
     serde_json::to_vec(&v).expect("json")
 }
 
+/// What the handler does around `review`: the span, entered, and its fields recorded.
+fn review_in_span(body: &[u8], ctx: &ReviewContext<'_>) -> Reviewed {
+    let span = admission_span();
+    let reviewed = span.in_scope(|| review(body, ctx));
+    reviewed.record_in(&span);
+    reviewed
+}
+
 fn bench(c: &mut Criterion) {
+    koord_runtime::init_logging(LogFormat::Text, "info");
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
     let config = PolicyConfig::default();
     let skip = |ns: &str| (ns == "kube-system").then_some("exempt");
@@ -25,6 +38,21 @@ fn bench(c: &mut Criterion) {
             b.iter(|| review(black_box(&body), &ctx))
         });
     }
+    let body = compact(&format!("{dir}pod-create.json"));
+    c.bench_function(
+        "review pod-create.json in its admission span, level info",
+        |b| b.iter(|| review_in_span(black_box(&body), &ctx)),
+    );
+    let debug = tracing_subscriber::fmt()
+        .with_env_filter("debug")
+        .with_writer(std::io::sink)
+        .finish();
+    tracing::subscriber::with_default(debug, || {
+        c.bench_function(
+            "review pod-create.json in its admission span, level debug",
+            |b| b.iter(|| review_in_span(black_box(&body), &ctx)),
+        );
+    });
 }
 
 criterion_group!(benches, bench);

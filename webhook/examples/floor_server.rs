@@ -13,8 +13,9 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use koord_runtime::install_crypto_provider;
 use koord_webhook::server::response::write_response;
-use koord_webhook::server::tls::{install_crypto_provider, server_config};
+use koord_webhook::server::tls::server_config;
 use serde::Deserialize;
 
 /// Same allocator as the webhook binary, so the floor differs only in the handler.

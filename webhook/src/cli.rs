@@ -1,6 +1,8 @@
 //! Command line: `serve`, `resolve`, `certs`. Every flag also reads an environment variable.
+//! Logging is set up by `main` with [`koord_runtime::init_logging`].
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use koord_runtime::LogFormat;
 
 use crate::{certs, resolve_cmd, server};
 
@@ -29,23 +31,4 @@ pub enum Command {
     Resolve(resolve_cmd::ResolveArgs),
     /// Write a CA and a serving certificate for the webhook Service.
     Certs(certs::CertsArgs),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Installs the global tracing subscriber (logs go to stderr; stdout is for command output).
-pub fn init_logging(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
 }

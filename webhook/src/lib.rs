@@ -1,7 +1,11 @@
-//! koord-webhook: the mutating admission webhook of the memory QoS system.
+//! koord-webhook: the mutating admission webhook of the memory QoS system. It holds all the
+//! policy and writes the `koordinator.sh/resolved-qos` annotation (docs/contract.md).
 //!
-//! Pure policy lives in [`policy`] (ConfigMap parsing), [`resolve`] (the resolution engine) and
-//! [`mutation`] (changes, JSON patch); IO (CLI, HTTP, watches) is thin around them.
+//! Pure parts: [`policy`] (the ConfigMaps, parsed and validated), [`resolve`] (the resolution
+//! engine: a pod in, the resolved QoS and a change list out) and [`mutation`] (the change list
+//! as a JSON patch or applied to a manifest). IO is thin around them: [`cli`], the commands
+//! ([`server`], [`resolve_cmd`], [`certs`]) and [`manifest`] (reading manifest files).
+//! Dependencies point one way: commands -> mutation -> resolve -> policy -> manifest.
 
 pub mod mutation;
 pub mod policy;

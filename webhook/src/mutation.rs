@@ -1,44 +1,11 @@
-//! Changes the engine makes to a pod, and their two renderings: applied to a manifest (the
-//! `resolve` command) and as an RFC 6902 JSON patch (the admission response).
+//! The two renderings of a change list ([`crate::resolve::changes`]): applied to a manifest
+//! (the `resolve` command) and as an RFC 6902 JSON patch (the admission response). Nothing here
+//! decides anything.
 
 use serde_json::{Map, Value, json};
 
-use crate::resolve::{OwnedResources, PodView, TranslatedResources};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerList {
-    Containers,
-    InitContainers,
-}
-
-impl ContainerList {
-    pub fn field(self) -> &'static str {
-        match self {
-            ContainerList::Containers => "containers",
-            ContainerList::InitContainers => "initContainers",
-        }
-    }
-}
-
-/// One change to the incoming pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
-    SetLabel {
-        key: &'static str,
-        value: String,
-    },
-    SetAnnotation {
-        key: &'static str,
-        value: String,
-    },
-    /// Replace a container's requests and limits (BE translation).
-    SetResources {
-        list: ContainerList,
-        index: usize,
-        resources: TranslatedResources,
-    },
-    SetOverhead(OwnedResources),
-}
+use crate::resolve::PodInput;
+use crate::resolve::changes::{Change, OwnedResources};
 
 fn resources_value(r: &OwnedResources) -> Value {
     Value::Object(
@@ -113,7 +80,7 @@ pub fn escape_pointer_token(token: &str) -> String {
 
 /// The RFC 6902 patch turning `pod` into the pod with `changes` applied. Missing `labels` /
 /// `annotations` maps are created first; `add` on an existing member replaces it.
-pub fn json_patch(pod: &PodView<'_>, changes: &[Change]) -> Value {
+pub fn json_patch(pod: &PodInput<'_>, changes: &[Change]) -> Value {
     let mut ops = Vec::with_capacity(changes.len() + 2);
     let mut has_labels = pod.metadata.labels.is_some();
     let mut has_annotations = pod.metadata.annotations.is_some();

@@ -1,17 +1,19 @@
 //! `koord-webhook resolve`: the engine offline, on manifests a user would `kubectl apply`.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::manifest::{self, ManifestError};
+use crate::manifest::{self, ManifestError, ReadError};
 use crate::mutation::apply_changes;
-use crate::policy::PolicyConfig;
-use crate::resolve::{Operation, ParamSource, PodView, Resolution, ResolveContext, resolve_pod};
+use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
+use crate::resolve::{
+    Change, Operation, ParamSource, PodInput, Resolution, ResolveContext, resolve_pod,
+};
 
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
@@ -35,7 +37,7 @@ pub struct ResolveArgs {
         default_value = "default"
     )]
     pub namespace: String,
-    /// Resolve as an UPDATE (no resource translation) instead of a CREATE.
+    /// Resolve as an UPDATE (resources stay as they are) instead of a CREATE.
     #[arg(long, env = "KOORD_RESOLVE_UPDATE")]
     pub update: bool,
     /// Explain on stderr which source decided each value.
@@ -51,11 +53,12 @@ pub enum OutputFormat {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveCmdError {
-    #[error("{path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The ConfigMap files.
+    #[error(transparent)]
+    Policy(#[from] PolicyLoadError),
+    /// The pod file.
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error("{path}: {source}")]
     Manifest { path: String, source: ManifestError },
     #[error("{path}: pod {pod}: {message}")]
@@ -75,50 +78,6 @@ pub struct ResolveOutput {
     pub stderr: String,
 }
 
-fn read(path: &Path) -> Result<String, ResolveCmdError> {
-    let err = |source| ResolveCmdError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(err)
-    } else {
-        std::fs::read_to_string(path).map_err(err)
-    }
-}
-
-/// Loads the policy configuration from the optional ConfigMap manifests.
-pub fn load_policy(
-    cluster: Option<&Path>,
-    namespaces: Option<&Path>,
-    notes: &mut Vec<String>,
-) -> Result<PolicyConfig, ResolveCmdError> {
-    let mut config = PolicyConfig::default();
-    if let Some(path) = cluster {
-        let text = read(path)?;
-        let out = manifest::cluster_config_from_manifests(&text).map_err(|source| {
-            ResolveCmdError::Manifest {
-                path: path.display().to_string(),
-                source,
-            }
-        })?;
-        notes.extend(out.notes);
-        config.cluster = out.config;
-    }
-    if let Some(path) = namespaces {
-        let text = read(path)?;
-        let out = manifest::namespace_config_from_manifests(&text).map_err(|source| {
-            ResolveCmdError::Manifest {
-                path: path.display().to_string(),
-                source,
-            }
-        })?;
-        notes.extend(out.notes);
-        config.namespaces = out.config;
-    }
-    Ok(config)
-}
-
 /// Resolves every Pod of `text`; pure apart from its arguments, so tests call it directly.
 pub fn resolve_manifests(
     text: &str,
@@ -132,11 +91,6 @@ pub fn resolve_manifests(
     })?;
     let mut out = ResolveOutput::default();
     let mut pods = Vec::new();
-    let operation = if args.update {
-        Operation::Update
-    } else {
-        Operation::Create
-    };
     for mut obj in objects {
         if manifest::kind(&obj) != "Pod" {
             let _ = writeln!(
@@ -147,38 +101,14 @@ pub fn resolve_manifests(
             );
             continue;
         }
-        let pod_error = |message: String, obj: &Value| ResolveCmdError::Pod {
-            path: path.to_owned(),
-            pod: manifest::name(obj).to_owned(),
-            message,
-        };
-        let resolution = {
-            let view = PodView::deserialize(&obj)
-                .map_err(|e| pod_error(format!("not a valid Pod: {e}"), &obj))?;
-            let namespace = view
-                .metadata
-                .namespace
-                .as_deref()
-                .unwrap_or(&args.namespace)
-                .to_owned();
-            let ctx = ResolveContext {
-                namespace: &namespace,
-                operation,
-                config,
-            };
-            let resolution =
-                resolve_pod(&view, &ctx).map_err(|e| pod_error(e.to_string(), &obj))?;
-            if args.explain {
-                explain(
-                    &mut out.stderr,
-                    &namespace,
-                    &view.display_name(),
-                    &resolution,
-                );
+        let changes = resolve_one(&obj, config, args, &mut out.stderr).map_err(|message| {
+            ResolveCmdError::Pod {
+                path: path.to_owned(),
+                pod: manifest::name(&obj).to_owned(),
+                message,
             }
-            resolution
-        };
-        apply_changes(&mut obj, &resolution.changes);
+        })?;
+        apply_changes(&mut obj, &changes);
         pods.push(obj);
     }
     if pods.is_empty() {
@@ -188,6 +118,32 @@ pub fn resolve_manifests(
     }
     out.stdout = render(pods, args.output);
     Ok(out)
+}
+
+/// Resolves one Pod object (explaining on `stderr` with `--explain`) and returns its changes;
+/// the error is the message after `pod NAME:`.
+fn resolve_one(
+    obj: &Value,
+    config: &PolicyConfig,
+    args: &ResolveArgs,
+    stderr: &mut String,
+) -> Result<Vec<Change>, String> {
+    let pod = PodInput::deserialize(obj).map_err(|e| format!("not a valid Pod: {e}"))?;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or(&args.namespace);
+    let ctx = ResolveContext {
+        namespace,
+        operation: if args.update {
+            Operation::Update
+        } else {
+            Operation::Create
+        },
+        config,
+    };
+    let resolution = resolve_pod(&pod, &ctx).map_err(|e| e.to_string())?;
+    if args.explain {
+        explain(stderr, namespace, &pod.display_name(), &resolution);
+    }
+    Ok(resolution.changes)
 }
 
 fn render(mut pods: Vec<Value>, format: OutputFormat) -> String {
@@ -216,11 +172,44 @@ fn wire_name<T: serde::Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
+/// `--explain`: which source decided each value, one block per pod.
 fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
-    let q = &r.resolved;
-    let m = &q.memory_qos;
-    let class = &r.explanation.class;
     let _ = writeln!(out, "pod {namespace}/{name}:");
+    explain_class(out, r);
+    explain_memory_qos(out, r);
+    match &r.resolved.memory_locality {
+        Some(l) => {
+            let _ = writeln!(
+                out,
+                "  memoryLocality {:?} decided by {:?}",
+                l.policy, l.source
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  memoryLocality: not set");
+        }
+    }
+    match &r.resolved.batch {
+        Some(b) => {
+            let _ = writeln!(
+                out,
+                "  batch: {} container(s) translated; pod cpu.shares {} cpu.cfs_quota_us {} memory.limit_in_bytes {}",
+                r.explanation.batch_containers,
+                b.pod.cpu_shares,
+                b.pod.cpu_cfs_quota_us,
+                b.pod.memory_limit_in_bytes
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  batch: none");
+        }
+    }
+    let _ = writeln!(out, "  {} change(s)", r.changes.len());
+}
+
+fn explain_class(out: &mut String, r: &Resolution) {
+    let q = &r.resolved;
+    let class = &r.explanation.class;
     let _ = writeln!(
         out,
         "  qosClass {} from {} (Kubernetes QoS {:?}){}",
@@ -233,6 +222,10 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
             ""
         }
     );
+}
+
+fn explain_memory_qos(out: &mut String, r: &Resolution) {
+    let m = &r.resolved.memory_qos;
     let _ = writeln!(
         out,
         "  memoryQOS {} (policy {}) decided by {}",
@@ -253,34 +246,6 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
         };
         let _ = writeln!(out, "    {} = {value} ({from})", spec.name);
     }
-    match &q.memory_locality {
-        Some(l) => {
-            let _ = writeln!(
-                out,
-                "  memoryLocality {:?} decided by {:?}",
-                l.policy, l.source
-            );
-        }
-        None => {
-            let _ = writeln!(out, "  memoryLocality: not set");
-        }
-    }
-    match &q.batch {
-        Some(b) => {
-            let _ = writeln!(
-                out,
-                "  batch: {} container(s) translated; pod cpu.shares {} cpu.cfs_quota_us {} memory.limit_in_bytes {}",
-                r.explanation.translated_containers,
-                b.pod.cpu_shares,
-                b.pod.cpu_cfs_quota_us,
-                b.pod.memory_limit_in_bytes
-            );
-        }
-        None => {
-            let _ = writeln!(out, "  batch: none");
-        }
-    }
-    let _ = writeln!(out, "  {} change(s)", r.changes.len());
 }
 
 /// Runs the command: output only on success, one error line otherwise.
@@ -291,8 +256,9 @@ pub fn run(args: ResolveArgs) -> ExitCode {
         args.namespace_config.as_deref(),
         &mut notes,
     )
+    .map_err(ResolveCmdError::from)
     .and_then(|config| {
-        let text = read(&args.file)?;
+        let text = manifest::read_file(&args.file)?;
         resolve_manifests(&text, &args.file.display().to_string(), &config, &args)
     });
     match result {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use koord_api::{MaxOr, QosClass, ResolvedQos};
 use koord_webhook::mutation::json_patch;
-use koord_webhook::resolve::{Operation, PodView};
+use koord_webhook::resolve::{Operation, PodInput};
 use proptest::prelude::*;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -113,7 +113,7 @@ proptest! {
         prop_assert_eq!(resolved.memory_qos.params.out_of_range(), None);
 
         // The JSON patch turns the input into exactly the applied result.
-        let view = PodView::deserialize(&p).expect("view");
+        let view = PodInput::deserialize(&p).expect("view");
         let patch: json_patch::Patch = serde_json::from_value(json_patch(&view, &r.changes)).expect("patch parses");
         let mut patched = p.clone();
         json_patch::patch(&mut patched, &patch).expect("patch applies");

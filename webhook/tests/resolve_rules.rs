@@ -1,4 +1,4 @@
-//! Table tests for every resolution rule of DESIGN.md section 3.
+//! Table tests for every resolution rule of docs/contract.md §2 and §3.
 
 // Tables are tuples spelled out where they are used: an alias per table would hide the columns.
 #![allow(clippy::type_complexity)]
@@ -465,7 +465,7 @@ fn qos_class_table() {
             None => assert!(
                 r.changes
                     .iter()
-                    .all(|c| !matches!(c, koord_webhook::mutation::Change::SetLabel { .. })),
+                    .all(|c| !matches!(c, koord_webhook::resolve::Change::SetLabel { .. })),
                 "case {i}: no label change"
             ),
         }
@@ -473,7 +473,7 @@ fn qos_class_table() {
 }
 
 #[test]
-fn batch_translation_of_be_pods() {
+fn batch_resources_of_be_pods() {
     let p = json!({
         "metadata": {"name": "be", "labels": {"koordinator.sh/qosClass": "BE"}},
         "spec": {
@@ -774,7 +774,7 @@ fn bad_input_is_denied_with_the_field_and_range() {
 }
 
 #[test]
-fn update_rewrites_a_hand_edit_and_does_not_translate() {
+fn update_rewrites_a_hand_edit_and_leaves_resources_alone() {
     let p = pod(
         json!({"koordinator.sh/qosClass": "BE"}),
         json!({}),
@@ -810,7 +810,7 @@ fn update_rewrites_a_hand_edit_and_does_not_translate() {
         Some(LocalityPolicy::BestEffort)
     );
     assert_eq!(resolved.batch.map(|b| b.pod.cpu_shares), Some(1024));
-    // UPDATE of an untranslated BE pod leaves resources alone.
+    // UPDATE of a BE pod whose resources never moved to batch leaves them alone.
     let raw = pod(
         json!({"koordinator.sh/qosClass": "BE"}),
         json!({}),
@@ -996,7 +996,7 @@ fn resctrl_qos_table() {
 
 #[test]
 fn a_forged_incoming_annotation_does_not_leak_into_the_rewrite() {
-    use koord_webhook::resolve::{PodView, ResolveContext, resolve_pod_with_previous};
+    use koord_webhook::resolve::{PodInput, ResolveContext, resolve_pod_with_previous};
     use serde::Deserialize;
     let p = pod(json!({}), json!({}), burstable_100mi());
     let stored = mutated(&p, &create(&p, &PolicyConfig::default()));
@@ -1007,7 +1007,7 @@ fn a_forged_incoming_annotation_does_not_leak_into_the_rewrite() {
     let mut edited = stored.clone();
     edited["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS] =
         json!(r#"{"version":1,"qosClass":"LSE","hand":"edited"}"#);
-    let view = PodView::deserialize(&edited).expect("view");
+    let view = PodInput::deserialize(&edited).expect("view");
     let cfg = PolicyConfig::default();
     let ctx = ResolveContext {
         namespace: "default",

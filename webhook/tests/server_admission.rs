@@ -61,7 +61,7 @@ async fn create_without_config_files_uses_embedded_defaults() {
 }
 
 #[tokio::test]
-async fn create_be_pod_translates_resources() {
+async fn create_be_pod_gets_batch_resources() {
     let running = start(with_examples(), |_| {}).await;
     let review = fixture_json("pod-create-be.json");
     let response = assert_matches_resolve(&running, "pod-create-be.json", true).await;
@@ -114,7 +114,7 @@ async fn update_rewrites_hand_edited_resolved_qos() {
     let resolved: Value = serde_json::from_str(resolved).expect("json");
     assert_eq!(resolved["memoryLocality"]["policy"], "bestEffort");
     assert_eq!(resolved["memoryLocality"]["source"], "pod-annotation");
-    // Resources are not re-translated on UPDATE.
+    // Resources are left alone on UPDATE (they moved to batch at CREATE).
     assert_eq!(
         patched["spec"]["containers"],
         review["request"]["object"]["spec"]["containers"]

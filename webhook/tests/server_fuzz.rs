@@ -10,7 +10,7 @@ use koord_api::keys::{
     ANNOTATION_LEGACY_MEMORY_QOS, ANNOTATION_MEMORY_LOCALITY, ANNOTATION_MEMORY_QOS,
     ANNOTATION_RESOLVED_QOS, LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS,
 };
-use koord_webhook::manifest::{cluster_config_from_data, namespace_config_from_data};
+use koord_webhook::policy::load::from_data;
 use koord_webhook::policy::{
     ClusterQosConfig, NamespaceQosConfig, PolicyConfig, parse_locality_setting,
 };
@@ -258,7 +258,7 @@ proptest! {
         let shaped = json!({"enabledNamespaces": v.clone(), "disabledNamespaces": [v]});
         let _ = NamespaceQosConfig::parse(&shaped.to_string());
         let data: BTreeMap<String, String> = [("resource-qos-config".to_owned(), text.clone()), ("memory-qos".to_owned(), text)].into();
-        let _ = cluster_config_from_data(&data);
-        let _ = namespace_config_from_data(&data);
+        let _ = from_data::<ClusterQosConfig>(&data);
+        let _ = from_data::<NamespaceQosConfig>(&data);
     }
 }

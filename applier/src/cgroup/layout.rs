@@ -165,13 +165,19 @@ impl Layout {
     /// The QoS-class parent of Burstable and BestEffort pods (`kubepods/burstable`); `None`
     /// for Guaranteed, whose pods sit directly under `kubepods`.
     pub fn qos_dir(&self, qos: KubeQos) -> Option<PathBuf> {
-        let parent = qos.parent()?;
+        qos.parent().map(|_| self.qos_parent_dir(qos))
+    }
+
+    /// The directory a class's pod directories sit in, relative to the hierarchy root:
+    /// `kubepods` itself for Guaranteed, else the class's own directory.
+    pub fn qos_parent_dir(&self, qos: KubeQos) -> PathBuf {
         let mut p = self.kubepods_dir();
-        match self.driver {
-            CgroupDriver::Cgroupfs => p.push(parent),
-            CgroupDriver::Systemd => p.push(format!("kubepods-{parent}.slice")),
+        match (qos.parent(), self.driver) {
+            (None, _) => {}
+            (Some(parent), CgroupDriver::Cgroupfs) => p.push(parent),
+            (Some(parent), CgroupDriver::Systemd) => p.push(format!("kubepods-{parent}.slice")),
         }
-        Some(p)
+        p
     }
 
     /// The container directory name below its pod directory.

@@ -1,11 +1,16 @@
 //! Where a pod's cgroups live and how their files are read and written.
 //!
-//! `layout` is pure (names and paths), `detect` asks the kernel which hierarchy is mounted,
-//! `writer` is the only code that touches cgroup files.
+//! `layout` is pure (names and paths), `readback` and `outcome` are pure (how a value reads
+//! back, what happened to a knob), `detect` asks the kernel which hierarchy is mounted, and
+//! `writer` is the only code that writes cgroup files.
 
 pub mod detect;
 pub mod layout;
+pub mod outcome;
+pub mod readback;
 pub mod writer;
+
+pub use outcome::Outcome;
 
 use serde::Serialize;
 
@@ -25,13 +30,19 @@ pub enum CgroupDriver {
     Cgroupfs,
 }
 
-/// A cgroup v1 controller (the mount point below the cgroup root). On v2 every knob lives in the
+/// A cgroup v1 controller (the mount point below the cgroup root). On v2 every file lives in the
 /// one unified directory and the controller only matters for documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Controller {
     Memory,
     Cpu,
+    /// `cpuset.cpus` (BE suppression, memory locality).
+    Cpuset,
+    /// `cpuacct.usage` and, on Alibaba Cloud Linux with `psi_v1=1`, the pressure files.
+    Cpuacct,
+    /// The directory perf's cgroup mode takes (CPI collector).
+    PerfEvent,
 }
 
 impl Controller {
@@ -39,6 +50,9 @@ impl Controller {
         match self {
             Controller::Memory => "memory",
             Controller::Cpu => "cpu",
+            Controller::Cpuset => "cpuset",
+            Controller::Cpuacct => "cpuacct",
+            Controller::PerfEvent => "perf_event",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The only code that touches cgroup files: read, compare, write what differs.
+//! The only code that writes cgroup files: read, compare, write what differs.
 
 use std::io::ErrorKind;
 use std::os::fd::OwnedFd;
@@ -8,44 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use rustix::fs::{Mode, OFlags};
 
-use serde::Serialize;
-
-use crate::translate::{Expect, matches};
-
-/// What happened to one knob.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// The file held another value and now holds ours (or would, in a dry run).
-    Written,
-    /// The file already held the value: nothing written.
-    Unchanged,
-    /// The cgroup directory exists but the file does not: this kernel lacks the knob.
-    Unsupported,
-    /// The cgroup directory does not exist (yet, or any more): retried at the next pass.
-    Missing,
-    /// Not attempted: the pod was refused.
-    Refused,
-    /// The kernel refused the write of a CFS quota (`EINVAL`) because an ancestor's quota is
-    /// lower (BE suppression on the BE parent): not a failure; written once the ancestor allows.
-    Held,
-    /// The kernel refused the read or the write.
-    Failed,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Written => "written",
-            Outcome::Unchanged => "unchanged",
-            Outcome::Unsupported => "unsupported",
-            Outcome::Missing => "missing",
-            Outcome::Refused => "refused",
-            Outcome::Held => "held",
-            Outcome::Failed => "failed",
-        }
-    }
-}
+use super::outcome::Outcome;
+use super::readback::{Expect, matches};
 
 /// The result of one read-compare-write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,21 +85,13 @@ static KEPT_MAX: OnceLock<usize> = OnceLock::new();
 
 /// The soft `RLIMIT_NOFILE` from `/proc/self/limits` (no `unsafe`), 1024 when unreadable.
 fn nofile_soft_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        })
-        .and_then(|v| {
-            if v == "unlimited" {
-                Some(usize::MAX)
-            } else {
-                v.parse().ok()
-            }
-        })
-        .unwrap_or(1024)
+    use procfs_core::FromRead as _;
+    use procfs_core::process::{LimitValue, Limits};
+    match Limits::from_file("/proc/self/limits").map(|l| l.max_open_files.soft_limit) {
+        Ok(LimitValue::Unlimited) => usize::MAX,
+        Ok(LimitValue::Value(v)) => usize::try_from(v).unwrap_or(usize::MAX),
+        Err(_) => 1024,
+    }
 }
 
 /// Fds the applier may keep open: leave 1024 (or half of a small limit) for everything else.
@@ -306,13 +262,17 @@ impl CgroupDir {
             Mode::empty(),
         )
         .map_err(io_err)?;
-        let mut bytes = text.as_bytes();
-        while !bytes.is_empty() {
-            let n = rustix::io::write(&fd, bytes).map_err(io_err)?;
-            bytes = &bytes[n..];
-        }
-        Ok(())
+        write_all(&fd, text)
     }
+}
+
+fn write_all(fd: &OwnedFd, text: &str) -> std::io::Result<()> {
+    let mut bytes = text.as_bytes();
+    while !bytes.is_empty() {
+        let n = rustix::io::write(fd, bytes).map_err(io_err)?;
+        bytes = &bytes[n..];
+    }
+    Ok(())
 }
 
 /// Reads a file by path, trimmed; `Ok(None)` when it does not exist.
@@ -322,6 +282,19 @@ pub fn read_knob(path: &Path) -> std::io::Result<Option<String>> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Writes `text` to an existing file by path, never creating it (a missing file is
+/// `NotFound`): the writes that are not a planned knob, such as the BE parent's limits of
+/// colocation. Same open flags as [`CgroupDir::write`].
+pub fn write_knob(path: &Path, text: &str) -> std::io::Result<()> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::TRUNC | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_err)?;
+    write_all(&fd, text)
 }
 
 impl CgroupWriter {

@@ -145,29 +145,12 @@ impl ContainerCounters {
 pub fn online_cpus(sys_root: &Path) -> Vec<u32> {
     std::fs::read_to_string(sys_root.join("devices/system/cpu/online"))
         .ok()
-        .and_then(|s| parse_cpu_list(&s))
+        .and_then(|s| crate::cpu_list::parse_vec(&s))
+        .filter(|cpus| !cpus.is_empty())
         .unwrap_or_else(|| {
             let n = std::thread::available_parallelism().map_or(1, usize::from);
             (0..u32::try_from(n).unwrap_or(1)).collect()
         })
-}
-
-/// Parses the kernel's CPU list format.
-pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
-                if a > b || b - a > 65_536 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    (!out.is_empty()).then_some(out)
 }
 
 #[cfg(test)]
@@ -215,15 +198,5 @@ mod tests {
         assert_eq!(sum_scaled::<2>(&[reading(1_000, 0, &[0, 0])]), None);
         // Idle everywhere: a measured zero.
         assert_eq!(sum_scaled::<2>(&[reading(0, 0, &[0, 0])]), Some([0, 0]));
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
-        assert_eq!(parse_cpu_list("0,2-4,7"), Some(vec![0, 2, 3, 4, 7]));
-        assert_eq!(parse_cpu_list("5"), Some(vec![5]));
-        assert_eq!(parse_cpu_list(""), None);
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
     }
 }

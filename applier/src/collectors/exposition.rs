@@ -6,19 +6,15 @@
 //! make ~3,900 series, ~8 MiB, and every scrape clones them all once more). Each cgroup keeps
 //! its identity once and its last readings as plain numbers, and [`render_cgroups`] writes the
 //! text format straight from them at scrape time. The two small health gauges stay ordinary
-//! prometheus metrics in the applier's registry.
+//! prometheus metrics in the applier's registry ([`super::metrics`]).
 
 use std::fmt::Write as _;
-
-use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 
 use super::psi::{PRECISIONS, Psi, Resource};
 
 pub const CONTAINER_PSI: &str = "koordlet_container_psi";
 pub const POD_PSI: &str = "koordlet_pod_psi";
 pub const CONTAINER_CPI: &str = "koordlet_container_cpi";
-pub const CPI_SUPPORTED: &str = "koord_applier_cpi_collector_supported";
-pub const PSI_UNAVAILABLE: &str = "koord_applier_psi_unavailable_cgroups";
 
 const HELP_CONTAINER_PSI: &str = "Container psi collected by koordlet";
 const HELP_POD_PSI: &str = "Pod psi collected by koordlet";
@@ -26,62 +22,6 @@ const HELP_CONTAINER_CPI: &str = "Container cpi collected by koordlet";
 
 /// The `cpi_field` values, in the order of the CPI counter group (cycles leads).
 pub const CPI_FIELDS: [&str; 2] = ["cycles", "instructions"];
-
-/// The collectors' health gauges. Cheap to clone (handles to shared state).
-#[derive(Clone)]
-pub struct CollectorMetrics {
-    /// 1 when hardware counters can be opened, 0 when not (no PMU, no permission); absent
-    /// while the CPI collector is off.
-    pub cpi_supported: IntGauge,
-    /// Pod and container cgroups whose pressure files could not be read in the last round.
-    pub psi_unavailable: IntGauge,
-}
-
-impl CollectorMetrics {
-    pub fn new() -> Self {
-        // Constant definitions: construction only fails on a programming error (bad names),
-        // which the tests catch.
-        Self {
-            cpi_supported: IntGauge::new(
-                CPI_SUPPORTED,
-                "1 if this node can count cycles and instructions per cgroup (a PMU and the \
-                 permission to use it), 0 if not; the CPI collector is idle at 0.",
-            )
-            .expect("valid metric definition"),
-            psi_unavailable: IntGauge::new(
-                PSI_UNAVAILABLE,
-                "Pod and container cgroups whose pressure files could not be read in the last \
-                 PSI round.",
-            )
-            .expect("valid metric definition"),
-        }
-    }
-
-    /// Registers the gauges of the enabled collectors.
-    pub fn register(&self, registry: &Registry, psi: bool, cpi: bool) -> prometheus::Result<()> {
-        if psi {
-            registry.register(Box::new(self.psi_unavailable.clone()))?;
-        }
-        if cpi {
-            registry.register(Box::new(self.cpi_supported.clone()))?;
-        }
-        Ok(())
-    }
-}
-
-impl Default for CollectorMetrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// The text exposition of a registry.
-pub fn render(registry: &Registry) -> String {
-    let mut buf = Vec::new();
-    // Encoding gathered families into a Vec cannot fail.
-    let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
-    String::from_utf8(buf).unwrap_or_default()
-}
 
 /// Who a cgroup belongs to. Every value comes from the pod object, never from a file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use super::pod_facts::PodFacts;
 use super::suppress::{self, Applied, BeParent, Limit, SuppressInput};
 use super::usage::{self, UsageError};
 use super::window::Window;
-use crate::cgroup::CgroupVersion;
 use crate::cgroup::layout::Layout;
+use crate::cgroup::{CgroupVersion, Controller};
 
 /// What a sampling pass saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl Engine {
     pub fn new(layout: Layout, proc_root: &Path, min_milli: i64) -> Result<Self, UsageError> {
         let cpus = usage::online_cpus(proc_root)?;
         Ok(Self {
-            be_parent: BeParent::new(&layout),
+            be_parent: BeParent::new(&layout)?,
             layout,
             proc_root: proc_root.to_owned(),
             window: Window::new(),
@@ -204,7 +204,7 @@ impl Engine {
             parent
                 .as_ref()
                 .and_then(|p| std::fs::read_to_string(p.join(f)).ok())
-                .and_then(|s| suppress::parse_cpu_list(&s))
+                .and_then(|s| crate::cpu_list::parse_vec(&s))
                 .filter(|c| !c.is_empty())
         };
         read("cpuset.cpus")
@@ -217,7 +217,7 @@ impl Engine {
         let mut out = BTreeSet::new();
         for p in pods.iter().filter(|p| !p.be) {
             let Some(rel) = self.pod_rel(p) else { continue };
-            let Ok(dir) = usage::controller_dir(&self.layout, "cpuset", &rel) else {
+            let Ok(dir) = self.layout.dir(&rel, Controller::Cpuset) else {
                 continue;
             };
             let mut dirs = vec![dir.clone()];
@@ -231,7 +231,7 @@ impl Engine {
             for d in dirs {
                 let Some(set) = std::fs::read_to_string(d.join("cpuset.cpus"))
                     .ok()
-                    .and_then(|s| suppress::parse_cpu_list(&s))
+                    .and_then(|s| crate::cpu_list::parse_vec(&s))
                 else {
                     continue;
                 };
@@ -307,7 +307,7 @@ impl Engine {
                 let target = all.iter().filter(|c| !bound.contains(c)).count();
                 let now = std::fs::read_to_string(self.be_parent.cpuset_dir.join("cpuset.cpus"))
                     .ok()
-                    .and_then(|s| suppress::parse_cpu_list(&s))
+                    .and_then(|s| crate::cpu_list::parse_vec(&s))
                     .unwrap_or_default();
                 if !now.is_empty() && now.len() < target {
                     self.lift_cpuset(pods)?;

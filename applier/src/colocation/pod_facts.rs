@@ -7,7 +7,8 @@ use koord_api::quantity::{parse_milli, parse_value};
 
 use super::capacity::Resources;
 use crate::cgroup::layout::KubeQos;
-use crate::podview::PodView;
+use crate::pod_phase;
+use crate::pod_spec_view::PodSpecView;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
@@ -66,17 +67,14 @@ impl PodFacts {
     pub fn from_pod(pod: &Pod) -> Option<Self> {
         let spec = pod.spec.as_ref()?;
         let status = pod.status.as_ref();
-        if matches!(
-            status.and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        ) {
+        if !pod_phase::is_active(pod) {
             return None;
         }
         let uid = pod.metadata.uid.clone()?;
         let kube_qos = status
             .and_then(|s| s.qos_class.as_deref())
             .and_then(KubeQos::from_status)
-            .or_else(|| PodView::from_pod(pod).ok().map(|v| v.kube_qos))?;
+            .or_else(|| PodSpecView::from_pod(pod).ok().map(|v| v.kube_qos))?;
         let be = label_is_be(pod) || spec.containers.iter().any(has_batch);
         let sum = |key: &str, milli: bool| -> i64 {
             let main: i64 = spec

@@ -3,16 +3,19 @@
 //! Pure: [`be_budget_milli`] (Koordinator's `suppress(BE) = node CPUs x threshold% - LS pods'
 //! usage - system usage`, floored at `--be-suppress-min-cpus`), [`cpuset_for`] (that many whole
 //! CPUs from the end of the list, away from CPUs bound to LS pods), [`quota_for`].
-//! IO: [`BeParent`] writes the result to the BE parent cgroup (`kubepods/besteffort` or
-//! `kubepods.slice/kubepods-besteffort.slice`), v1 and v2, and lifts it.
+//! IO: [`BeParent`] writes the result to the BE parent cgroup (the layout's BestEffort QoS
+//! directory, `kubepods/besteffort` or `kubepods.slice/kubepods-besteffort.slice`), v1 and v2,
+//! and lifts it; every read and write goes through the cgroup writer.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::cgroup::layout::Layout;
-use crate::cgroup::{CgroupDriver, CgroupVersion};
+use crate::cgroup::layout::{KubeQos, Layout, LayoutError};
+use crate::cgroup::writer::{read_knob, write_knob};
+use crate::cgroup::{CgroupVersion, Controller};
+use crate::cpu_list::{format_slice, parse_vec};
 
 /// Inputs of one suppression round (CPU in milli-cores, usage over the last interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,47 +78,6 @@ pub fn quota_for(budget_milli: i64, period_us: i64) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
-/// Parses a kernel CPU list (`0-3,8,10-11`).
-pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if a > b || b - a > 65_536 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.trim().parse().ok()?),
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    Some(out)
-}
-
-/// Formats a CPU list the way the kernel prints it (`0-3,8`).
-pub fn format_cpu_list(cpus: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let start = cpus[i];
-        let mut end = start;
-        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
-            i += 1;
-            end = cpus[i];
-        }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    out.join(",")
-}
-
 /// What the BE parent should hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Limit {
@@ -135,26 +97,9 @@ pub struct BeParent {
     pub cpuset_dir: PathBuf,
 }
 
-/// The BE parent relative to the hierarchy root.
-pub fn be_parent_rel(driver: CgroupDriver) -> &'static str {
-    match driver {
-        CgroupDriver::Cgroupfs => "kubepods/besteffort",
-        CgroupDriver::Systemd => "kubepods.slice/kubepods-besteffort.slice",
-    }
-}
-
+/// Reads a file of the BE parent's tree through the cgroup writer; a missing file is `NotFound`.
 fn read_trim(p: &Path) -> io::Result<String> {
-    Ok(fs::read_to_string(p)?.trim().to_owned())
-}
-
-fn write_str(p: &Path, v: &str) -> io::Result<()> {
-    use std::io::Write as _;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(false)
-        .truncate(true)
-        .open(p)?;
-    f.write_all(v.as_bytes())
+    read_knob(p)?.ok_or_else(|| io::ErrorKind::NotFound.into())
 }
 
 /// All cgroup directories below `dir` (excluding it), parents before children.
@@ -192,20 +137,14 @@ pub struct Applied {
 }
 
 impl BeParent {
-    pub fn new(layout: &Layout) -> Self {
-        let rel = be_parent_rel(layout.driver);
-        match layout.version {
-            CgroupVersion::V1 => Self {
-                version: CgroupVersion::V1,
-                cpu_dir: layout.root.join("cpu").join(rel),
-                cpuset_dir: layout.root.join("cpuset").join(rel),
-            },
-            CgroupVersion::V2 => Self {
-                version: CgroupVersion::V2,
-                cpu_dir: layout.root.join(rel),
-                cpuset_dir: layout.root.join(rel),
-            },
-        }
+    /// The BE parent of `layout`: the QoS-class directory of BestEffort pods.
+    pub fn new(layout: &Layout) -> Result<Self, LayoutError> {
+        let rel = layout.qos_parent_dir(KubeQos::BestEffort);
+        Ok(Self {
+            version: layout.version,
+            cpu_dir: layout.dir(&rel, Controller::Cpu)?,
+            cpuset_dir: layout.dir(&rel, Controller::Cpuset)?,
+        })
     }
 
     /// The CFS period of the BE parent (µs), 100000 when it cannot be read.
@@ -242,17 +181,17 @@ impl BeParent {
                     });
                 }
                 let mut lowered = Vec::new();
-                match write_str(&file, &want) {
+                match write_knob(&file, &want) {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) && quota >= 0 => {
                         for d in descendants(&self.cpu_dir).iter().rev() {
                             let f = d.join("cpu.cfs_quota_us");
                             let child = read_trim(&f).ok().and_then(|s| s.parse::<i64>().ok());
                             if let Some(c) = child.filter(|c| *c > quota) {
-                                write_str(&f, &want)?;
+                                write_knob(&f, &want)?;
                                 lowered.push((f, c));
                             }
                         }
-                        write_str(&file, &want)?;
+                        write_knob(&file, &want)?;
                     }
                     r => r?,
                 }
@@ -278,7 +217,7 @@ impl BeParent {
                         lowered: Vec::new(),
                     });
                 }
-                write_str(&file, &want)?;
+                write_knob(&file, &want)?;
                 Ok(Applied {
                     value: want,
                     changed: true,
@@ -292,10 +231,10 @@ impl BeParent {
     /// hold a subset of its parent: narrowing writes children first, widening the parent
     /// first). On v2 the kernel intersects children with the parent by itself.
     pub fn set_cpuset(&self, cpus: &[u32]) -> io::Result<Applied> {
-        let want = format_cpu_list(cpus);
+        let want = format_slice(cpus);
         let file = self.cpuset_dir.join("cpuset.cpus");
         let old_text = read_trim(&file)?;
-        let old = parse_cpu_list(&old_text).unwrap_or_default();
+        let old = parse_vec(&old_text).unwrap_or_default();
         let kids = match self.version {
             CgroupVersion::V1 => descendants(&self.cpuset_dir),
             CgroupVersion::V2 => Vec::new(),
@@ -304,7 +243,7 @@ impl BeParent {
         let kids_ok = kid_files.iter().all(|f| {
             read_trim(f)
                 .ok()
-                .and_then(|s| parse_cpu_list(&s))
+                .and_then(|s| parse_vec(&s))
                 .is_some_and(|c| c == cpus)
         });
         if old == cpus && kids_ok {
@@ -319,10 +258,10 @@ impl BeParent {
         let mut union: Vec<u32> = old.iter().chain(cpus).copied().collect();
         union.sort_unstable();
         union.dedup();
-        let union_text = format_cpu_list(&union);
+        let union_text = format_slice(&union);
         let write_if = |f: &Path, v: &str| -> io::Result<()> {
             if read_trim(f)? != v {
-                write_str(f, v)?;
+                write_knob(f, v)?;
             }
             Ok(())
         };
@@ -350,7 +289,7 @@ impl BeParent {
         for (f, q) in lowered {
             if parent < 0 || q <= parent {
                 // Gone (pod deleted) or refused: nothing more to do for this child.
-                let _ = write_str(&f, &q.to_string());
+                let _ = write_knob(&f, &q.to_string());
             } else {
                 waiting.push((f, q));
             }

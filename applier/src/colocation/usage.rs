@@ -8,10 +8,12 @@
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
-use crate::cgroup::CgroupVersion;
-use crate::cgroup::layout::Layout;
+use procfs_core::{ExplicitSystemInfo, FromRead as _, FromReadSI as _, KernelStats, Meminfo};
+
+use crate::cgroup::layout::{Layout, LayoutError};
+use crate::cgroup::{CgroupVersion, Controller};
 
 /// One reading of a cgroup or of the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +38,8 @@ pub enum UsageError {
     },
     #[error("{path}: cannot parse {what}")]
     Parse { path: String, what: &'static str },
-    #[error("cgroup path {0:?} leaves the cgroup root")]
-    Escapes(PathBuf),
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
 }
 
 impl UsageError {
@@ -61,7 +63,7 @@ fn parse_u64(path: &Path, text: &str, what: &'static str) -> Result<u64, UsageEr
     })
 }
 
-/// The value of `key` in a `key value` file (`memory.stat`, `cpu.stat`, `/proc/meminfo`).
+/// The value of `key` in a cgroup `key value` file (`memory.stat`, `cpu.stat`).
 pub fn stat_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let mut it = l.split_whitespace();
@@ -70,29 +72,13 @@ pub fn stat_field(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// The directory of cgroup `rel` for a v1 `controller` (or the unified directory on v2), with
-/// the same lexical check as [`Layout::dir`].
-pub fn controller_dir(
-    layout: &Layout,
-    controller: &str,
-    rel: &Path,
-) -> Result<PathBuf, UsageError> {
-    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-        return Err(UsageError::Escapes(rel.to_owned()));
-    }
-    Ok(match layout.version {
-        CgroupVersion::V1 => layout.root.join(controller).join(rel),
-        CgroupVersion::V2 => layout.root.join(rel),
-    })
-}
-
 /// Reads one cgroup (`rel` below the hierarchy root, e.g. a pod dir from [`Layout::pod_dir`]).
 pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
     match layout.version {
         CgroupVersion::V1 => {
-            let acct = controller_dir(layout, "cpuacct", rel)?.join("cpuacct.usage");
+            let acct = layout.dir(rel, Controller::Cpuacct)?.join("cpuacct.usage");
             let cpu_ns = parse_u64(&acct, &read(&acct)?, "cpuacct.usage")?;
-            let mem = controller_dir(layout, "memory", rel)?;
+            let mem = layout.dir(rel, Controller::Memory)?;
             let usage_file = mem.join("memory.usage_in_bytes");
             let usage = parse_u64(&usage_file, &read(&usage_file)?, "memory.usage_in_bytes")?;
             let stat_file = mem.join("memory.stat");
@@ -103,7 +89,7 @@ pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
             })
         }
         CgroupVersion::V2 => {
-            let dir = controller_dir(layout, "", rel)?;
+            let dir = layout.dir(rel, Controller::Memory)?;
             let cpu_file = dir.join("cpu.stat");
             let usec =
                 stat_field(&read(&cpu_file)?, "usage_usec").ok_or_else(|| UsageError::Parse {
@@ -122,9 +108,10 @@ pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
     }
 }
 
-/// The node: busy CPU time from the first line of `/proc/stat` (user + nice + system + irq +
-/// softirq + steal; idle and iowait are not busy, guest time is already inside user) and
-/// `MemTotal - MemAvailable` from `/proc/meminfo` (what koordlet reports as node memory used).
+/// The node: busy CPU time from the aggregate `cpu` line of `/proc/stat` (user, nice, system,
+/// irq, softirq and steal; idle and iowait are not busy, guest time is already inside user) and
+/// `MemTotal - MemAvailable` from `/proc/meminfo` (what koordlet reports as node memory used),
+/// both parsed by `procfs`.
 pub fn read_node(proc_root: &Path) -> Result<Reading, UsageError> {
     let stat_path = proc_root.join("stat");
     let stat = read(&stat_path)?;
@@ -134,11 +121,8 @@ pub fn read_node(proc_root: &Path) -> Result<Reading, UsageError> {
     })?;
     let mem_path = proc_root.join("meminfo");
     let meminfo = read(&mem_path)?;
-    let (total, avail) = (
-        stat_field(&meminfo, "MemTotal"),
-        stat_field(&meminfo, "MemAvailable"),
-    );
-    let (Some(total), Some(avail)) = (total, avail) else {
+    let parsed = Meminfo::from_read(meminfo.as_bytes()).ok();
+    let Some((total, Some(avail))) = parsed.map(|m| (m.mem_total, m.mem_available)) else {
         return Err(UsageError::Parse {
             path: mem_path.display().to_string(),
             what: "MemTotal/MemAvailable",
@@ -146,26 +130,29 @@ pub fn read_node(proc_root: &Path) -> Result<Reading, UsageError> {
     };
     Ok(Reading {
         cpu_ns: jiffies.saturating_mul(1_000_000_000 / USER_HZ),
-        memory_bytes: total.saturating_sub(avail).saturating_mul(1024),
+        memory_bytes: total.saturating_sub(avail),
     })
 }
 
-/// Busy jiffies from the aggregate `cpu` line.
+/// `/proc/stat`'s unit is `USER_HZ` whatever the node's clock: what `procfs` is told.
+const PROC_STAT_INFO: ExplicitSystemInfo = ExplicitSystemInfo {
+    boot_time_secs: 0,
+    ticks_per_second: USER_HZ,
+    page_size: 4096,
+    is_little_endian: cfg!(target_endian = "little"),
+};
+
+/// Busy jiffies of the aggregate `cpu` line of a whole `/proc/stat`; `None` when the file does
+/// not parse or the line lacks irq, softirq or steal.
 pub fn parse_proc_stat_busy(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal [guest guest_nice]
-    if v.len() < 8 {
-        return None;
-    }
-    Some(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+    let t = KernelStats::from_read(stat.as_bytes(), &PROC_STAT_INFO)
+        .ok()?
+        .total;
+    Some(t.user + t.nice + t.system + t.irq? + t.softirq? + t.steal?)
 }
 
-/// The online CPUs listed in `/proc/stat` (`cpuN` lines).
+/// The online CPUs listed in `/proc/stat` (`cpuN` lines). Read by hand: `procfs` keeps the
+/// lines' times but not their CPU numbers, and the cpuset policy needs the numbers.
 pub fn online_cpus(proc_root: &Path) -> Result<Vec<u32>, UsageError> {
     let path = proc_root.join("stat");
     let stat = read(&path)?;

@@ -11,17 +11,20 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use koord_api::{LocalityPolicy, ResolvedMemoryLocality, ResolvedQos};
+use procfs_core::FromRead as _;
+use procfs_core::process::Status;
 
 use super::LocalityConfig;
 use super::migrate_sys::{self, MPOL_MF_MOVE, SysError};
 use super::numa_maps::{NodeUsage, VmaNodes, parse_vmas};
 use super::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityReport, Method};
 use super::target::{NO_TARGET_NUMA, Target, select};
-use super::topology::{IdSet, Topology, parse_list};
+use super::topology::{IdSet, Topology};
 use crate::cgroup::CgroupVersion;
 use crate::cgroup::Controller;
 use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
-use crate::podview::PodView;
+use crate::cpu_list::{format_list, parse_list};
+use crate::pod_spec_view::PodSpecView;
 
 /// Pages queried per `move_pages(nodes = NULL)` call.
 const QUERY_CHUNK: usize = 4096;
@@ -40,7 +43,7 @@ pub struct ContainerCgroup {
 /// The container's cgroup from the pod UID, QoS class and container ID (never from free text).
 pub fn container_cgroup(
     layout: &Layout,
-    pod: &PodView,
+    pod: &PodSpecView,
     container_id: &str,
 ) -> Result<ContainerCgroup, LayoutError> {
     let id = ContainerId::parse(container_id)?;
@@ -70,7 +73,7 @@ pub fn container_cgroup(
 }
 
 /// The pod's locality decision, when its annotation asks for one (`bestEffort`).
-pub fn pod_locality(pod: &PodView) -> Option<ResolvedMemoryLocality> {
+pub fn pod_locality(pod: &PodSpecView) -> Option<ResolvedMemoryLocality> {
     let raw = pod.resolved_qos.as_deref()?;
     let q = ResolvedQos::from_annotation(raw).ok()?;
     q.memory_locality
@@ -100,13 +103,22 @@ fn read_pids(dir: &Path) -> Result<Vec<u32>, String> {
     Ok(pids)
 }
 
-/// A `Key:\tvalue` line of `/proc/<pid>/status`.
-fn status_field(status: &str, key: &str) -> Option<String> {
-    status.lines().find_map(|l| {
-        l.strip_prefix(key)
-            .and_then(|r| r.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
-    })
+/// `/proc/<pid>/status`, parsed by `procfs`; `None` when gone or unreadable.
+fn read_status(path: &Path) -> Option<Status> {
+    Status::from_file(path).ok()
+}
+
+/// A kernel list of `Cpus_allowed_list`/`Mems_allowed_list` as `procfs` gives it (ranges), with
+/// the bound of [`crate::cpu_list::MAX_ID`] on hostile input.
+fn id_set(ranges: &[(u32, u32)]) -> Option<IdSet> {
+    let mut set = IdSet::new();
+    for &(a, b) in ranges {
+        if a > b || b > crate::cpu_list::MAX_ID {
+            return None;
+        }
+        set.extend(a..=b);
+    }
+    Some(set)
 }
 
 impl Migrator {
@@ -145,18 +157,15 @@ impl Migrator {
         let mut from_procs = IdSet::new();
         let mut mems: Option<IdSet> = None;
         for pid in pids {
-            let Ok(status) = std::fs::read_to_string(self.proc_file(*pid, "status")) else {
+            let Some(status) = read_status(&self.proc_file(*pid, "status")) else {
                 continue;
             };
             if cpus.is_none()
-                && let Some(set) =
-                    status_field(&status, "Cpus_allowed_list").and_then(|v| parse_list(&v).ok())
+                && let Some(set) = status.cpus_allowed_list.as_deref().and_then(id_set)
             {
                 from_procs.extend(set);
             }
-            if let Some(set) =
-                status_field(&status, "Mems_allowed_list").and_then(|v| parse_list(&v).ok())
-            {
+            if let Some(set) = status.mems_allowed_list.as_deref().and_then(id_set) {
                 mems = Some(match mems {
                     None => set,
                     Some(m) => m.intersection(&set).copied().collect(),
@@ -168,11 +177,10 @@ impl Migrator {
 
     /// Gone from /proc, or a zombie / dead task (`State: Z` or `X`).
     fn has_exited(&self, pid: u32) -> bool {
-        match std::fs::read_to_string(self.proc_file(pid, "status")) {
+        match std::fs::read(self.proc_file(pid, "status")) {
             Err(_) => true,
-            Ok(s) => {
-                status_field(&s, "State").is_some_and(|v| v.starts_with('Z') || v.starts_with('X'))
-            }
+            Ok(text) => Status::from_read(text.as_slice())
+                .is_ok_and(|s| s.state.starts_with('Z') || s.state.starts_with('X')),
         }
     }
 
@@ -189,7 +197,8 @@ impl Migrator {
         Ok(total)
     }
 
-    /// One container. `cg` is `None` for a cgroup path that could not be built.
+    /// One container: its processes and target nodes, a measurement, the migration, a second
+    /// measurement.
     pub fn run_container(
         &self,
         topo: &Topology,
@@ -198,30 +207,9 @@ impl Migrator {
     ) -> ContainerLocality {
         let failed =
             |reason: String| ContainerLocality::new(name, ContainerStatus::Failed, Some(reason));
-        let pids = match read_pids(&cg.procs_dir) {
+        let (pids, local, remote) = match self.plan_container(topo, name, cg) {
             Ok(p) => p,
-            Err(e) => return failed(e),
-        };
-        if pids.is_empty() {
-            return ContainerLocality::new(
-                name,
-                ContainerStatus::Skipped,
-                Some("no running process".to_owned()),
-            );
-        }
-        let (cpus, mems) = self.cpus_and_mems(cg, &pids);
-        let (local, remote) = match select(topo, &cpus, mems.as_ref()) {
-            Target::Skip(why) => {
-                tracing::debug!(container = name, cpus = %super::topology::format_list(&cpus), %why, "memory locality: no target numa");
-                let mut c = ContainerLocality::new(
-                    name,
-                    ContainerStatus::Skipped,
-                    Some(NO_TARGET_NUMA.to_owned()),
-                );
-                c.pids = pids;
-                return c;
-            }
-            Target::Migrate { local, remote } => (local, remote),
+            Err(done) => return *done,
         };
         let before = match self.measure(&pids) {
             Ok(u) => u.locality(&local),
@@ -236,59 +224,93 @@ impl Migrator {
         };
         c.pids = pids.clone();
         if before.remote_pages > 0 {
-            let method = match self.config.max_pages_per_second {
-                Some(_) => Method::MovePages,
-                None => Method::MigratePages,
-            };
-            c.method = Some(method);
-            for pid in &pids {
-                let started = Instant::now();
-                let r = match self.config.max_pages_per_second {
-                    Some(rate) => self.move_batched(*pid, &local, &remote, rate),
-                    None => migrate_sys::migrate_pages(*pid, &remote, &local),
-                };
-                c.migrate_micros +=
-                    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                match r {
-                    Ok(not_moved) => c.pages_not_moved += not_moved,
-                    Err(e) => {
-                        // An exiting process answers EINVAL (no mm left) before it is reaped:
-                        // that is the same "exited mid-migration" as ESRCH.
-                        let e = if !e.is_gone() && self.has_exited(*pid) {
-                            SysError(libc::ESRCH)
-                        } else {
-                            e
-                        };
-                        c.failed_pids.push(FailedPid {
-                            pid: *pid,
-                            error: e.to_string(),
-                        });
-                    }
-                }
-            }
+            self.migrate_processes(&mut c, &pids, &local, &remote);
         }
         let after = match self.measure(&pids) {
             Ok(u) => u.locality(&local),
             Err(e) => return failed(e),
         };
         c.pages_migrated = before.remote_pages.saturating_sub(after.remote_pages);
-        let hard_failure = c
-            .failed_pids
-            .iter()
-            .any(|f| f.error != SysError(libc::ESRCH).to_string());
-        if hard_failure {
-            c.status = ContainerStatus::Failed;
-            c.reason = Some(
-                c.failed_pids
-                    .iter()
-                    .map(|f| format!("pid {}: {}", f.pid, f.error))
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            );
-        }
+        settle_failures(&mut c);
         c.before = Some(before);
         c.after = Some(after);
         c
+    }
+
+    /// The container's processes and its local and remote nodes; `Err` with the finished
+    /// outcome when there is nothing to migrate (no process, no target) or it cannot be read.
+    fn plan_container(
+        &self,
+        topo: &Topology,
+        name: &str,
+        cg: &ContainerCgroup,
+    ) -> Result<(Vec<u32>, IdSet, IdSet), Box<ContainerLocality>> {
+        let pids = read_pids(&cg.procs_dir).map_err(|e| {
+            Box::new(ContainerLocality::new(
+                name,
+                ContainerStatus::Failed,
+                Some(e),
+            ))
+        })?;
+        if pids.is_empty() {
+            return Err(Box::new(ContainerLocality::new(
+                name,
+                ContainerStatus::Skipped,
+                Some("no running process".to_owned()),
+            )));
+        }
+        let (cpus, mems) = self.cpus_and_mems(cg, &pids);
+        match select(topo, &cpus, mems.as_ref()) {
+            Target::Skip(why) => {
+                tracing::debug!(container = name, cpus = %format_list(&cpus), %why, "memory locality: no target numa");
+                let mut c = ContainerLocality::new(
+                    name,
+                    ContainerStatus::Skipped,
+                    Some(NO_TARGET_NUMA.to_owned()),
+                );
+                c.pids = pids;
+                Err(Box::new(c))
+            }
+            Target::Migrate { local, remote } => Ok((pids, local, remote)),
+        }
+    }
+
+    /// Moves every process's remote pages to the local nodes, recording time and failures.
+    fn migrate_processes(
+        &self,
+        c: &mut ContainerLocality,
+        pids: &[u32],
+        local: &IdSet,
+        remote: &IdSet,
+    ) {
+        c.method = Some(match self.config.max_pages_per_second {
+            Some(_) => Method::MovePages,
+            None => Method::MigratePages,
+        });
+        for pid in pids {
+            let started = Instant::now();
+            let r = match self.config.max_pages_per_second {
+                Some(rate) => self.move_batched(*pid, local, remote, rate),
+                None => migrate_sys::migrate_pages(*pid, remote, local),
+            };
+            c.migrate_micros += u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            match r {
+                Ok(not_moved) => c.pages_not_moved += not_moved,
+                Err(e) => {
+                    // An exiting process answers EINVAL (no mm left) before it is reaped:
+                    // that is the same "exited mid-migration" as ESRCH.
+                    let e = if !e.is_gone() && self.has_exited(*pid) {
+                        SysError(libc::ESRCH)
+                    } else {
+                        e
+                    };
+                    c.failed_pids.push(FailedPid {
+                        pid: *pid,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
     }
 
     /// `move_pages(2)` in batches, at most `rate` pages per second: only VMAs that hold remote
@@ -362,7 +384,7 @@ impl Migrator {
     }
 
     /// The pass over every started container of `pod`.
-    pub fn run_pod(&self, pod: &PodView) -> LocalityReport {
+    pub fn run_pod(&self, pod: &PodSpecView) -> LocalityReport {
         let topo = match Topology::read(&self.sys_root) {
             Ok(t) => t,
             Err(e) => {
@@ -397,6 +419,21 @@ impl Migrator {
     }
 }
 
+/// A process that failed for another reason than exiting fails the container.
+fn settle_failures(c: &mut ContainerLocality) {
+    let exited = SysError(libc::ESRCH).to_string();
+    if c.failed_pids.iter().any(|f| f.error != exited) {
+        c.status = ContainerStatus::Failed;
+        c.reason = Some(
+            c.failed_pids
+                .iter()
+                .map(|f| format!("pid {}: {}", f.pid, f.error))
+                .collect::<Vec<_>>()
+                .join("; "),
+        );
+    }
+}
+
 /// `/proc/<pid>/maps`: VMA start -> end.
 pub fn vma_ends(maps: &str) -> BTreeMap<u64, u64> {
     maps.lines()
@@ -413,17 +450,15 @@ pub fn vma_ends(maps: &str) -> BTreeMap<u64, u64> {
 }
 
 /// The locality part of `koord-applier once -f POD`: `None` when the pod's decision is not
-/// `bestEffort` (or the manifest is unreadable, which the cgroup part already reports).
+/// `bestEffort`.
 pub fn once_locality(
     layout: Layout,
     proc_root: &Path,
     sys_root: &Path,
     config: LocalityConfig,
-    file: &Path,
+    view: &PodSpecView,
 ) -> Option<LocalityReport> {
-    let pod = crate::once::read_pod(file).ok()?;
-    let view = PodView::from_pod(&pod).ok()?;
-    pod_locality(&view)?;
+    pod_locality(view)?;
     let m = Migrator::new(layout, proc_root.to_owned(), sys_root.to_owned(), config);
-    Some(m.run_pod(&view))
+    Some(m.run_pod(view))
 }

@@ -10,9 +10,10 @@
 
 use std::fmt::Write as _;
 
-use super::report::{ContainerLocality, ContainerStatus, FailedPid};
-use super::topology::format_list;
-use crate::events::EventKind;
+use super::container::{ContainerLocality, ContainerStatus, FailedPid};
+use super::topology::IdSet;
+use crate::cpu_list::format_list;
+use crate::pod_event::EventKind;
 
 pub const REASON_COMPLETED: &str = "MemoryLocalityCompleted";
 pub const REASON_SKIPPED: &str = "MemoryLocalitySkipped";
@@ -74,6 +75,15 @@ pub fn event_text(containers: &[ContainerLocality]) -> Option<(EventKind, &'stat
     Some((kind, reason, lines.join("\n")))
 }
 
+/// A node set as the Event shows it: `-` when empty.
+fn nodes_text(nodes: &IdSet) -> String {
+    if nodes.is_empty() {
+        "-".to_owned()
+    } else {
+        format_list(nodes)
+    }
+}
+
 fn failed_pids(pids: &[FailedPid]) -> String {
     let parts: Vec<String> = pids
         .iter()
@@ -93,8 +103,8 @@ pub fn container_line(c: &ContainerLocality) -> String {
             let _ = write!(
                 s,
                 " completed: migrated memory from remote numa: {} to local numa: {}",
-                format_list(&c.remote_nodes),
-                format_list(&c.local_nodes)
+                nodes_text(&c.remote_nodes),
+                nodes_text(&c.local_nodes)
             );
             if !c.failed_pids.is_empty() {
                 let _ = write!(s, ", {}", failed_pids(&c.failed_pids));

@@ -1,6 +1,7 @@
-//! The NUMA syscalls, `migrate_pages(2)` and `move_pages(2)`, behind a safe API. The only
-//! unsafe code of the crate: glibc has no wrappers and neither nix nor rustix binds them, so
-//! they are called through `libc::syscall` with buffers this module owns.
+//! The NUMA syscalls, `migrate_pages(2)` and `move_pages(2)`, behind a safe API. One of the
+//! crate's two syscall modules allowed `unsafe` (the other is `collectors::perf_sys`): glibc
+//! has no wrappers and neither nix nor rustix binds them, so they are called through
+//! `libc::syscall` with buffers this module owns.
 
 #![allow(unsafe_code)]
 

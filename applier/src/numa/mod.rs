@@ -1,28 +1,63 @@
-//! Memory locality (issue #6): move a pod's memory to the NUMA node its CPUs sit on, the
-//! reference's "nearby memory access acceleration".
+//! Memory locality: move a pod's memory to the NUMA node its CPUs sit on, the reference's
+//! "nearby memory access acceleration".
 //!
-//! - [`topology`]: sysfs nodes and the kernel list format (pure parsing).
+//! - [`topology`]: sysfs nodes (the list format is [`crate::cpu_list`]).
 //! - [`numa_maps`]: per-node pages of a process and the local ratio (pure).
 //! - [`target`]: local and remote nodes of a container (pure).
-//! - [`message`], [`report`]: the Event texts and the `once` report (pure).
-//! - [`migrate_sys`]: `migrate_pages(2)` / `move_pages(2)`, the crate's only unsafe code.
+//! - [`container`], [`message`], [`report`]: per-container outcomes, the Event texts and the
+//!   `once` report (pure).
+//! - [`migrate_sys`]: `migrate_pages(2)` / `move_pages(2)`, a syscall module with `unsafe`.
 //! - [`locality`]: the pass over a pod's containers (IO).
 //! - [`schedule`]: when a pod is due (on start, on annotation change, every interval).
-//! - [`worker`]: the feature inside `run` (pod cache scan, Events, metrics).
+//! - [`metrics`]: the metric families; [`worker`]: the pod cache scan inside `run`.
+//! - this file: the flag, the settings and [`start`].
 //!
 //! The agent needs `hostPID` (the syscalls take PIDs of the caller's namespace and the PIDs in
 //! `cgroup.procs` are read in it) and `CAP_SYS_NICE` (moving pages of other users' processes
 //! and shared pages).
 
+pub mod container;
 pub mod locality;
 pub mod message;
+pub mod metrics;
 pub mod migrate_sys;
 pub mod numa_maps;
 pub mod report;
 pub mod schedule;
 pub mod target;
+#[cfg(test)]
+mod test_pass;
 pub mod topology;
 pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use koord_runtime::metrics::MetricError;
+use tokio::task::JoinHandle;
+use tracing::Instrument as _;
+
+/// The locality flag; global, so `once` reads it too.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct LocalityArgs {
+    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
+    /// second per process (0 = off: one migrate_pages(2) per process).
+    #[arg(
+        long,
+        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
+        default_value_t = 0,
+        global = true
+    )]
+    pub locality_max_pages_per_second: u64,
+}
+
+impl From<&LocalityArgs> for LocalityConfig {
+    fn from(a: &LocalityArgs) -> Self {
+        Self {
+            max_pages_per_second: Some(a.locality_max_pages_per_second).filter(|n| *n > 0),
+        }
+    }
+}
 
 /// Settings of the locality feature.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,4 +65,35 @@ pub struct LocalityConfig {
     /// `None`: one `migrate_pages(2)` per process. `Some(n)`: `move_pages(2)` in batches, at
     /// most n pages per second, so a large heap never holds the process's mmap lock for long.
     pub max_pages_per_second: Option<u64>,
+}
+
+/// How often the worker looks at the pod cache for due pods.
+const SCAN_PERIOD: Duration = Duration::from_secs(10);
+
+/// Starts the locality worker of `run` (off in a dry run: it moves memory).
+pub fn start(
+    ctx: &crate::feature::RunContext,
+    config: LocalityConfig,
+) -> Result<Option<JoinHandle<()>>, MetricError> {
+    if ctx.dry_run {
+        tracing::info!("dry run: memory locality passes are off");
+        return Ok(None);
+    }
+    let metrics = metrics::LocalityMetrics::register(ctx.metrics.registry())?;
+    let migrator = locality::Migrator::new(
+        ctx.layout.clone(),
+        ctx.proc_root.clone(),
+        ctx.sys_root.clone(),
+        config,
+    );
+    Ok(Some(tokio::spawn(
+        worker::run(
+            Arc::new(migrator),
+            ctx.pods.clone(),
+            ctx.events.clone(),
+            Some(metrics),
+            SCAN_PERIOD,
+        )
+        .instrument(tracing::info_span!("locality")),
+    )))
 }

@@ -253,13 +253,10 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs a kernel with NUMA (/proc/self/numa_maps)"]
     fn this_process_numa_maps_parse() {
-        let Ok(text) = std::fs::read_to_string("/proc/self/numa_maps") else {
-            eprintln!(
-                "SKIPPED this_process_numa_maps_parse: no /proc/self/numa_maps (kernel without NUMA)"
-            );
-            return;
-        };
+        let text = std::fs::read_to_string("/proc/self/numa_maps")
+            .unwrap_or_else(|e| panic!("needs a kernel with NUMA (/proc/self/numa_maps): {e}"));
         let u = NodeUsage::parse(&text).expect("the kernel's own numa_maps parses");
         assert!(
             u.pages.values().sum::<u64>() > 0,

@@ -66,7 +66,7 @@ pub fn select(topo: &Topology, cpus: &IdSet, mems_allowed: Option<&IdSet>) -> Ta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::numa::topology::parse_list;
+    use crate::cpu_list::parse_list;
     use std::collections::BTreeMap;
 
     fn l(s: &str) -> IdSet {

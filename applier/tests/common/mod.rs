@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::cgroup::layout::{ContainerId, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 pub fn fixture(name: &str) -> Pod {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -80,12 +80,14 @@ pub fn default_files(kernel: Kernel, controller: Controller) -> Vec<(&'static st
             ("cpu.cfs_quota_us", "-1"),
             ("cpu.cfs_period_us", "100000"),
         ],
+        // The trees seed the memory and cpu controllers only.
+        (_, Controller::Cpuset | Controller::Cpuacct | Controller::PerfEvent) => Vec::new(),
     }
 }
 
 /// Creates the pod's and its containers' directories (as the kubelet and runtime would) with
 /// the kernel's default files; returns every directory made.
-pub fn make_pod_tree(layout: &Layout, kernel: Kernel, view: &PodView) -> Vec<PathBuf> {
+pub fn make_pod_tree(layout: &Layout, kernel: Kernel, view: &PodSpecView) -> Vec<PathBuf> {
     let pod_rel = layout.pod_dir(&view.uid, view.kube_qos).expect("pod dir");
     let mut rels = vec![pod_rel.clone()];
     for c in &view.containers {
@@ -143,4 +145,40 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
     out.sort();
     out
 }
+pub mod collectors;
 pub mod real_v1;
+
+/// The lines a kernel's `/proc/stat` has after the CPU lines (the parser requires them).
+pub const PROC_STAT_TAIL: &str =
+    "intr 0\nctxt 0\nbtime 0\nprocesses 1\nprocs_running 1\nprocs_blocked 0\nsoftirq 0\n";
+
+/// A kernel-shaped `/proc/meminfo` with `total` and `available` bytes (the other required
+/// fields zero).
+pub fn meminfo(total: u64, available: u64) -> String {
+    let mut text = format!(
+        "MemTotal: {} kB\nMemFree: {} kB\nMemAvailable: {} kB\n",
+        total / 1024,
+        available / 1024,
+        available / 1024
+    );
+    for field in [
+        "Buffers",
+        "Cached",
+        "SwapCached",
+        "Active",
+        "Inactive",
+        "SwapTotal",
+        "SwapFree",
+        "Dirty",
+        "Writeback",
+        "Mapped",
+        "Slab",
+        "Committed_AS",
+        "VmallocTotal",
+        "VmallocUsed",
+        "VmallocChunk",
+    ] {
+        text.push_str(&format!("{field}: 0 kB\n"));
+    }
+    text
+}

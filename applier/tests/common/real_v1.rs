@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use koord_applier::cgroup::layout::{ContainerId, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::podview::PodView;
+use koord_applier::pod_spec_view::PodSpecView;
 
 pub const V1: &str = "/sys/fs/cgroup";
 
@@ -32,11 +32,20 @@ pub fn usable() -> bool {
         && !Path::new(V1).join("cgroup.controllers").exists()
 }
 
-/// Says loudly that a test did not run, and why.
-pub fn skip(test: &str) {
-    eprintln!(
-        "\n\n*** SKIPPED {test}: needs root + cgroup v1 memory and cpu controllers at {V1} ***\n\n"
+/// Panics with what the test needs when this machine lacks it: these tests are
+/// `#[ignore = "needs ..."]` and run with `--ignored` only where the machine has it.
+pub fn require_usable() {
+    assert!(
+        usable(),
+        "needs root and the cgroup v1 memory and cpu controllers at {V1}"
     );
+}
+
+/// Panics with `needs {what}: {why}` when `missing` says what is absent.
+pub fn require(what: &str, missing: Option<String>) {
+    if let Some(why) = missing {
+        panic!("needs {what}: {why}");
+    }
 }
 
 /// The test's cgroups; removed deepest first on drop.
@@ -52,7 +61,7 @@ pub struct RealV1Tree {
 impl RealV1Tree {
     /// Creates `kubepods`, `kubepods/besteffort`, the pod and its containers' directories for
     /// `view` (a BestEffort pod) under both controllers.
-    pub fn for_pod(prefix: &str, view: &PodView) -> Self {
+    pub fn for_pod(prefix: &str, view: &PodSpecView) -> Self {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 
-use super::{CertBundle, GenerateError, generate_bundle, service_dns_names};
+use super::generate::{CertBundle, GenerateError, generate_bundle, service_dns_names};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct CertsArgs {

@@ -4,13 +4,12 @@ use koord_api::QosClass;
 use koord_api::keys::CLUSTER_CONFIGMAP_KEY;
 use serde_json::Value;
 
-use super::cpu_resctrl::{
-    CpuQosSetting, ResctrlSetting, check_resctrl_slice, parse_cpu_qos_setting,
-    parse_resctrl_setting,
-};
+use super::cpu_qos_setting::{CpuQosSetting, parse_cpu_qos_setting};
 use super::fields::{
-    FieldError, LocalitySetting, ParamOverrides, parse_locality_setting, parse_param_overrides,
+    FieldError, LocalitySetting, ParamOverrides, parse_enable, parse_locality_setting,
+    parse_param_overrides,
 };
+use super::resctrl_setting::{ResctrlSetting, check_resctrl_slice, parse_resctrl_setting};
 
 /// What the cluster ConfigMap says about one class.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -122,46 +121,48 @@ impl ClusterQosConfig {
                 }
                 continue;
             };
-            let class_obj = class_value
-                .as_object()
-                .ok_or_else(|| FieldError::new(&class_path, "must be a JSON object"))?;
-            for (section, section_value) in class_obj {
-                let section_path = format!("{class_path}.{section}");
-                match section.as_str() {
-                    "memoryQOS" => {
-                        let m = section_value.as_object().ok_or_else(|| {
-                            FieldError::new(&section_path, "must be a JSON object")
-                        })?;
-                        class.memory_qos_enable = match m.get("enable") {
-                            None | Some(Value::Null) => None,
-                            Some(Value::Bool(b)) => Some(*b),
-                            Some(other) => {
-                                return Err(FieldError::new(
-                                    format!("{section_path}.enable"),
-                                    format!("{other} is not true or false"),
-                                ));
-                            }
-                        };
-                        class.memory_qos_params =
-                            parse_param_overrides(m, &section_path, &["enable"])?;
-                    }
-                    "memoryLocality" => {
-                        class.memory_locality =
-                            Some(parse_locality_setting(section_value, &section_path)?)
-                    }
-                    "cpuQOS" => {
-                        class.cpu_qos = Some(parse_cpu_qos_setting(section_value, &section_path)?)
-                    }
-                    "resctrlQOS" => {
-                        let setting = parse_resctrl_setting(section_value, &section_path)?;
-                        if setting.enable == Some(true) {
-                            check_resctrl_slice(class_of(key), &setting, &section_path)?;
-                        }
-                        class.resctrl_qos = Some(setting);
-                    }
-                    // blkioQOS, networkQOS: other features of the reference.
-                    _ => {}
+            class.parse(class_of(key), class_value, &class_path)?;
+        }
+        Ok(())
+    }
+}
+
+impl ClassStrategy {
+    /// One class key (`lsClass`, ...) of the cluster strategy; `class` fills the gaps of a
+    /// resctrl partition with its recommended values.
+    fn parse(&mut self, class: QosClass, value: &Value, path: &str) -> Result<(), FieldError> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| FieldError::new(path, "must be a JSON object"))?;
+        for (section, section_value) in obj {
+            let section_path = format!("{path}.{section}");
+            match section.as_str() {
+                "memoryQOS" => {
+                    let m = section_value
+                        .as_object()
+                        .ok_or_else(|| FieldError::new(&section_path, "must be a JSON object"))?;
+                    self.memory_qos_enable = match m.get("enable") {
+                        Some(v) => parse_enable(v, &format!("{section_path}.enable"))?,
+                        None => None,
+                    };
+                    self.memory_qos_params = parse_param_overrides(m, &section_path, &["enable"])?;
                 }
+                "memoryLocality" => {
+                    self.memory_locality =
+                        Some(parse_locality_setting(section_value, &section_path)?)
+                }
+                "cpuQOS" => {
+                    self.cpu_qos = Some(parse_cpu_qos_setting(section_value, &section_path)?)
+                }
+                "resctrlQOS" => {
+                    let setting = parse_resctrl_setting(section_value, &section_path)?;
+                    if setting.enable == Some(true) {
+                        check_resctrl_slice(class, &setting, &section_path)?;
+                    }
+                    self.resctrl_qos = Some(setting);
+                }
+                // blkioQOS, networkQOS: other features of the reference.
+                _ => {}
             }
         }
         Ok(())

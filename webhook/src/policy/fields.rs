@@ -28,6 +28,47 @@ impl FieldError {
     }
 }
 
+/// An integer field in `min..=max`, with the field and range in the error.
+pub fn parse_int_in_range(
+    value: &Value,
+    field: &str,
+    min: i64,
+    max: i64,
+) -> Result<i64, FieldError> {
+    let v = value.as_i64().ok_or_else(|| {
+        FieldError::new(
+            field,
+            format!("{value} is not an integer (allowed {min}..{max})"),
+        )
+    })?;
+    if !(min..=max).contains(&v) {
+        return Err(FieldError::new(
+            field,
+            format!("{v} is out of range (allowed {min}..{max})"),
+        ));
+    }
+    Ok(v)
+}
+
+/// `true`, `false` or `null` (not stated).
+pub fn parse_enable(value: &Value, field: &str) -> Result<Option<bool>, FieldError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(*b)),
+        other => Err(FieldError::new(
+            field,
+            format!("{other} is not true or false"),
+        )),
+    }
+}
+
+/// `value` as a JSON object, or an error naming `path`.
+pub fn json_object<'v>(value: &'v Value, path: &str) -> Result<&'v Map<String, Value>, FieldError> {
+    value
+        .as_object()
+        .ok_or_else(|| FieldError::new(path, format!("{value} is not a JSON object")))
+}
+
 /// Parameters set explicitly by one source, in [`MemoryQosParams::SPECS`] order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParamOverrides(pub [Option<i64>; 9]);
@@ -69,33 +110,12 @@ pub fn parse_param_overrides(
     let mut out = ParamOverrides::default();
     for (key, value) in obj {
         if let Some(i) = MemoryQosParams::SPECS.iter().position(|s| s.name == key) {
+            if value.is_null() {
+                continue;
+            }
             let spec = MemoryQosParams::SPECS[i];
             let field = format!("{path}.{key}");
-            let v = match value {
-                Value::Number(n) => n.as_i64().ok_or_else(|| {
-                    FieldError::new(
-                        &field,
-                        format!("{n} is not an integer (allowed {}..{})", spec.min, spec.max),
-                    )
-                })?,
-                Value::Null => continue,
-                other => {
-                    return Err(FieldError::new(
-                        &field,
-                        format!(
-                            "{other} is not an integer (allowed {}..{})",
-                            spec.min, spec.max
-                        ),
-                    ));
-                }
-            };
-            if !(spec.min..=spec.max).contains(&v) {
-                return Err(FieldError::new(
-                    field,
-                    format!("{v} is out of range (allowed {}..{})", spec.min, spec.max),
-                ));
-            }
-            out.0[i] = Some(v);
+            out.0[i] = Some(parse_int_in_range(value, &field, spec.min, spec.max)?);
         } else if !extra_keys.contains(&key.as_str())
             && !IGNORED_MEMORY_QOS_KEYS.contains(&key.as_str())
         {

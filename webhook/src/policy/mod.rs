@@ -1,28 +1,28 @@
-//! The cluster-wide inputs of resolution, parsed and validated (pure; no IO).
+//! The cluster-wide inputs of resolution, parsed and validated.
 //!
-//! `ack-slo-config` (`resource-qos-config`) gives per-class memory QoS and locality;
-//! `ack-slo-pod-config` (`memory-qos`) gives namespace allow/deny lists. Parsing happens once
-//! per ConfigMap change, never per admission.
+//! `ack-slo-config` (`resource-qos-config`) gives per-class memory QoS, locality, CPU QoS and
+//! resctrl; `ack-slo-pod-config` (`memory-qos`) gives namespace allow/deny lists. Parsing is
+//! pure and happens once per ConfigMap change, never per admission; [`load`] is the one place
+//! that reads them from files or from a watched ConfigMap's data.
 
 mod cluster;
-mod cpu_resctrl;
+mod config;
+mod cpu_qos_setting;
 mod fields;
+pub mod load;
 mod namespace;
+mod resctrl_setting;
 
 pub use cluster::{ClassStrategy, ClusterQosConfig, ParseOutcome};
-pub use cpu_resctrl::{
-    CpuQosSetting, ResctrlSetting, check_resctrl_slice, effective_resctrl, parse_cpu_qos_setting,
-    parse_int_in_range, parse_resctrl_setting, recommended_resctrl,
-};
+pub use config::PolicyConfig;
+pub use cpu_qos_setting::{CpuQosSetting, parse_cpu_qos_setting};
 pub use fields::{
-    FieldError, LocalitySetting, ParamOverrides, parse_locality_setting, parse_param_overrides,
-    parse_policy_name,
+    FieldError, LocalitySetting, ParamOverrides, parse_int_in_range, parse_locality_setting,
+    parse_param_overrides, parse_policy_name,
 };
+pub use load::{ConfigMapPolicy, PolicyLoadError, load_policy};
 pub use namespace::{NamespaceQosConfig, NamespaceVerdict};
-
-/// Everything resolution reads besides the pod itself.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PolicyConfig {
-    pub cluster: ClusterQosConfig,
-    pub namespaces: NamespaceQosConfig,
-}
+pub use resctrl_setting::{
+    ResctrlSetting, check_resctrl_slice, effective_resctrl, parse_resctrl_setting,
+    recommended_resctrl,
+};

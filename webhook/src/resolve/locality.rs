@@ -1,14 +1,15 @@
-//! Memory locality: the pod annotation, else the class's setting in the cluster ConfigMap.
+//! Memory locality: the pod annotation, else the class's setting in the cluster ConfigMap
+//! (docs/contract.md §2, Memory locality).
 
 use koord_api::keys::ANNOTATION_MEMORY_LOCALITY;
 use koord_api::{DecisionSource, QosClass, ResolvedMemoryLocality};
 use serde_json::Value;
 
-use super::pod_view::PodView;
+use super::pod_input::PodInput;
 use crate::policy::{FieldError, PolicyConfig, parse_locality_setting};
 
 pub fn resolve_memory_locality(
-    pod: &PodView<'_>,
+    pod: &PodInput<'_>,
     class: QosClass,
     config: &PolicyConfig,
 ) -> Result<Option<ResolvedMemoryLocality>, FieldError> {

@@ -1,4 +1,4 @@
-//! Byte arithmetic of memory QoS (DESIGN.md section 3, "Numbers").
+//! Byte arithmetic of memory QoS (docs/contract.md §2, Numbers; §3 for the rounding).
 
 use koord_api::knobs::PAGE_SIZE;
 use koord_api::{ContainerMemoryKnobs, MaxOr, MemoryQosParams};

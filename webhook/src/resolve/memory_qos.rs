@@ -1,10 +1,11 @@
-//! Memory QoS precedence: pod annotation > namespace lists > cluster class, and the parameters.
+//! Memory QoS precedence: pod annotation > namespace lists > cluster class, and the parameters
+//! (docs/contract.md §2, Precedence of memory QoS and Parameters).
 
 use koord_api::keys::{ANNOTATION_LEGACY_MEMORY_QOS, ANNOTATION_MEMORY_QOS};
 use koord_api::{DecisionSource, MemoryQosParams, MemoryQosPolicy, QosClass};
 use serde_json::Value;
 
-use super::pod_view::PodView;
+use super::pod_input::PodInput;
 use crate::policy::{
     FieldError, NamespaceVerdict, ParamOverrides, PolicyConfig, parse_param_overrides,
     parse_policy_name,
@@ -30,7 +31,7 @@ pub struct PodMemoryQos {
 }
 
 /// Reads `koordinator.sh/memoryQOS`, else the legacy `alibabacloud.com/memoryQOS`.
-pub fn parse_pod_memory_qos(pod: &PodView<'_>) -> Result<Option<PodMemoryQos>, FieldError> {
+pub fn parse_pod_memory_qos(pod: &PodInput<'_>) -> Result<Option<PodMemoryQos>, FieldError> {
     let (key, text, source) = match (
         pod.annotation(ANNOTATION_MEMORY_QOS),
         pod.annotation(ANNOTATION_LEGACY_MEMORY_QOS),

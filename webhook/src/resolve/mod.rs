@@ -1,14 +1,17 @@
-//! The resolution engine (pure): a pod plus the policy configuration in, the resolved QoS and
-//! the list of changes out. The admission server turns the changes into a JSON patch; the
-//! `resolve` command applies them to the manifest.
+//! The resolution engine (pure; docs/contract.md §2 and §3): a pod plus the policy
+//! configuration in, the resolved QoS and the list of changes out. [`crate::mutation`] renders
+//! the changes: as a JSON patch for the admission server, applied to the manifest for the
+//! `resolve` command.
 
-mod batch;
-mod cpu_resctrl;
+mod batch_resources;
+pub mod changes;
+mod cpu_qos;
 mod locality;
 mod memory_numbers;
 mod memory_qos;
-pub mod pod_view;
+pub mod pod_input;
 mod qos_class;
+mod resctrl_qos;
 
 use std::collections::BTreeMap;
 
@@ -22,27 +25,27 @@ use koord_api::{
     ResolvedMemoryQos, ResolvedQos,
 };
 
-pub use batch::{OwnedResources, TranslatedResources};
-pub use cpu_resctrl::recommended_group_identity;
+pub use changes::{BatchResources, Change, ContainerList, OwnedResources};
+pub use cpu_qos::recommended_group_identity;
 pub use memory_numbers::{MemoryBasis, container_knobs};
 pub use memory_qos::{
     MemoryQosDecision, ParamSource, PodMemoryQos, decide_memory_qos, parse_memory_qos_annotation,
     recommended_params,
 };
-pub use pod_view::PodView;
+pub use pod_input::PodInput;
 pub use qos_class::{ClassDecision, KubeQos, kubernetes_qos, resolve_qos_class};
 
-use crate::mutation::{Change, ContainerList};
 use crate::policy::{FieldError, PolicyConfig};
-use batch::EffectiveResources;
+use batch_resources::{EffectiveResources, PodResources};
+use pod_input::{parse_quantity, resource_field};
 
 /// The admission operation being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
-    /// Everything is decided, resources of BE pods are translated.
+    /// Everything is decided; a BE pod's cpu/memory move to batch resources.
     Create,
-    /// Annotations are mutable: labels and annotations are re-resolved, resources are not
-    /// re-translated (they were on CREATE).
+    /// Annotations are mutable: labels and annotations are re-resolved, resources are left as
+    /// they are (a BE pod's moved to batch resources at CREATE; docs/contract.md §5).
     Update,
 }
 
@@ -54,7 +57,8 @@ pub struct ResolveContext<'c> {
     pub config: &'c PolicyConfig,
 }
 
-/// Why a pod cannot be admitted: one line naming the field and the allowed values.
+/// Why a pod cannot be admitted: one line naming the field and the allowed values
+/// (docs/contract.md §4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ResolveError(#[from] pub FieldError);
@@ -64,7 +68,8 @@ pub struct ResolveError(#[from] pub FieldError);
 pub struct Explanation {
     pub class: ClassDecision,
     pub param_sources: [ParamSource; 9],
-    pub translated_containers: usize,
+    /// Containers (regular and init) whose cpu/memory moved to batch resources.
+    pub batch_containers: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,9 +82,9 @@ pub struct Resolution {
     pub explanation: Explanation,
 }
 
-/// Resolves one pod (DESIGN.md section 3).
+/// Resolves one pod (docs/contract.md §2).
 pub fn resolve_pod(
-    pod: &PodView<'_>,
+    pod: &PodInput<'_>,
     ctx: &ResolveContext<'_>,
 ) -> Result<Resolution, ResolveError> {
     resolve_pod_with_previous(pod, ctx, pod.annotation(ANNOTATION_RESOLVED_QOS))
@@ -88,8 +93,11 @@ pub fn resolve_pod(
 /// [`resolve_pod`] with the resolved-qos annotation this webhook wrote before given explicitly.
 /// On UPDATE the admission server passes the stored pod's (`oldObject`) annotation: the
 /// incoming one may be a hand edit, and must not influence what is written back.
+///
+/// The steps run in a fixed order, so a pod with several bad values is always refused for the
+/// same one: class, memory QoS, locality, CPU QoS, resctrl, then the resources.
 pub fn resolve_pod_with_previous(
-    pod: &PodView<'_>,
+    pod: &PodInput<'_>,
     ctx: &ResolveContext<'_>,
     previous_resolved: Option<&str>,
 ) -> Result<Resolution, ResolveError> {
@@ -102,45 +110,15 @@ pub fn resolve_pod_with_previous(
         ctx.config,
     );
     let memory_locality = locality::resolve_memory_locality(pod, class.class, ctx.config)?;
-    let cpu_qos = cpu_resctrl::resolve_cpu_qos(pod, class.class, ctx.config)?;
-    let resctrl_qos = cpu_resctrl::resolve_resctrl_qos(class.class, ctx.config);
+    let cpu_qos = cpu_qos::resolve_cpu_qos(pod, class.class, ctx.config)?;
+    let resctrl_qos = resctrl_qos::resolve_resctrl_qos(class.class, ctx.config);
 
-    let translate = class.class == QosClass::Be && ctx.operation == Operation::Create;
-    let containers = effective_resources(&pod.spec.containers, "containers", translate)?;
-    let init_containers =
-        effective_resources(&pod.spec.init_containers, "initContainers", translate)?;
-    let overhead = if translate {
-        batch::translate_overhead(pod)?
-    } else {
-        None
-    };
-
-    let named: Vec<(&str, &EffectiveResources<'_, '_>)> = pod
-        .spec
-        .containers
-        .iter()
-        .zip(&containers)
-        .map(|(c, r)| (c.name.as_str(), r))
-        .collect();
-    let memory_key = if class.class == QosClass::Be {
-        RESOURCE_BATCH_MEMORY
-    } else {
-        RESOURCE_MEMORY
-    };
-    let mut container_knobs_map = BTreeMap::new();
-    let mut pod_knobs = PodMemoryKnobs { min: 0, low: 0 };
-    for (i, (name, res)) in named.iter().enumerate() {
-        let basis = memory_basis(res, memory_key, i)?;
-        let knobs = container_memory_knobs(basis, &decision.params);
-        pod_knobs.min = pod_knobs.min.saturating_add(knobs.min);
-        pod_knobs.low = pod_knobs.low.saturating_add(knobs.low);
-        container_knobs_map.insert((*name).to_owned(), knobs);
-    }
-    let batch = batch::batch_knobs(
-        &named,
-        batch::init_or_overhead_has_batch(&init_containers, overhead.as_ref(), pod),
-    )?;
-    let extended_spec = batch::extended_resource_spec(&named);
+    let to_batch = class.class == QosClass::Be && ctx.operation == Operation::Create;
+    let resources = PodResources::of(pod, to_batch)?;
+    let named = resources.named_containers(pod);
+    let (pod_knobs, container_knobs) = memory_knobs(&named, class.class, &decision.params)?;
+    let batch = batch_resources::batch_knobs(&named, resources.init_or_overhead_has_batch(pod))?;
+    let extended_spec = batch_resources::extended_resource_spec(&named);
 
     let resolved = ResolvedQos {
         version: RESOLVED_QOS_VERSION,
@@ -152,7 +130,7 @@ pub fn resolve_pod_with_previous(
             source: decision.source,
             params: decision.params,
             pod: pod_knobs,
-            containers: container_knobs_map,
+            containers: container_knobs,
         },
         memory_locality,
         batch,
@@ -160,37 +138,8 @@ pub fn resolve_pod_with_previous(
         resctrl_qos,
     };
     let annotation = resolved.to_annotation();
-
-    let mut changes = Vec::new();
-    if let Some(label) = class
-        .write_label
-        .filter(|c| pod.label(LABEL_QOS_CLASS) != Some(c.as_str()))
-    {
-        changes.push(Change::SetLabel {
-            key: LABEL_QOS_CLASS,
-            value: label.as_str().to_owned(),
-        });
-    }
-    let translated_containers =
-        push_resource_changes(&mut changes, ContainerList::Containers, containers)
-            + push_resource_changes(&mut changes, ContainerList::InitContainers, init_containers);
-    if let Some(o) = overhead {
-        changes.push(Change::SetOverhead(o));
-    }
-    if let Some(spec) = extended_spec
-        .filter(|s| pod.annotation(ANNOTATION_EXTENDED_RESOURCE_SPEC) != Some(s.as_str()))
-    {
-        changes.push(Change::SetAnnotation {
-            key: ANNOTATION_EXTENDED_RESOURCE_SPEC,
-            value: spec,
-        });
-    }
-    if pod.annotation(ANNOTATION_RESOLVED_QOS) != Some(annotation.as_str()) {
-        changes.push(Change::SetAnnotation {
-            key: ANNOTATION_RESOLVED_QOS,
-            value: annotation.clone(),
-        });
-    }
+    let (changes, batch_containers) =
+        pod_changes(pod, &class, resources, extended_spec, &annotation);
     Ok(Resolution {
         resolved,
         annotation,
@@ -198,9 +147,33 @@ pub fn resolve_pod_with_previous(
         explanation: Explanation {
             class,
             param_sources: decision.param_sources,
-            translated_containers,
+            batch_containers,
         },
     })
+}
+
+/// The memory knobs of every container, and the pod's sums of min and low. A BE pod's basis is
+/// its batch-memory (docs/contract.md §2, Numbers).
+fn memory_knobs(
+    named: &[(&str, &EffectiveResources<'_, '_>)],
+    class: QosClass,
+    params: &MemoryQosParams,
+) -> Result<(PodMemoryKnobs, BTreeMap<String, ContainerMemoryKnobs>), FieldError> {
+    let memory_key = if class == QosClass::Be {
+        RESOURCE_BATCH_MEMORY
+    } else {
+        RESOURCE_MEMORY
+    };
+    let mut containers = BTreeMap::new();
+    let mut pod = PodMemoryKnobs { min: 0, low: 0 };
+    for (i, (name, res)) in named.iter().enumerate() {
+        let basis = memory_basis(res, memory_key, i)?;
+        let knobs = container_memory_knobs(basis, params);
+        pod.min = pod.min.saturating_add(knobs.min);
+        pod.low = pod.low.saturating_add(knobs.low);
+        containers.insert((*name).to_owned(), knobs);
+    }
+    Ok((pod, containers))
 }
 
 /// The knobs of one container; with `wmark_ratio` 0 the kernel keeps no watermark, so
@@ -213,46 +186,68 @@ fn container_memory_knobs(basis: MemoryBasis, params: &MemoryQosParams) -> Conta
     knobs
 }
 
-fn effective_resources<'v, 'a>(
-    list: &'v [pod_view::ContainerView<'a>],
-    list_name: &str,
-    translate: bool,
-) -> Result<Vec<EffectiveResources<'v, 'a>>, FieldError> {
-    list.iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let translated = if translate {
-                batch::translate_container(c, &format!("spec.{list_name}[{i}].resources"))?
-            } else {
-                None
-            };
-            Ok(match translated {
-                Some(t) => EffectiveResources::Translated(t),
-                None => EffectiveResources::Original(c.resources.as_ref()),
-            })
-        })
-        .collect()
-}
-
 fn memory_basis(
     res: &EffectiveResources<'_, '_>,
     key: &str,
     index: usize,
 ) -> Result<MemoryBasis, FieldError> {
     let parse = |text: Option<&str>, kind: &str| {
-        text.map(|t| {
-            parse_value(t).map_err(|e| {
-                FieldError::new(
-                    format!("spec.containers[{index}].resources.{kind}.{key}"),
-                    e.to_string(),
-                )
-            })
+        parse_quantity(text, parse_value, || {
+            resource_field("containers", index, kind, key)
         })
-        .transpose()
     };
     let limit = parse(res.limit(key), "limits")?;
     let request = parse(res.request(key), "requests")?.or(limit).unwrap_or(0);
     Ok(MemoryBasis { request, limit })
+}
+
+/// The changes in patch order: the class label, batch resources (containers, init containers,
+/// overhead), the extended-resource-spec and resolved-qos annotations; each only when the pod
+/// does not already carry it. Also returns how many containers moved to batch resources.
+fn pod_changes(
+    pod: &PodInput<'_>,
+    class: &ClassDecision,
+    resources: PodResources<'_, '_>,
+    extended_spec: Option<String>,
+    annotation: &str,
+) -> (Vec<Change>, usize) {
+    let mut changes = Vec::new();
+    if let Some(label) = class
+        .write_label
+        .filter(|c| pod.label(LABEL_QOS_CLASS) != Some(c.as_str()))
+    {
+        changes.push(Change::SetLabel {
+            key: LABEL_QOS_CLASS,
+            value: label.as_str().to_owned(),
+        });
+    }
+    let batch_containers = push_resource_changes(
+        &mut changes,
+        ContainerList::Containers,
+        resources.containers,
+    ) + push_resource_changes(
+        &mut changes,
+        ContainerList::InitContainers,
+        resources.init_containers,
+    );
+    if let Some(o) = resources.batch_overhead {
+        changes.push(Change::SetOverhead(o));
+    }
+    if let Some(spec) = extended_spec
+        .filter(|s| pod.annotation(ANNOTATION_EXTENDED_RESOURCE_SPEC) != Some(s.as_str()))
+    {
+        changes.push(Change::SetAnnotation {
+            key: ANNOTATION_EXTENDED_RESOURCE_SPEC,
+            value: spec,
+        });
+    }
+    if pod.annotation(ANNOTATION_RESOLVED_QOS) != Some(annotation) {
+        changes.push(Change::SetAnnotation {
+            key: ANNOTATION_RESOLVED_QOS,
+            value: annotation.to_owned(),
+        });
+    }
+    (changes, batch_containers)
 }
 
 fn push_resource_changes(
@@ -262,7 +257,7 @@ fn push_resource_changes(
 ) -> usize {
     let mut n = 0;
     for (index, r) in resources.into_iter().enumerate() {
-        if let EffectiveResources::Translated(resources) = r {
+        if let EffectiveResources::Batch(resources) = r {
             changes.push(Change::SetResources {
                 list,
                 index,

@@ -1,10 +1,11 @@
-//! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class.
+//! QoS class: the Koordinator label, else the legacy label, else the Kubernetes QoS class
+//! (docs/contract.md §2, QoS class; §3 for how the Kubernetes class is computed).
 
 use koord_api::keys::{LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS, RESOURCE_CPU, RESOURCE_MEMORY};
 use koord_api::quantity::parse_milli;
 use koord_api::{QosClass, QosClassSource};
 
-use super::pod_view::{ContainerView, PodView};
+use super::pod_input::{ContainerInput, PodInput, parse_quantity, resource_field};
 use crate::policy::FieldError;
 
 /// Kubernetes QoS classes.
@@ -28,7 +29,7 @@ pub struct ClassDecision {
 /// `previous_resolved` is the resolved-qos annotation this webhook wrote before (the stored
 /// pod's, on UPDATE), used only to keep the class source stable; see [`previous_source`].
 pub fn resolve_qos_class(
-    pod: &PodView<'_>,
+    pod: &PodInput<'_>,
     previous_resolved: Option<&str>,
 ) -> Result<ClassDecision, FieldError> {
     let kube_qos = kubernetes_qos(pod)?;
@@ -105,7 +106,7 @@ fn previous_source(
 
 /// `status.qosClass` when present, else computed like the kubelet after the apiserver's
 /// defaulting (limits without requests imply requests = limits).
-pub fn kubernetes_qos(pod: &PodView<'_>) -> Result<KubeQos, FieldError> {
+pub fn kubernetes_qos(pod: &PodInput<'_>) -> Result<KubeQos, FieldError> {
     match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
         Some("Guaranteed") => return Ok(KubeQos::Guaranteed),
         Some("Burstable") => return Ok(KubeQos::Burstable),
@@ -157,7 +158,7 @@ pub fn kubernetes_qos(pod: &PodView<'_>) -> Result<KubeQos, FieldError> {
 }
 
 fn milli(
-    c: &ContainerView<'_>,
+    c: &ContainerInput<'_>,
     list: &str,
     index: usize,
     name: &str,
@@ -168,13 +169,7 @@ fn milli(
     } else {
         (c.limit(name), "limits")
     };
-    text.map(|t| {
-        parse_milli(t).map_err(|e| {
-            FieldError::new(
-                format!("spec.{list}[{index}].resources.{kind}.{name}"),
-                e.to_string(),
-            )
-        })
+    parse_quantity(text, parse_milli, || {
+        resource_field(list, index, kind, name)
     })
-    .transpose()
 }

@@ -1,33 +1,35 @@
 //! One AdmissionReview in, the response bytes out (pure: no IO, no clock, no globals).
 //!
 //! The request is read with a lean borrowed view (uid, kind, operation, namespace, dryRun, the
-//! pod as a [`PodView`], the stored pod's annotations); `userInfo` and everything else the engine does not read
-//! are skipped by serde without allocating. Only when that fast parse fails is the body read a
+//! pod as a [`PodInput`], the stored pod's annotations); `userInfo` and everything else the
+//! engine does not read are skipped by serde without allocating. Only when that fast parse fails is the body read a
 //! second time, more leniently, to find the uid and say precisely what is wrong.
 
 use koord_api::QosClass;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use tracing::field::Empty;
+
 use super::response::{ResponseStatus, write_response};
 use crate::mutation::json_patch;
 use crate::policy::PolicyConfig;
-use crate::resolve::pod_view::StrMap;
-use crate::resolve::pod_view::Text;
-use crate::resolve::{Operation, PodView, ResolveContext, resolve_pod_with_previous};
-use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use crate::resolve::pod_input::{StrMap, Text};
+use crate::resolve::{Operation, PodInput, ResolveContext, resolve_pod_with_previous};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 pub const ADMISSION_KIND: &str = "AdmissionReview";
 
+/// The AdmissionReview envelope. `R` is how the request is read: [`RequestIn`] first, and
+/// [`LenientRequestIn`] only when that failed.
 #[derive(Deserialize)]
-struct ReviewIn<'a> {
+struct ReviewIn<'a, R> {
     #[serde(borrow, default, rename = "apiVersion")]
     api_version: Option<Text<'a>>,
     #[serde(borrow, default)]
     kind: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    request: Option<RequestIn<'a>>,
+    request: Option<R>,
 }
 
 #[derive(Deserialize)]
@@ -47,7 +49,7 @@ struct RequestIn<'a> {
     #[serde(default, rename = "dryRun")]
     dry_run: Option<bool>,
     #[serde(borrow, default)]
-    object: Option<PodView<'a>>,
+    object: Option<PodInput<'a>>,
     /// On UPDATE, only the stored pod's annotations are read: its resolved-qos is this
     /// webhook's own last write, while the incoming one may be a hand edit.
     #[serde(borrow, default, rename = "oldObject")]
@@ -77,17 +79,8 @@ impl OldObjectIn<'_> {
     }
 }
 
-/// The same request with the object left unparsed: read only when [`RequestIn`] failed.
-#[derive(Deserialize)]
-struct LenientReviewIn<'a> {
-    #[serde(borrow, default, rename = "apiVersion")]
-    api_version: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    kind: Option<Text<'a>>,
-    #[serde(borrow, default)]
-    request: Option<LenientRequestIn<'a>>,
-}
-
+/// The request with only what an error answer needs and the object left unparsed: read only
+/// when [`RequestIn`] failed, to find the uid and say precisely what is wrong.
 #[derive(Deserialize)]
 struct LenientRequestIn<'a> {
     #[serde(borrow, default)]
@@ -181,6 +174,33 @@ pub struct Reviewed {
     pub body: Vec<u8>,
 }
 
+impl Reviewed {
+    /// Fills the fields of an [`admission_span`] once the body has been read.
+    pub fn record_in(&self, span: &tracing::Span) {
+        if span.is_disabled() {
+            return;
+        }
+        span.record("uid", self.uid.as_str());
+        span.record("namespace", self.namespace.as_str());
+        span.record("pod", self.pod.as_str());
+        span.record("operation", self.operation.as_str());
+    }
+}
+
+/// The span of one admission: `uid`, `namespace`, `pod`, `operation`, recorded by
+/// [`Reviewed::record_in`] once the body has been read. It is a debug span: at the default
+/// `info` level it is disabled and costs a branch, no allocation and no formatting (the
+/// admission log line itself carries the same fields; benches/admission.rs measures both).
+pub fn admission_span() -> tracing::Span {
+    tracing::debug_span!(
+        "admission",
+        uid = Empty,
+        namespace = Empty,
+        pod = Empty,
+        operation = Empty
+    )
+}
+
 /// What a review needs besides the body.
 pub struct ReviewContext<'c> {
     pub config: &'c PolicyConfig,
@@ -191,7 +211,7 @@ pub struct ReviewContext<'c> {
 
 /// Answers one AdmissionReview body. Never panics on any input (fuzzed).
 pub fn review(body: &[u8], ctx: &ReviewContext<'_>) -> Reviewed {
-    match serde_json::from_slice::<ReviewIn<'_>>(body) {
+    match serde_json::from_slice::<ReviewIn<'_, RequestIn<'_>>>(body) {
         Ok(review) => review_parsed(review, ctx),
         Err(e) => review_unreadable(body, &e),
     }
@@ -213,7 +233,7 @@ fn check_envelope(api_version: Option<&str>, kind: Option<&str>) -> Result<(), S
     Ok(())
 }
 
-fn review_parsed(review: ReviewIn<'_>, ctx: &ReviewContext<'_>) -> Reviewed {
+fn review_parsed(review: ReviewIn<'_, RequestIn<'_>>, ctx: &ReviewContext<'_>) -> Reviewed {
     let envelope = check_envelope(review.api_version.as_deref(), review.kind.as_deref());
     let Some(request) = review.request else {
         let message = envelope
@@ -229,48 +249,25 @@ fn review_parsed(review: ReviewIn<'_>, ctx: &ReviewContext<'_>) -> Reviewed {
     if uid.is_empty() {
         return error_reviewed(uid, operation, "request.uid is missing".into());
     }
-    let object = request.object;
-    let namespace = request
-        .namespace
-        .as_deref()
-        .or_else(|| object.as_ref()?.metadata.namespace.as_deref())
-        .unwrap_or("");
+    let namespace = request.namespace();
     let mut out = Reviewed {
         uid: uid.to_owned(),
         operation,
         namespace: namespace.to_owned(),
-        pod: match (&object, &request.name) {
-            (_, Some(n)) if !n.is_empty() => n.to_string(),
-            (Some(pod), _) => pod.display_name(),
-            _ => String::new(),
-        },
+        pod: request.pod_name(),
         dry_run: request.dry_run.unwrap_or(false),
         qos_class: None,
         decision: Decision::Unchanged { reason: None },
         body: Vec::new(),
     };
-
-    let skip = if !request.kind.as_ref().is_some_and(KindIn::is_pod) {
-        Some("not a Pod")
-    } else if request
-        .sub_resource
-        .as_deref()
-        .is_some_and(|s| !s.is_empty())
-    {
-        Some("a pod subresource")
-    } else if operation == OperationLabel::Other {
-        Some("neither CREATE nor UPDATE")
-    } else {
-        (ctx.skip_namespace)(namespace)
-    };
-    if let Some(reason) = skip {
+    if let Some(reason) = request.skip_reason(operation, ctx) {
         out.decision = Decision::Unchanged {
             reason: Some(reason),
         };
         out.body = write_response(uid, true, None, None);
         return out;
     }
-    let Some(pod) = object.as_ref() else {
+    let Some(pod) = request.object.as_ref() else {
         out.decision = Decision::Error {
             message: "request.object is missing".into(),
         };
@@ -282,48 +279,108 @@ fn review_parsed(review: ReviewIn<'_>, ctx: &ReviewContext<'_>) -> Reviewed {
         );
         return out;
     };
-    let resolve_ctx = ResolveContext {
-        namespace,
-        operation: if operation == OperationLabel::Update {
-            Operation::Update
+    resolve_and_answer(&mut out, pod, &request, ctx);
+    out
+}
+
+impl RequestIn<'_> {
+    /// The request's namespace, else the pod's.
+    fn namespace(&self) -> &str {
+        self.namespace
+            .as_deref()
+            .or_else(|| self.object.as_ref()?.metadata.namespace.as_deref())
+            .unwrap_or("")
+    }
+
+    /// The request's name, else the pod's display name.
+    fn pod_name(&self) -> String {
+        match (&self.object, &self.name) {
+            (_, Some(n)) if !n.is_empty() => n.to_string(),
+            (Some(pod), _) => pod.display_name(),
+            _ => String::new(),
+        }
+    }
+
+    /// Why this request is allowed untouched: not a pod, a subresource, neither CREATE nor
+    /// UPDATE, or a namespace that must not be mutated.
+    fn skip_reason(
+        &self,
+        operation: OperationLabel,
+        ctx: &ReviewContext<'_>,
+    ) -> Option<&'static str> {
+        if !self.kind.as_ref().is_some_and(KindIn::is_pod) {
+            Some("not a Pod")
+        } else if self.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+            Some("a pod subresource")
+        } else if operation == OperationLabel::Other {
+            Some("neither CREATE nor UPDATE")
         } else {
-            Operation::Create
-        },
+            (ctx.skip_namespace)(self.namespace())
+        }
+    }
+
+    /// The resolved-qos annotation this webhook wrote before: the stored pod's on UPDATE (the
+    /// incoming one may be a hand edit; docs/contract.md §5), the pod's own on CREATE.
+    fn previous_resolved<'p>(
+        &'p self,
+        pod: &'p PodInput<'_>,
+        operation: Operation,
+    ) -> Option<&'p str> {
+        match operation {
+            Operation::Update => self.old_object.as_ref().and_then(OldObjectIn::resolved_qos),
+            Operation::Create => pod.annotation(ANNOTATION_RESOLVED_QOS),
+        }
+    }
+}
+
+/// Resolves the pod and writes the answer: a patch, no patch, or a denial naming the field.
+fn resolve_and_answer(
+    out: &mut Reviewed,
+    pod: &PodInput<'_>,
+    request: &RequestIn<'_>,
+    ctx: &ReviewContext<'_>,
+) {
+    let operation = if out.operation == OperationLabel::Update {
+        Operation::Update
+    } else {
+        Operation::Create
+    };
+    let resolve_ctx = ResolveContext {
+        namespace: &out.namespace,
+        operation,
         config: ctx.config,
     };
-    let previous_resolved = match resolve_ctx.operation {
-        Operation::Update => request
-            .old_object
-            .as_ref()
-            .and_then(OldObjectIn::resolved_qos),
-        Operation::Create => pod.annotation(ANNOTATION_RESOLVED_QOS),
-    };
-    match resolve_pod_with_previous(pod, &resolve_ctx, previous_resolved) {
+    let previous = request.previous_resolved(pod, operation);
+    match resolve_pod_with_previous(pod, &resolve_ctx, previous) {
         Ok(resolution) => {
             out.qos_class = Some(resolution.resolved.qos_class);
             if resolution.changes.is_empty() {
-                out.body = write_response(uid, true, None, None);
+                out.body = write_response(&out.uid, true, None, None);
             } else {
                 let patch = json_patch(pod, &resolution.changes);
                 let ops = patch.as_array().map_or(0, Vec::len);
                 // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
                 let patch = serde_json::to_vec(&patch).unwrap_or_default();
-                out.body = write_response(uid, true, Some(&patch), None);
+                out.body = write_response(&out.uid, true, Some(&patch), None);
                 out.decision = Decision::Mutated { ops };
             }
         }
         Err(e) => {
             let message = format!("pod {}: {e}", out.pod);
-            out.body = write_response(uid, false, None, Some(ResponseStatus::invalid(&message)));
+            out.body = write_response(
+                &out.uid,
+                false,
+                None,
+                Some(ResponseStatus::invalid(&message)),
+            );
             out.decision = Decision::Denied { message };
         }
     }
-    out
 }
 
 /// The fast parse failed: find out as much as possible for a useful answer.
 fn review_unreadable(body: &[u8], first_error: &serde_json::Error) -> Reviewed {
-    let Ok(review) = serde_json::from_slice::<LenientReviewIn<'_>>(body) else {
+    let Ok(review) = serde_json::from_slice::<ReviewIn<'_, LenientRequestIn<'_>>>(body) else {
         return error_reviewed(
             "",
             OperationLabel::Other,
@@ -358,7 +415,7 @@ fn review_unreadable(body: &[u8], first_error: &serde_json::Error) -> Reviewed {
         };
     }
     let message = match request.object {
-        Some(object) => match serde_json::from_str::<PodView<'_>>(object.get()) {
+        Some(object) => match serde_json::from_str::<PodInput<'_>>(object.get()) {
             Err(e) => format!("request.object is not a valid Pod: {e}"),
             Ok(_) => format!("malformed AdmissionReview request: {first_error}"),
         },

@@ -1,7 +1,8 @@
 //! HTTP handlers: `/mutate-pod`, `/healthz`, `/readyz`, `/metrics`.
 //!
-//! `/mutate-pod` always answers HTTP 200 with an AdmissionReview: the apiserver treats any
-//! other status as a webhook failure, and a response that says why is more useful.
+//! `/mutate-pod` always answers HTTP 200 with an AdmissionReview (docs/contract.md §4): the
+//! apiserver treats any other status as a webhook failure, and a response that says why is
+//! more useful.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -15,8 +16,10 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use tracing::{Instrument as _, Span};
+
 use super::admission::{
-    Decision, OperationLabel, ReviewContext, Reviewed, allow_unresolved, review,
+    Decision, OperationLabel, ReviewContext, Reviewed, admission_span, allow_unresolved, review,
 };
 use super::state::{AppState, NOT_OPTED_IN, has_opt_in_label};
 
@@ -66,33 +69,45 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// `/mutate-pod`. The whole admission runs in an [`admission_span`] (debug level), so the
+/// lines of the namespace confirmation and of the kube client say which admission they belong
+/// to.
 pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let start = Instant::now();
+    let span = admission_span();
     let metrics = &state.metrics;
     let inflight = InFlight::enter(&metrics.inflight);
-    // The bound keeps memory flat under a burst: each permit holds at most one body.
-    let permit = tokio::time::timeout(state.limits.deadline, state.permits.acquire()).await;
-    let reviewed = match permit {
-        Ok(Ok(_permit)) => match read_body(&state, req).await {
-            Ok(body) => review_confirmed(&state, &body, start).await,
-            Err(ReadError::Deadline) => unresolved("request not read before the deadline"),
-            Err(ReadError::Body(message)) => unresolved(&message),
-        },
-        _ => unresolved("too many concurrent admissions; not resolved before the deadline"),
-    };
+    let reviewed = admit(&state, req, start, &span)
+        .instrument(span.clone())
+        .await;
     drop(inflight);
     metrics.count_admission(reviewed.operation, reviewed.qos_class, &reviewed.decision);
     metrics
         .admission_duration
         .observe(start.elapsed().as_secs_f64());
-    log(&reviewed);
+    span.in_scope(|| log(&reviewed));
     json(reviewed.body)
+}
+
+/// Waits for a slot, reads the body and reviews it, within the deadline.
+async fn admit(state: &AppState, req: Request, start: Instant, span: &Span) -> Reviewed {
+    // The bound keeps memory flat under a burst: each permit holds at most one body.
+    let permit = tokio::time::timeout(state.limits.deadline, state.permits.acquire()).await;
+    match permit {
+        Ok(Ok(_permit)) => match read_body(state, req).await {
+            Ok(body) => review_confirmed(state, &body, start, span).await,
+            Err(ReadError::Deadline) => unresolved("request not read before the deadline"),
+            Err(ReadError::Body(message)) => unresolved(&message),
+        },
+        _ => unresolved("too many concurrent admissions; not resolved before the deadline"),
+    }
 }
 
 /// Reviews with the namespace cache; when the cache says "not opted in", asks the apiserver
 /// (the label may be seconds old) and reviews again if it is in fact opted in.
-async fn review_confirmed(state: &AppState, body: &[u8], start: Instant) -> Reviewed {
+async fn review_confirmed(state: &AppState, body: &[u8], start: Instant, span: &Span) -> Reviewed {
     let reviewed = review_guarded(state, body, true);
+    reviewed.record_in(span);
     let not_opted_in = matches!(
         reviewed.decision,
         Decision::Unchanged { reason: Some(r) } if r == NOT_OPTED_IN
@@ -112,7 +127,7 @@ async fn review_confirmed(state: &AppState, body: &[u8], start: Instant) -> Revi
         }
         Ok(Ok(_)) => reviewed,
         Ok(Err(e)) => {
-            tracing::warn!(namespace = %reviewed.namespace, error = %e,
+            tracing::warn!(uid = %reviewed.uid, namespace = %reviewed.namespace, error = %e,
                 "could not confirm the namespace opt-in label; trusting the cache");
             reviewed
         }

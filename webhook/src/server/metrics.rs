@@ -1,12 +1,13 @@
 //! Prometheus metrics of the webhook (`/metrics`).
 //!
-//! The admission counters are resolved to their label set once at start: a request then costs
-//! one atomic add, not a hash lookup under a lock.
+//! Registered with [`koord_runtime::metrics::register`], like the applier's. The admission
+//! counters are resolved to their label set once at start: a request then costs one atomic
+//! add, not a hash lookup under a lock.
 
 use koord_api::QosClass;
+use koord_runtime::metrics::{MetricError, register};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use super::admission::{Decision, OperationLabel};
@@ -45,84 +46,72 @@ pub struct Metrics {
     pub inflight: IntGauge,
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("metrics registration failed: {0}")]
-pub struct MetricsError(#[from] prometheus::Error);
-
 impl Metrics {
-    pub fn new() -> Result<Self, MetricsError> {
+    pub fn new() -> Result<Self, MetricError> {
         let registry = Registry::new();
-        let admission_duration = Histogram::with_opts(
-            HistogramOpts::new(
-                "koord_webhook_admission_duration_seconds",
-                "Time from request to response body, per admission review.",
+        let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
+        let by_config = |name: &str, help: &str| {
+            register(
+                &registry,
+                IntCounterVec::new(Opts::new(name, help), &["config"]),
             )
-            .buckets(vec![
-                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
-                0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
-        )?;
-        let admissions_vec = IntCounterVec::new(
-            Opts::new(
-                "koord_webhook_admissions_total",
-                "Admission reviews by operation, QoS class and outcome.",
+        };
+        let admission_duration = register(
+            &registry,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "koord_webhook_admission_duration_seconds",
+                    "Time from request to response body, per admission review.",
+                )
+                .buckets(vec![
+                    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0, 2.5,
+                ]),
             ),
-            &["operation", "qos_class", "outcome"],
         )?;
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "koord_webhook_config_reloads_total",
-                "ConfigMap versions applied, by config source.",
+        let admissions = register(
+            &registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "koord_webhook_admissions_total",
+                    "Admission reviews by operation, QoS class and outcome.",
+                ),
+                &["operation", "qos_class", "outcome"],
             ),
-            &["config"],
         )?;
-        let config_errors = IntCounterVec::new(
-            Opts::new(
-                "koord_webhook_config_errors_total",
-                "ConfigMap versions rejected (the last good config stays), by config source.",
+        let config_reloads = by_config(
+            "koord_webhook_config_reloads_total",
+            "ConfigMap versions applied, by config source.",
+        )?;
+        let config_errors = by_config(
+            "koord_webhook_config_errors_total",
+            "ConfigMap versions rejected (the last good config stays), by config source.",
+        )?;
+        let config_valid = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "koord_webhook_config_valid",
+                    "1 when the latest ConfigMap version parsed, 0 while the last good one is in use.",
+                ),
+                &["config"],
             ),
-            &["config"],
         )?;
-        let config_valid = IntGaugeVec::new(
-            Opts::new(
-                "koord_webhook_config_valid",
-                "1 when the latest ConfigMap version parsed, 0 while the last good one is in use.",
-            ),
-            &["config"],
-        )?;
-        let tls_reloads = IntCounter::new(
+        let tls_reloads = counter(
             "koord_webhook_tls_reloads_total",
             "Serving certificate reloads.",
         )?;
-        let tls_reload_errors = IntCounter::new(
+        let tls_reload_errors = counter(
             "koord_webhook_tls_reload_errors_total",
             "Serving certificate changes that could not be loaded (the old one stays).",
         )?;
-        let inflight = IntGauge::new(
-            "koord_webhook_inflight_admissions",
-            "Admission reviews being processed.",
+        let inflight = register(
+            &registry,
+            IntGauge::new(
+                "koord_webhook_inflight_admissions",
+                "Admission reviews being processed.",
+            ),
         )?;
-        registry.register(Box::new(admission_duration.clone()))?;
-        registry.register(Box::new(admissions_vec.clone()))?;
-        registry.register(Box::new(config_reloads.clone()))?;
-        registry.register(Box::new(config_errors.clone()))?;
-        registry.register(Box::new(config_valid.clone()))?;
-        registry.register(Box::new(tls_reloads.clone()))?;
-        registry.register(Box::new(tls_reload_errors.clone()))?;
-        registry.register(Box::new(inflight.clone()))?;
-
-        let mut admissions = Vec::with_capacity(3 * CLASSES.len() * OUTCOMES.len());
-        for op in OperationLabel::ALL {
-            for class in CLASSES {
-                for outcome in OUTCOMES {
-                    admissions.push(admissions_vec.with_label_values(&[
-                        op.as_str(),
-                        class,
-                        outcome,
-                    ]));
-                }
-            }
-        }
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);
@@ -131,7 +120,7 @@ impl Metrics {
         Ok(Metrics {
             registry,
             admission_duration,
-            admissions,
+            admissions: admission_counters(&admissions),
             config_reloads,
             config_errors,
             config_valid,
@@ -166,30 +155,35 @@ impl Metrics {
         }
     }
 
-    pub fn config_reloaded(&self, source: ConfigSource) {
-        self.config_reloads
-            .with_label_values(&[source.label()])
-            .inc();
+    /// A ConfigMap version was applied (`ok`) or rejected.
+    pub fn config_parsed(&self, source: ConfigSource, ok: bool) {
+        let counter = if ok {
+            &self.config_reloads
+        } else {
+            &self.config_errors
+        };
+        counter.with_label_values(&[source.label()]).inc();
         self.config_valid
             .with_label_values(&[source.label()])
-            .set(1);
-    }
-
-    pub fn config_error(&self, source: ConfigSource) {
-        self.config_errors
-            .with_label_values(&[source.label()])
-            .inc();
-        self.config_valid
-            .with_label_values(&[source.label()])
-            .set(0);
+            .set(i64::from(ok));
     }
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        // Encoding gathered families into a Vec fails only on invalid metric families,
-        // which registration already rejected.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        koord_runtime::metrics::render(&self.registry)
     }
+}
+
+/// One counter handle per (operation, class, outcome), in [`Metrics::count_admission`]'s index
+/// order, so counting an admission is one atomic add.
+fn admission_counters(vec: &IntCounterVec) -> Vec<IntCounter> {
+    let mut out = Vec::with_capacity(OperationLabel::ALL.len() * CLASSES.len() * OUTCOMES.len());
+    for op in OperationLabel::ALL {
+        for class in CLASSES {
+            for outcome in OUTCOMES {
+                out.push(vec.with_label_values(&[op.as_str(), class, outcome]));
+            }
+        }
+    }
+    out
 }

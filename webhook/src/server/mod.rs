@@ -23,6 +23,13 @@ use axum::routing::{get, post};
 use axum_server::Handle;
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use k8s_openapi::api::core::v1::Namespace;
+use koord_runtime::metrics::MetricError;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
+use kube::runtime::reflector::store::Writer;
+use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 
 pub use args::{ServeArgs, parse_duration};
 use metrics::Metrics;
@@ -30,7 +37,7 @@ use state::{AppState, Limits, NamespaceGate, Readiness};
 use tls::CertFiles;
 use watch::ConfigMapNames;
 
-use crate::policy::PolicyConfig;
+use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
 
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
@@ -88,9 +95,9 @@ pub enum ServeError {
     #[error(transparent)]
     Generate(#[from] crate::certs::GenerateError),
     #[error("configuration files: {0}")]
-    Policy(#[from] crate::resolve_cmd::ResolveCmdError),
+    Policy(#[from] PolicyLoadError),
     #[error(transparent)]
-    Metrics(#[from] metrics::MetricsError),
+    Metrics(#[from] MetricError),
     #[error("Kubernetes client: {0}")]
     Kube(#[from] kube::Error),
     #[error("server: {0}")]
@@ -155,11 +162,7 @@ pub struct WebhookServer {
     metrics_listener: Option<TcpListener>,
     tls: RustlsConfig,
     tls_current: tls::PemPair,
-    namespace_writer: Option<
-        kube::runtime::reflector::store::Writer<
-            kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
-        >,
-    >,
+    namespace_writer: Option<Writer<PartialObjectMeta<Namespace>>>,
     client: Option<kube::Client>,
     handle: Handle<SocketAddr>,
 }
@@ -171,27 +174,27 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     Ok(l)
 }
 
-impl WebhookServer {
-    /// Loads the certificate and the standalone policy, binds the listeners.
-    pub fn new(config: Config) -> Result<Self, ServeError> {
-        tls::install_crypto_provider();
-        let metrics = Metrics::new()?;
-        let (tls, tls_current) = match &config.tls {
-            TlsSource::Files(files) => files.load()?,
-            TlsSource::SelfSigned { sans } => {
-                let pem = crate::certs::self_signed(sans.clone(), 365)?;
-                let (cert, key) = (pem.cert_pem.into_bytes(), pem.key_pem.into_bytes());
-                let rustls = RustlsConfig::from_config(tls::server_config(&cert, &key)?);
-                (rustls, (cert, key))
-            }
-        };
-        let (policy, readiness, opt_in, namespace_writer) = match &config.policy {
+/// The policy a server starts with, and how it gets ready.
+struct InitialPolicy {
+    policy: PolicyConfig,
+    readiness: Readiness,
+    /// The namespace cache the opt-in check reads (cluster mode with the check on).
+    opt_in: Option<Store<PartialObjectMeta<Namespace>>>,
+    /// What fills that cache (cluster mode).
+    namespace_writer: Option<Writer<PartialObjectMeta<Namespace>>>,
+}
+
+impl InitialPolicy {
+    /// Standalone: loaded from the files now, ready at once. Cluster: defaults until the
+    /// watches have listed the ConfigMaps.
+    fn load(config: &Config) -> Result<Self, ServeError> {
+        match &config.policy {
             PolicySource::Standalone {
                 cluster_config,
                 namespace_config,
             } => {
                 let mut notes = Vec::new();
-                let policy = crate::resolve_cmd::load_policy(
+                let policy = load_policy(
                     cluster_config.as_deref(),
                     namespace_config.as_deref(),
                     &mut notes,
@@ -199,25 +202,53 @@ impl WebhookServer {
                 for note in notes {
                     tracing::info!(note = %note, "configuration note");
                 }
-                (policy, Readiness::all_ready(), None, None)
+                Ok(InitialPolicy {
+                    policy,
+                    readiness: Readiness::all_ready(),
+                    opt_in: None,
+                    namespace_writer: None,
+                })
             }
             PolicySource::Cluster(_) => {
                 let (store, writer) = watch::namespace_store();
-                (
-                    PolicyConfig::default(),
-                    Readiness::default(),
-                    config.require_namespace_opt_in.then_some(store),
-                    Some(writer),
-                )
+                Ok(InitialPolicy {
+                    policy: PolicyConfig::default(),
+                    readiness: Readiness::default(),
+                    opt_in: config.require_namespace_opt_in.then_some(store),
+                    namespace_writer: Some(writer),
+                })
             }
-        };
+        }
+    }
+}
+
+/// The serving certificate's rustls config and the PEM bytes it was built from.
+fn load_tls(source: &TlsSource) -> Result<(RustlsConfig, tls::PemPair), ServeError> {
+    Ok(match source {
+        TlsSource::Files(files) => files.load()?,
+        TlsSource::SelfSigned { sans } => {
+            let pem = crate::certs::self_signed(sans.clone(), 365)?;
+            let (cert, key) = (pem.cert_pem.into_bytes(), pem.key_pem.into_bytes());
+            let rustls = RustlsConfig::from_config(tls::server_config(&cert, &key)?);
+            (rustls, (cert, key))
+        }
+    })
+}
+
+impl WebhookServer {
+    /// Loads the certificate and the standalone policy, binds the listeners.
+    pub fn new(config: Config) -> Result<Self, ServeError> {
+        koord_runtime::install_crypto_provider();
+        let metrics = Metrics::new()?;
+        let (tls, tls_current) = load_tls(&config.tls)?;
+        let initial = InitialPolicy::load(&config)?;
         let state = AppState::new(
-            policy,
+            initial.policy,
             NamespaceGate {
                 exempt: config.exempt_namespaces.clone(),
-                opt_in,
+                opt_in: initial.opt_in,
             },
-            readiness,
+            initial.readiness,
             metrics,
             config.limits,
         );
@@ -230,7 +261,7 @@ impl WebhookServer {
             metrics_listener,
             tls,
             tls_current,
-            namespace_writer,
+            namespace_writer: initial.namespace_writer,
             client: None,
             handle: Handle::new(),
         })
@@ -276,51 +307,15 @@ impl WebhookServer {
             .with_state(self.state.clone())
     }
 
-    /// Serves until SIGTERM/SIGINT (or [`Self::handle`] shuts it down).
-    pub async fn run(self) -> Result<(), ServeError> {
+    /// Serves until SIGTERM/SIGINT (or [`Self::handle`] shuts it down). Each background task
+    /// runs in a span naming it: `config-watch`, `namespace-watch`, `tls-reload`, `probes`,
+    /// `shutdown`.
+    pub async fn run(mut self) -> Result<(), ServeError> {
         let router = self.router();
-        let probes = self.probe_router();
-        let mut tasks = Vec::new();
-        if let (PolicySource::Cluster(names), Some(writer)) =
-            (&self.config.policy, self.namespace_writer)
-        {
-            let client = match self.client {
-                Some(c) => c,
-                None => kube::Client::try_default().await?,
-            };
-            let _ = self.state.kube.set(client.clone());
-            tasks.extend(watch::spawn_watches(
-                client,
-                self.state.clone(),
-                names.clone(),
-                writer,
-            ));
-        }
-        if let TlsSource::Files(files) = &self.config.tls {
-            tasks.push(tokio::spawn(files.clone().watch(
-                self.tls.clone(),
-                self.tls_current,
-                self.config.tls_reload_interval,
-                self.state.metrics.clone(),
-            )));
-        }
-        if let Some(listener) = self.metrics_listener {
-            let probes = probes.clone();
-            let handle = Handle::with_control(self.handle.control());
-            let server = axum_server::from_tcp(listener)?.handle(handle);
-            tasks.push(tokio::spawn(async move {
-                if let Err(e) = server.serve(probes.into_make_service()).await {
-                    tracing::error!(error = %e, "probe/metrics listener failed");
-                }
-            }));
-        }
-        let handle = self.handle.clone();
-        let grace = self.config.shutdown_grace;
-        tasks.push(tokio::spawn(async move {
-            shutdown_signal().await;
-            tracing::info!(grace_seconds = grace.as_secs(), "shutting down");
-            handle.graceful_shutdown(Some(grace));
-        }));
+        let mut tasks = self.spawn_watches().await?;
+        tasks.extend(self.spawn_tls_reload());
+        tasks.extend(self.spawn_probes()?);
+        tasks.push(self.spawn_shutdown());
         let addr = self.listener.local_addr()?;
         tracing::info!(%addr, "serving /mutate-pod over TLS");
         let acceptor = RustlsAcceptor::new(self.tls).acceptor(NoDelayAcceptor::new());
@@ -334,20 +329,73 @@ impl WebhookServer {
         }
         Ok(result?)
     }
-}
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    /// In cluster mode, the ConfigMap and Namespace watches (and the client admission uses to
+    /// confirm a namespace's opt-in label).
+    async fn spawn_watches(&mut self) -> Result<Vec<JoinHandle<()>>, ServeError> {
+        let (PolicySource::Cluster(names), Some(writer)) =
+            (&self.config.policy, self.namespace_writer.take())
+        else {
+            return Ok(Vec::new());
+        };
+        let client = match self.client.take() {
+            Some(c) => c,
+            None => kube::Client::try_default().await?,
+        };
+        let _ = self.state.kube.set(client.clone());
+        Ok(watch::spawn_watches(
+            client,
+            self.state.clone(),
+            names.clone(),
+            writer,
+        ))
+    }
+
+    /// With certificate files, the poller that swaps in a rotated pair.
+    fn spawn_tls_reload(&mut self) -> Option<JoinHandle<()>> {
+        let TlsSource::Files(files) = &self.config.tls else {
+            return None;
+        };
+        let reload = files.clone().watch(
+            self.tls.clone(),
+            std::mem::take(&mut self.tls_current),
+            self.config.tls_reload_interval,
+            self.state.metrics.clone(),
+        );
+        Some(tokio::spawn(
+            reload.instrument(tracing::info_span!("tls-reload")),
+        ))
+    }
+
+    /// `/healthz`, `/readyz`, `/metrics` on the plain-HTTP listener, when there is one; it
+    /// stops with the main listener.
+    fn spawn_probes(&mut self) -> Result<Option<JoinHandle<()>>, ServeError> {
+        let Some(listener) = self.metrics_listener.take() else {
+            return Ok(None);
+        };
+        let probes = self.probe_router();
+        let handle = Handle::with_control(self.handle.control());
+        let server = axum_server::from_tcp(listener)?.handle(handle);
+        let task = async move {
+            if let Err(e) = server.serve(probes.into_make_service()).await {
+                tracing::error!(error = %e, "probe/metrics listener failed");
             }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+        };
+        Ok(Some(tokio::spawn(
+            task.instrument(tracing::info_span!("probes")),
+        )))
+    }
+
+    /// On SIGTERM/SIGINT: stop accepting, give in-flight requests the grace period.
+    fn spawn_shutdown(&self) -> JoinHandle<()> {
+        let handle = self.handle.clone();
+        let grace = self.config.shutdown_grace;
+        let task = async move {
+            koord_runtime::shutdown_signal().await;
+            tracing::info!(grace_seconds = grace.as_secs(), "shutting down");
+            handle.graceful_shutdown(Some(grace));
+        };
+        tokio::spawn(task.instrument(tracing::info_span!("shutdown")))
     }
 }
 

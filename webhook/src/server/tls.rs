@@ -6,7 +6,7 @@
 //! new handshakes: connections already up keep their session, in-flight requests finish.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
@@ -15,15 +15,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::metrics::Metrics;
-
-/// Installs ring as the process-wide rustls provider; harmless when called again.
-pub fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // Err means a provider is already installed (by a test harness): keep it.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -44,7 +35,7 @@ pub enum TlsError {
 
 /// A rustls server config from PEM text (a chain, leaf first, and its key).
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
-    install_crypto_provider();
+    koord_runtime::install_crypto_provider();
     let certs = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(TlsError::CertPem)?;

@@ -3,7 +3,8 @@
 //!
 //! Each ConfigMap change is parsed once, off the request path, and swapped into the policy
 //! snapshot; admission only ever loads an `Arc`. A ConfigMap that does not parse keeps the
-//! last good configuration, is logged and counted. A deleted ConfigMap means the defaults.
+//! last good configuration, is logged and counted (docs/contract.md §4). A deleted ConfigMap
+//! means the defaults.
 //! The watchers re-list and re-watch with backoff, so they survive an apiserver restart.
 
 use std::collections::BTreeMap;
@@ -16,11 +17,14 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::watcher::{self, Event, watcher};
+use tracing::Instrument as _;
 
 use super::metrics::ConfigSource;
 use super::state::{AppState, Cache};
-use crate::manifest::{cluster_config_from_data, namespace_config_from_data};
-use crate::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use crate::policy::load::from_data;
+use crate::policy::{
+    ClusterQosConfig, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
+};
 
 /// Where the two ConfigMaps live.
 #[derive(Debug, Clone)]
@@ -30,48 +34,45 @@ pub struct ConfigMapNames {
     pub pod: String,
 }
 
-enum Parsed {
-    Cluster(Box<ClusterQosConfig>),
-    Namespace(NamespaceQosConfig),
-}
-
-/// Applies one ConfigMap version (or its absence) to the policy snapshot.
-pub fn apply_configmap(
+/// Applies one ConfigMap version (or its absence) to the policy snapshot. Runs in the watch's
+/// `config-watch{configmap=...}` span, which names the ConfigMap in every line.
+fn apply_configmap(
     state: &AppState,
     source: ConfigSource,
-    name: &str,
     data: Option<&BTreeMap<String, String>>,
 ) {
     let empty = BTreeMap::new();
     let data = data.unwrap_or(&empty);
-    let result = match source {
-        ConfigSource::Cluster => {
-            cluster_config_from_data(data).map(|o| (Parsed::Cluster(Box::new(o.config)), o.notes))
-        }
+    match source {
+        ConfigSource::Cluster => apply_parsed(state, source, from_data::<ClusterQosConfig>(data)),
         ConfigSource::Namespace => {
-            namespace_config_from_data(data).map(|o| (Parsed::Namespace(o.config), o.notes))
+            apply_parsed(state, source, from_data::<NamespaceQosConfig>(data))
         }
-    };
-    match result {
-        Ok((parsed, notes)) => {
+    }
+}
+
+/// Swaps a parsed ConfigMap into the snapshot, or keeps the last good one when it did not parse.
+fn apply_parsed<C: ConfigMapPolicy + Clone>(
+    state: &AppState,
+    source: ConfigSource,
+    parsed: Result<ParseOutcome<C>, FieldError>,
+) {
+    match parsed {
+        Ok(out) => {
             state.policy.rcu(|old| {
                 let mut next = PolicyConfig::clone(old);
-                match &parsed {
-                    Parsed::Cluster(c) => next.cluster = **c,
-                    Parsed::Namespace(n) => next.namespaces = n.clone(),
-                }
+                out.config.clone().store(&mut next);
                 next
             });
-            state.metrics.config_reloaded(source);
-            for note in notes {
-                tracing::info!(configmap = name, note = %note, "configuration note");
+            state.metrics.config_parsed(source, true);
+            for note in out.notes {
+                tracing::info!(note = %note, "configuration note");
             }
-            tracing::info!(configmap = name, "configuration applied");
+            tracing::info!("configuration applied");
         }
         Err(e) => {
-            state.metrics.config_error(source);
-            tracing::error!(configmap = name, error = %e,
-                "ConfigMap rejected; keeping the last good configuration");
+            state.metrics.config_parsed(source, false);
+            tracing::error!(error = %e, "ConfigMap rejected; keeping the last good configuration");
         }
     }
 }
@@ -104,7 +105,7 @@ async fn watch_configmap(
             Ok(Event::Apply(_) | Event::Delete(_)) if synced => {}
             Ok(_) => continue,
             Err(e) => {
-                tracing::warn!(configmap = %name, error = %e, "ConfigMap watch error; retrying");
+                tracing::warn!(error = %e, "ConfigMap watch error; retrying");
                 continue;
             }
         }
@@ -116,14 +117,9 @@ async fn watch_configmap(
             continue;
         }
         if current.is_none() {
-            tracing::info!(configmap = %name, namespace = %namespace, "ConfigMap absent: defaults");
+            tracing::info!(namespace = %namespace, "ConfigMap absent: defaults");
         }
-        apply_configmap(
-            &state,
-            source,
-            &name,
-            current.and_then(|cm| cm.data.as_ref()),
-        );
+        apply_configmap(&state, source, current.and_then(|cm| cm.data.as_ref()));
         applied = Some(version);
         state.readiness.mark_synced(cache);
     }
@@ -152,7 +148,8 @@ pub fn namespace_store() -> (
     reflector::store()
 }
 
-/// Spawns the three watches.
+/// Spawns the three watches, each in a span naming it (`config-watch{configmap=...}`,
+/// `namespace-watch`).
 pub fn spawn_watches(
     client: kube::Client,
     state: Arc<AppState>,
@@ -167,23 +164,33 @@ pub fn spawn_watches(
         ),
     )
     .default_backoff();
+    let cluster_span = tracing::info_span!("config-watch", configmap = %names.cluster);
+    let pod_span = tracing::info_span!("config-watch", configmap = %names.pod);
     vec![
-        tokio::spawn(watch_configmap(
-            client.clone(),
-            state.clone(),
-            names.namespace.clone(),
-            names.cluster,
-            ConfigSource::Cluster,
-            Cache::ClusterConfig,
-        )),
-        tokio::spawn(watch_configmap(
-            client,
-            state.clone(),
-            names.namespace,
-            names.pod,
-            ConfigSource::Namespace,
-            Cache::NamespaceConfig,
-        )),
-        tokio::spawn(watch_namespaces(namespaces, state)),
+        tokio::spawn(
+            watch_configmap(
+                client.clone(),
+                state.clone(),
+                names.namespace.clone(),
+                names.cluster,
+                ConfigSource::Cluster,
+                Cache::ClusterConfig,
+            )
+            .instrument(cluster_span),
+        ),
+        tokio::spawn(
+            watch_configmap(
+                client,
+                state.clone(),
+                names.namespace,
+                names.pod,
+                ConfigSource::Namespace,
+                Cache::NamespaceConfig,
+            )
+            .instrument(pod_span),
+        ),
+        tokio::spawn(
+            watch_namespaces(namespaces, state).instrument(tracing::info_span!("namespace-watch")),
+        ),
     ]
 }

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use koord_runtime::install_crypto_provider;
 use koord_webhook::server::state::Limits;
-use koord_webhook::server::tls::{CertFiles, install_crypto_provider};
+use koord_webhook::server::tls::CertFiles;
 use koord_webhook::server::{Config, PolicySource, TlsSource, WebhookServer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -240,7 +241,8 @@ pub fn resolve_output(
     cluster: Option<&Path>,
     namespaces: Option<&Path>,
 ) -> Value {
-    use koord_webhook::resolve_cmd::{OutputFormat, ResolveArgs, load_policy, resolve_manifests};
+    use koord_webhook::policy::load_policy;
+    use koord_webhook::resolve_cmd::{OutputFormat, ResolveArgs, resolve_manifests};
     let args = ResolveArgs {
         file: PathBuf::from("pod.json"),
         cluster_config: cluster.map(Path::to_path_buf),

@@ -5,7 +5,7 @@
 use koord_webhook::mutation::apply_changes;
 use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{
-    Operation, PodView, Resolution, ResolveContext, ResolveError, resolve_pod,
+    Operation, PodInput, Resolution, ResolveContext, ResolveError, resolve_pod,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ pub fn resolve_value(
     op: Operation,
     config: &PolicyConfig,
 ) -> Result<Resolution, ResolveError> {
-    let view = PodView::deserialize(pod).expect("pod view parses");
+    let view = PodInput::deserialize(pod).expect("pod view parses");
     resolve_pod(
         &view,
         &ResolveContext {

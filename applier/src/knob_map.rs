@@ -1,5 +1,8 @@
-//! Contract knobs (cgroup v1 / Alibaba Cloud Linux names) -> the file and text this node's
-//! hierarchy expects, plus how to recognise the value when reading it back.
+//! The knob map: contract knobs (cgroup v1 / Alibaba Cloud Linux names, as in
+//! `koordinator.sh/resolved-qos`) -> the file and text this node's hierarchy expects, plus how to
+//! recognise the value when reading it back. Pure. (The webhook's "translation" is something
+//! else: batch resources of BE pods; this module only maps names and values between cgroup
+//! versions.)
 //!
 //! Decisions (see README):
 //! - Unlimited `memory.high` is written as `max` on v2 (the kernel's own token, read back as
@@ -13,6 +16,7 @@
 use koord_api::knobs;
 use serde::Serialize;
 
+use crate::cgroup::readback::Expect;
 use crate::cgroup::{CgroupVersion, Controller};
 
 /// A knob of the contract, named as in `koordinator.sh/resolved-qos`.
@@ -36,9 +40,9 @@ pub enum Knob {
     CpuIdle,
 }
 
-/// `cpu.bvt_warp_ns` (kernel-interfaces 6.2).
+/// `cpu.bvt_warp_ns`: Alibaba Cloud Linux group identity (see `docs/contract.md`, "## 3. Fine print").
 pub const CPU_BVT_WARP_NS: &str = "cpu.bvt_warp_ns";
-/// `cpu.idle` (kernel-interfaces 6.3).
+/// `cpu.idle`: mainline SCHED_IDLE cgroups, Linux 5.15+.
 pub const CPU_IDLE: &str = "cpu.idle";
 
 impl Knob {
@@ -90,33 +94,16 @@ pub enum Value {
     Unlimited,
 }
 
-/// How to recognise the desired value in what the kernel reads back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
-    /// The same integer.
-    Int(i64),
-    /// The same number of 4 KiB pages, rounded either way: memcg stores pages, so an unaligned
-    /// byte value never reads back verbatim.
-    Bytes(i64),
-    /// `max`, or a v1 value at or above the page-aligned i64::MAX.
-    Unlimited,
-    /// `cpu.max`: the quota (`None` = `max`) and period.
-    CpuMax { quota: Option<i64>, period: i64 },
-}
-
 /// What to write and how to compare.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Translated {
+pub struct MappedKnob {
     pub file: &'static str,
     pub text: String,
     pub expect: Expect,
 }
 
-/// What v1 memcg shows for "unlimited": PAGE_COUNTER_MAX pages of 4 KiB.
-pub const V1_UNLIMITED_READBACK: i64 = 0x7FFF_FFFF_FFFF_F000;
-
-/// Translates one knob value for `version`. Values were range-checked by the planner.
-pub fn translate(version: CgroupVersion, knob: Knob, value: Value) -> Translated {
+/// Maps one knob value to `version`'s file and text. Values were range-checked by the planner.
+pub fn map_knob(version: CgroupVersion, knob: Knob, value: Value) -> MappedKnob {
     let file = knob.file(version);
     let (text, expect) = match (version, knob, value) {
         (CgroupVersion::V2, Knob::CpuShares, Value::Int(shares)) => {
@@ -145,57 +132,17 @@ pub fn translate(version: CgroupVersion, knob: Knob, value: Value) -> Translated
         (_, _, Value::Bytes(b)) => (b.to_string(), Expect::Bytes(b)),
         (_, _, Value::Int(i)) => (i.to_string(), Expect::Int(i)),
     };
-    Translated { file, text, expect }
-}
-
-const PAGE: i64 = knobs::PAGE_SIZE;
-
-/// Whether `current` (the file's content) already holds the desired value.
-pub fn matches(expect: Expect, current: &str) -> bool {
-    let current = current.trim();
-    match expect {
-        Expect::Int(want) => current.parse::<i64>() == Ok(want),
-        Expect::Bytes(want) => match current.parse::<i64>() {
-            Ok(have) if have == want => true,
-            Ok(have) => {
-                let floor = want.div_euclid(PAGE) * PAGE;
-                let ceil = if floor == want {
-                    floor
-                } else {
-                    floor.saturating_add(PAGE)
-                };
-                have.rem_euclid(PAGE) == 0 && (have == floor || have == ceil)
-            }
-            Err(_) => false,
-        },
-        Expect::Unlimited => {
-            current == "max"
-                || current == "-1"
-                || current
-                    .parse::<i64>()
-                    .is_ok_and(|v| v >= V1_UNLIMITED_READBACK)
-        }
-        Expect::CpuMax { quota, period } => {
-            let mut parts = current.split_whitespace();
-            let q = parts.next();
-            let p = parts.next().and_then(|p| p.parse::<i64>().ok());
-            let q_ok = match (quota, q) {
-                (None, Some("max")) => true,
-                (Some(want), Some(q)) => q.parse::<i64>() == Ok(want),
-                _ => false,
-            };
-            q_ok && p == Some(period) && parts.next().is_none()
-        }
-    }
+    MappedKnob { file, text, expect }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::readback::matches;
     use CgroupVersion::{V1, V2};
 
     #[test]
-    fn translate_table() {
+    fn knob_map_table() {
         let cases = [
             (
                 V1,
@@ -302,7 +249,7 @@ mod tests {
             (V2, Knob::CpuIdle, Value::Int(0), "cpu.idle", "0"),
         ];
         for (v, knob, value, file, text) in cases {
-            let t = translate(v, knob, value);
+            let t = map_knob(v, knob, value);
             assert_eq!(
                 (t.file, t.text.as_str()),
                 (file, text),
@@ -311,63 +258,6 @@ mod tests {
             assert!(
                 matches(t.expect, text),
                 "{v} {knob:?}: what we write must read back as equal"
-            );
-        }
-    }
-
-    #[test]
-    fn readback_table() {
-        let cases: &[(Expect, &str, bool)] = &[
-            (Expect::Unlimited, "9223372036854771712\n", true),
-            (Expect::Unlimited, "max\n", true),
-            (Expect::Unlimited, "9223372036854775807", true),
-            (Expect::Unlimited, "1073741824", false),
-            (Expect::Bytes(1_000_000), "999424", true),
-            (Expect::Bytes(1_000_000), "1003520", true),
-            (Expect::Bytes(1_000_000), "995328", false),
-            (Expect::Bytes(104_857_600), "104857600\n", true),
-            (Expect::Bytes(104_857_600), "max", false),
-            (Expect::Int(-25), "-25\n", true),
-            (Expect::Int(0), "", false),
-            (Expect::Int(2), "2 ", true),
-            (
-                Expect::CpuMax {
-                    quota: None,
-                    period: 100_000,
-                },
-                "max 100000\n",
-                true,
-            ),
-            (
-                Expect::CpuMax {
-                    quota: Some(50_000),
-                    period: 100_000,
-                },
-                "50000 100000",
-                true,
-            ),
-            (
-                Expect::CpuMax {
-                    quota: Some(50_000),
-                    period: 100_000,
-                },
-                "max 100000",
-                false,
-            ),
-            (
-                Expect::CpuMax {
-                    quota: Some(50_000),
-                    period: 100_000,
-                },
-                "50000 50000",
-                false,
-            ),
-        ];
-        for (expect, current, want) in cases {
-            assert_eq!(
-                matches(*expect, current),
-                *want,
-                "{expect:?} vs {current:?}"
             );
         }
     }

@@ -1,12 +1,13 @@
-//! CPU QoS (group identity) and resctrl QoS (L3 ways, memory bandwidth): static per class, so
-//! resolved here and only written by the applier.
+//! CPU QoS (group identity; docs/contract.md §2, CPU QoS and resctrl): the pod annotation, else
+//! the class's setting in the cluster ConfigMap. Static per class, so resolved here and only
+//! written by the applier.
 
 use koord_api::keys::ANNOTATION_CPU_QOS;
-use koord_api::{DecisionSource, QosClass, ResolvedCpuQos, ResolvedResctrlQos};
+use koord_api::{DecisionSource, QosClass, ResolvedCpuQos};
 use serde_json::Value;
 
-use super::pod_view::PodView;
-use crate::policy::{FieldError, PolicyConfig, effective_resctrl, parse_cpu_qos_setting};
+use super::pod_input::PodInput;
+use crate::policy::{FieldError, PolicyConfig, parse_cpu_qos_setting};
 
 /// Koordinator's recommended group identity: LS tasks (2) preempt BE tasks (-1).
 pub fn recommended_group_identity(class: QosClass) -> i64 {
@@ -20,7 +21,7 @@ pub fn recommended_group_identity(class: QosClass) -> i64 {
 /// The pod annotation `koordinator.sh/cpuQOS` wins over the class; present only when a source
 /// states it. Disabled means group identity 0 (the reset value).
 pub fn resolve_cpu_qos(
-    pod: &PodView<'_>,
+    pod: &PodInput<'_>,
     class: QosClass,
     config: &PolicyConfig,
 ) -> Result<Option<ResolvedCpuQos>, FieldError> {
@@ -57,23 +58,4 @@ pub fn resolve_cpu_qos(
         group_identity,
         source,
     }))
-}
-
-/// The class's resctrl partition from the cluster ConfigMap; present only when it states one.
-/// The ConfigMap parser already refused empty slices, so this cannot fail.
-pub fn resolve_resctrl_qos(class: QosClass, config: &PolicyConfig) -> Option<ResolvedResctrlQos> {
-    let setting = config.cluster.class(class).resctrl_qos?;
-    let enabled = setting.enable == Some(true);
-    let (start, end, mba) = if enabled {
-        effective_resctrl(class, &setting)
-    } else {
-        (0, 100, 100)
-    };
-    Some(ResolvedResctrlQos {
-        enabled,
-        cat_range_start_percent: start,
-        cat_range_end_percent: end,
-        mba_percent: mba,
-        source: DecisionSource::ClusterConfig,
-    })
 }

@@ -1,5 +1,4 @@
-//! Helpers for the collector tests: pods, temporary and real cgroup trees, machine checks.
-#![allow(dead_code)]
+//! Helpers for the collector tests: pods, temporary and real cgroup v2 trees, machine checks.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -35,16 +34,10 @@ pub fn cid(n: u32) -> String {
     format!("{n:064x}")
 }
 
-/// Root, with a cgroup v2 hierarchy at /sys/fs/cgroup/unified that has PSI files.
-pub fn real_unified_reason() -> Option<String> {
-    // SAFETY-free check: effective uid from /proc/self/status.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap_or("");
-    if euid != "0" {
+/// What this machine lacks for the real cgroup v2 tests (root, a cgroup v2 hierarchy at
+/// /sys/fs/cgroup/unified that has PSI files), if anything.
+pub fn unified_psi_missing() -> Option<String> {
+    if !super::real_v1::is_root() {
         return Some("not root".into());
     }
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -62,8 +55,12 @@ pub fn real_unified_reason() -> Option<String> {
     None
 }
 
-pub fn skip(test: &str, reason: &str) {
-    eprintln!("\n\n*** SKIPPED: {test}: {reason} ***\n");
+/// The `#[ignore]` reason of the tests that need [`unified_psi_missing`] to be `None`.
+pub const NEEDS_UNIFIED_PSI: &str = "root and cgroup v2 at /sys/fs/cgroup/unified with PSI files";
+
+/// Panics with what the test needs when this machine lacks it.
+pub fn require_unified_psi() {
+    super::real_v1::require(NEEDS_UNIFIED_PSI, unified_psi_missing());
 }
 
 /// A real cgroup v2 subtree `/sys/fs/cgroup/unified/koord-test-<rand>/...`, removed on drop

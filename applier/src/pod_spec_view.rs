@@ -11,21 +11,21 @@ use std::collections::BTreeMap;
 use crate::cgroup::layout::KubeQos;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodView {
+pub struct PodSpecView {
     pub namespace: String,
     pub name: String,
     pub uid: String,
     pub kube_qos: KubeQos,
     /// The raw `koordinator.sh/resolved-qos` annotation, if any.
     pub resolved_qos: Option<String>,
-    pub containers: Vec<ContainerView>,
+    pub containers: Vec<ContainerSpecView>,
     /// `spec.overhead.memory` (counted in the pod's request, as the kubelet does).
     pub overhead_memory: i64,
 }
 
 /// Resource values of one container; bytes for memory, milli-cores for batch-cpu.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerView {
+pub struct ContainerSpecView {
     pub name: String,
     pub memory_request: Option<i64>,
     pub memory_limit: Option<i64>,
@@ -37,7 +37,7 @@ pub struct ContainerView {
     pub container_id: Option<String>,
 }
 
-impl ContainerView {
+impl ContainerSpecView {
     /// The memory request the contract's numbers are based on: `memory`, else `batch-memory`
     /// (BE pods after translation), 0 without either.
     pub fn effective_memory_request(&self) -> i64 {
@@ -65,7 +65,7 @@ impl ContainerView {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PodViewError {
+pub enum PodSpecViewError {
     #[error("pod has no {0}")]
     Missing(&'static str),
     #[error("container {container:?}: {resource} {value:?} is not a valid quantity")]
@@ -83,7 +83,7 @@ fn parse(
     res: Option<&Resources>,
     key: &str,
     milli: bool,
-) -> Result<Option<i64>, PodViewError> {
+) -> Result<Option<i64>, PodSpecViewError> {
     let Some(q) = res.and_then(|r| r.get(key)) else {
         return Ok(None);
     };
@@ -92,7 +92,7 @@ fn parse(
     } else {
         parse_value(&q.0)
     };
-    parsed.map(Some).map_err(|_| PodViewError::Quantity {
+    parsed.map(Some).map_err(|_| PodSpecViewError::Quantity {
         container: container.to_owned(),
         resource: key.to_owned(),
         value: q.0.clone(),
@@ -102,14 +102,14 @@ fn parse(
 fn container_view(
     c: &Container,
     container_id: Option<String>,
-) -> Result<ContainerView, PodViewError> {
+) -> Result<ContainerSpecView, PodSpecViewError> {
     let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
     let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     let n = c.name.as_str();
     // batch-cpu is already an integer count of milli-cores, so it is read as a plain value.
     let memory_limit = parse(n, limits, keys::RESOURCE_MEMORY, false)?;
     let batch_memory_limit = parse(n, limits, keys::RESOURCE_BATCH_MEMORY, false)?;
-    Ok(ContainerView {
+    Ok(ContainerSpecView {
         name: c.name.clone(),
         // The apiserver defaults a missing request to the limit; do the same for manifests
         // read from a file (`once`), which were never defaulted.
@@ -150,10 +150,10 @@ fn compute_kube_qos(pod_containers: &[&Container]) -> KubeQos {
     }
 }
 
-impl PodView {
-    pub fn from_pod(pod: &Pod) -> Result<Self, PodViewError> {
+impl PodSpecView {
+    pub fn from_pod(pod: &Pod) -> Result<Self, PodSpecViewError> {
         let meta = &pod.metadata;
-        let spec = pod.spec.as_ref().ok_or(PodViewError::Missing("spec"))?;
+        let spec = pod.spec.as_ref().ok_or(PodSpecViewError::Missing("spec"))?;
         let status = pod.status.as_ref();
         let ids: BTreeMap<&str, &str> = status
             .and_then(|s| s.container_statuses.as_ref())
@@ -187,7 +187,7 @@ impl PodView {
             false,
         )?
         .unwrap_or(0);
-        Ok(PodView {
+        Ok(PodSpecView {
             namespace: meta
                 .namespace
                 .clone()
@@ -195,11 +195,11 @@ impl PodView {
             name: meta
                 .name
                 .clone()
-                .ok_or(PodViewError::Missing("metadata.name"))?,
+                .ok_or(PodSpecViewError::Missing("metadata.name"))?,
             uid: meta
                 .uid
                 .clone()
-                .ok_or(PodViewError::Missing("metadata.uid"))?,
+                .ok_or(PodSpecViewError::Missing("metadata.uid"))?,
             kube_qos,
             resolved_qos: meta
                 .annotations
@@ -211,7 +211,7 @@ impl PodView {
         })
     }
 
-    pub fn container(&self, name: &str) -> Option<&ContainerView> {
+    pub fn container(&self, name: &str) -> Option<&ContainerSpecView> {
         self.containers.iter().find(|c| c.name == name)
     }
 }
@@ -236,7 +236,7 @@ mod tests {
             "status": {"containerStatuses": [{"name": "app", "containerID": "containerd://abc", "image": "", "imageID": "",
                         "ready": true, "restartCount": 0}]}
         }));
-        let v = PodView::from_pod(&p).expect("view");
+        let v = PodSpecView::from_pod(&p).expect("view");
         assert_eq!(v.kube_qos, KubeQos::Burstable);
         assert_eq!(v.resolved_qos.as_deref(), Some("{}"));
         let app = v.container("app").expect("app");
@@ -282,7 +282,7 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "resources": resources}]}
             }));
             assert_eq!(
-                PodView::from_pod(&p).expect("view").kube_qos,
+                PodSpecView::from_pod(&p).expect("view").kube_qos,
                 want,
                 "{resources}"
             );

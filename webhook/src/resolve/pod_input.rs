@@ -1,4 +1,5 @@
-//! A lean, borrowed view of the parts of a Pod the resolution engine reads.
+//! [`PodInput`]: the pod as the resolution engine reads it, a lean view borrowing from the
+//! request body (or the manifest) with only the fields resolution looks at.
 //!
 //! Parsing a whole `k8s_openapi::api::core::v1::Pod` costs ~35 us for a 6 KB review; this view
 //! skips everything the engine does not need (serde still scans it, but allocates nothing).
@@ -7,7 +8,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use koord_api::quantity::QuantityError;
+use serde::de::{Unexpected, Visitor};
 use serde::{Deserialize, Deserializer};
+
+use crate::policy::FieldError;
 
 /// String maps (labels, annotations) borrowing from the input where no escapes were present.
 pub type StrMap<'a> = BTreeMap<Text<'a>, Text<'a>>;
@@ -15,17 +20,17 @@ pub type StrMap<'a> = BTreeMap<Text<'a>, Text<'a>>;
 pub type ResourceMap<'a> = BTreeMap<Text<'a>, QuantityText<'a>>;
 
 #[derive(Debug, Default, Deserialize)]
-pub struct PodView<'a> {
+pub struct PodInput<'a> {
     #[serde(borrow, default)]
-    pub metadata: MetaView<'a>,
+    pub metadata: MetaInput<'a>,
     #[serde(borrow, default)]
-    pub spec: SpecView<'a>,
+    pub spec: SpecInput<'a>,
     #[serde(borrow, default)]
-    pub status: Option<StatusView<'a>>,
+    pub status: Option<StatusInput<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct MetaView<'a> {
+pub struct MetaInput<'a> {
     #[serde(borrow, default)]
     pub name: Option<Text<'a>>,
     #[serde(borrow, default, rename = "generateName")]
@@ -39,30 +44,30 @@ pub struct MetaView<'a> {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct SpecView<'a> {
+pub struct SpecInput<'a> {
     #[serde(borrow, default, deserialize_with = "null_as_empty")]
-    pub containers: Vec<ContainerView<'a>>,
+    pub containers: Vec<ContainerInput<'a>>,
     #[serde(
         borrow,
         default,
         rename = "initContainers",
         deserialize_with = "null_as_empty"
     )]
-    pub init_containers: Vec<ContainerView<'a>>,
+    pub init_containers: Vec<ContainerInput<'a>>,
     #[serde(borrow, default, deserialize_with = "null_as_none")]
     pub overhead: Option<ResourceMap<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct ContainerView<'a> {
+pub struct ContainerInput<'a> {
     #[serde(borrow, default)]
     pub name: Text<'a>,
     #[serde(borrow, default, deserialize_with = "null_as_none")]
-    pub resources: Option<ResourcesView<'a>>,
+    pub resources: Option<ResourcesInput<'a>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
-pub struct ResourcesView<'a> {
+pub struct ResourcesInput<'a> {
     #[serde(borrow, default, deserialize_with = "null_as_none")]
     pub requests: Option<ResourceMap<'a>>,
     #[serde(borrow, default, deserialize_with = "null_as_none")]
@@ -70,12 +75,12 @@ pub struct ResourcesView<'a> {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct StatusView<'a> {
+pub struct StatusInput<'a> {
     #[serde(borrow, default, rename = "qosClass")]
     pub qos_class: Option<Text<'a>>,
 }
 
-impl<'a> PodView<'a> {
+impl<'a> PodInput<'a> {
     pub fn label(&self, key: &str) -> Option<&str> {
         self.metadata.labels.as_ref()?.get(key).map(|v| v.as_ref())
     }
@@ -98,7 +103,7 @@ impl<'a> PodView<'a> {
     }
 }
 
-impl ContainerView<'_> {
+impl ContainerInput<'_> {
     pub fn request(&self, resource: &str) -> Option<&str> {
         self.resources
             .as_ref()?
@@ -116,6 +121,23 @@ impl ContainerView<'_> {
             .get(resource)
             .map(|q| q.as_str())
     }
+}
+
+/// Where a container's resource quantity sits, for error messages:
+/// `spec.{list}[{index}].resources.{kind}.{resource}`.
+pub fn resource_field(list: &str, index: usize, kind: &str, resource: &str) -> String {
+    format!("spec.{list}[{index}].resources.{kind}.{resource}")
+}
+
+/// An optional quantity read with `parse` (`parse_value` or `parse_milli`); an error names the
+/// field `field()` gives (only built on error).
+pub fn parse_quantity(
+    text: Option<&str>,
+    parse: fn(&str) -> Result<i64, QuantityError>,
+    field: impl FnOnce() -> String,
+) -> Result<Option<i64>, FieldError> {
+    text.map(|t| parse(t).map_err(|e| FieldError::new(field(), e.to_string())))
+        .transpose()
 }
 
 /// A quantity as the user wrote it. YAML turns `cpu: 2` into a number, and the apiserver
@@ -167,60 +189,71 @@ impl fmt::Display for Text<'_> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Text<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
+        d.deserialize_str(CowStrVisitor { numbers: false })
+            .map(Text)
     }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for QuantityText<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = QuantityText<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a quantity string or number")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(
-                self,
-                v: &'de str,
-            ) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Owned(v)))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Owned(v.to_string())))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Owned(v.to_string())))
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
-                Ok(QuantityText(Cow::Owned(v.to_string())))
-            }
+        d.deserialize_any(CowStrVisitor { numbers: true })
+            .map(QuantityText)
+    }
+}
+
+/// A string, borrowed from the input when it had no escapes; with `numbers`, a number too, as
+/// its decimal text (a quantity). Without, a number is the usual "invalid type" error.
+struct CowStrVisitor {
+    numbers: bool,
+}
+
+impl CowStrVisitor {
+    fn number<'de, E: serde::de::Error>(
+        self,
+        text: impl fmt::Display,
+        unexpected: Unexpected<'_>,
+    ) -> Result<Cow<'de, str>, E> {
+        if self.numbers {
+            Ok(Cow::Owned(text.to_string()))
+        } else {
+            Err(E::invalid_type(unexpected, &self))
         }
-        d.deserialize_any(V)
+    }
+}
+
+impl<'de> Visitor<'de> for CowStrVisitor {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.numbers {
+            "a quantity string or number"
+        } else {
+            "a string"
+        })
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        self.number(v, Unexpected::Signed(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        self.number(v, Unexpected::Unsigned(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        self.number(v, Unexpected::Float(v))
     }
 }
 

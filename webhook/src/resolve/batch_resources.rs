@@ -1,5 +1,6 @@
-//! Batch resources of BE pods: cpu/memory -> `kubernetes.io/batch-cpu` / `batch-memory`, the
-//! batch cgroup values, and Koordinator's extended-resource-spec annotation.
+//! Batch resources of BE pods (docs/contract.md §2, Batch resources): cpu/memory ->
+//! `kubernetes.io/batch-cpu` / `batch-memory`, the batch cgroup values, and Koordinator's
+//! extended-resource-spec annotation.
 
 use std::collections::BTreeMap;
 
@@ -8,38 +9,31 @@ use koord_api::knobs::{milli_cpu_to_quota, milli_cpu_to_shares};
 use koord_api::quantity::{format_decimal_si, parse_milli, parse_value};
 use koord_api::{BatchKnobs, ResolvedBatch};
 
-use super::pod_view::{ContainerView, PodView, ResourceMap, ResourcesView};
+use super::changes::{BatchResources, OwnedResources};
+use super::pod_input::{
+    ContainerInput, PodInput, ResourceMap, ResourcesInput, parse_quantity, resource_field,
+};
 use crate::policy::FieldError;
 
-/// An owned resource list in key order.
-pub type OwnedResources = BTreeMap<String, String>;
-
-/// New requests/limits of one container after translation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TranslatedResources {
-    pub requests: Option<OwnedResources>,
-    pub limits: Option<OwnedResources>,
-}
-
-/// A container's resources as the pod will carry them: untouched, or translated.
+/// A container's resources as the pod will carry them: untouched, or moved to batch resources.
 #[derive(Debug)]
 pub enum EffectiveResources<'v, 'a> {
-    Original(Option<&'v ResourcesView<'a>>),
-    Translated(TranslatedResources),
+    Original(Option<&'v ResourcesInput<'a>>),
+    Batch(BatchResources),
 }
 
 impl EffectiveResources<'_, '_> {
     pub fn request(&self, key: &str) -> Option<&str> {
         match self {
             Self::Original(r) => (*r)?.requests.as_ref()?.get(key).map(|q| q.as_str()),
-            Self::Translated(t) => t.requests.as_ref()?.get(key).map(String::as_str),
+            Self::Batch(b) => b.requests.as_ref()?.get(key).map(String::as_str),
         }
     }
 
     pub fn limit(&self, key: &str) -> Option<&str> {
         match self {
             Self::Original(r) => (*r)?.limits.as_ref()?.get(key).map(|q| q.as_str()),
-            Self::Translated(t) => t.limits.as_ref()?.get(key).map(String::as_str),
+            Self::Batch(b) => b.limits.as_ref()?.get(key).map(String::as_str),
         }
     }
 
@@ -55,9 +49,9 @@ impl EffectiveResources<'_, '_> {
     }
 }
 
-/// Translates one resource list: cpu -> batch-cpu (integer milli-cores rounded up, canonical
-/// form), memory -> batch-memory (unchanged text); other resources are kept.
-fn translate_list(list: &ResourceMap<'_>, field: &str) -> Result<OwnedResources, FieldError> {
+/// One resource list with cpu -> batch-cpu (integer milli-cores rounded up, canonical form),
+/// memory -> batch-memory (unchanged text); other resources are kept.
+fn batch_list(list: &ResourceMap<'_>, field: &str) -> Result<OwnedResources, FieldError> {
     let mut out = OwnedResources::new();
     for (name, q) in list {
         match name.as_str() {
@@ -86,11 +80,11 @@ fn has_cpu_or_memory(list: Option<&ResourceMap<'_>>) -> bool {
     list.is_some_and(|l| l.contains_key(RESOURCE_CPU) || l.contains_key(RESOURCE_MEMORY))
 }
 
-/// Translates a container, or returns `None` when it has no cpu/memory to move.
-pub fn translate_container(
-    c: &ContainerView<'_>,
+/// A container's batch resources, or `None` when it has no cpu/memory to move.
+fn batch_container_resources(
+    c: &ContainerInput<'_>,
     field: &str,
-) -> Result<Option<TranslatedResources>, FieldError> {
+) -> Result<Option<BatchResources>, FieldError> {
     let Some(res) = c.resources.as_ref() else {
         return Ok(None);
     };
@@ -100,12 +94,12 @@ pub fn translate_container(
     let limits = res
         .limits
         .as_ref()
-        .map(|l| translate_list(l, &format!("{field}.limits")))
+        .map(|l| batch_list(l, &format!("{field}.limits")))
         .transpose()?;
     let mut requests = res
         .requests
         .as_ref()
-        .map(|r| translate_list(r, &format!("{field}.requests")))
+        .map(|r| batch_list(r, &format!("{field}.requests")))
         .transpose()?;
     // A missing request takes the limit, as the apiserver's defaulting would have done.
     if let Some(limits) = &limits {
@@ -118,31 +112,15 @@ pub fn translate_container(
             }
         }
     }
-    Ok(Some(TranslatedResources { requests, limits }))
+    Ok(Some(BatchResources { requests, limits }))
 }
 
-/// Translates the pod overhead, or `None` when it has no cpu/memory.
-pub fn translate_overhead(pod: &PodView<'_>) -> Result<Option<OwnedResources>, FieldError> {
+/// The pod overhead as batch resources, or `None` when it has no cpu/memory.
+fn batch_overhead(pod: &PodInput<'_>) -> Result<Option<OwnedResources>, FieldError> {
     match pod.spec.overhead.as_ref() {
-        Some(o) if has_cpu_or_memory(Some(o)) => translate_list(o, "spec.overhead").map(Some),
+        Some(o) if has_cpu_or_memory(Some(o)) => batch_list(o, "spec.overhead").map(Some),
         _ => Ok(None),
     }
-}
-
-fn parse_opt(
-    text: Option<&str>,
-    field: impl FnOnce() -> String,
-    milli: bool,
-) -> Result<Option<i64>, FieldError> {
-    text.map(|t| {
-        if milli {
-            parse_milli(t)
-        } else {
-            parse_value(t)
-        }
-        .map_err(|e| FieldError::new(field(), e.to_string()))
-    })
-    .transpose()
 }
 
 /// Batch cgroup values, present only when the pod carries batch resources.
@@ -163,22 +141,18 @@ pub fn batch_knobs(
     };
     let (mut cpu_req_sum, mut cpu_lim_sum, mut mem_lim_sum) = (0i64, Some(0i64), Some(0i64));
     for (i, (name, res)) in containers.iter().enumerate() {
-        let field = |k: &str, kind: &str| format!("spec.containers[{i}].resources.{kind}.{k}");
-        let cpu_req = parse_opt(
+        let field = |kind: &str, k: &str| resource_field("containers", i, kind, k);
+        let cpu_req = parse_quantity(
             res.request_or_limit(RESOURCE_BATCH_CPU),
-            || field(RESOURCE_BATCH_CPU, "requests"),
-            false,
+            parse_value,
+            || field("requests", RESOURCE_BATCH_CPU),
         )?;
-        let cpu_lim = parse_opt(
-            res.limit(RESOURCE_BATCH_CPU),
-            || field(RESOURCE_BATCH_CPU, "limits"),
-            false,
-        )?;
-        let mem_lim = parse_opt(
-            res.limit(RESOURCE_BATCH_MEMORY),
-            || field(RESOURCE_BATCH_MEMORY, "limits"),
-            false,
-        )?;
+        let cpu_lim = parse_quantity(res.limit(RESOURCE_BATCH_CPU), parse_value, || {
+            field("limits", RESOURCE_BATCH_CPU)
+        })?;
+        let mem_lim = parse_quantity(res.limit(RESOURCE_BATCH_MEMORY), parse_value, || {
+            field("limits", RESOURCE_BATCH_MEMORY)
+        })?;
         cpu_req_sum = cpu_req_sum.saturating_add(cpu_req.filter(|v| *v > 0).unwrap_or(0));
         cpu_lim_sum = cpu_lim_sum
             .zip(cpu_lim.filter(|v| *v > 0))
@@ -235,17 +209,75 @@ pub fn extended_resource_spec(
     serde_json::to_string(&root).ok()
 }
 
-/// Whether the init containers or the overhead carry batch resources.
-pub fn init_or_overhead_has_batch(
-    init: &[EffectiveResources<'_, '_>],
-    overhead: Option<&OwnedResources>,
-    pod: &PodView<'_>,
-) -> bool {
-    let overhead_has = match overhead {
-        Some(o) => o.contains_key(RESOURCE_BATCH_CPU) || o.contains_key(RESOURCE_BATCH_MEMORY),
-        None => pod.spec.overhead.as_ref().is_some_and(|o| {
-            o.contains_key(RESOURCE_BATCH_CPU) || o.contains_key(RESOURCE_BATCH_MEMORY)
-        }),
-    };
-    overhead_has || init.iter().any(EffectiveResources::has_batch)
+/// Every container's resources as the pod will carry them, and the overhead when it moved to
+/// batch resources.
+#[derive(Debug)]
+pub struct PodResources<'v, 'a> {
+    pub containers: Vec<EffectiveResources<'v, 'a>>,
+    pub init_containers: Vec<EffectiveResources<'v, 'a>>,
+    pub batch_overhead: Option<OwnedResources>,
+}
+
+impl<'v, 'a> PodResources<'v, 'a> {
+    /// With `to_batch` (a BE pod at CREATE), cpu/memory move to batch resources.
+    pub fn of(pod: &'v PodInput<'a>, to_batch: bool) -> Result<Self, FieldError> {
+        Ok(PodResources {
+            containers: effective_resources(&pod.spec.containers, "containers", to_batch)?,
+            init_containers: effective_resources(
+                &pod.spec.init_containers,
+                "initContainers",
+                to_batch,
+            )?,
+            batch_overhead: if to_batch { batch_overhead(pod)? } else { None },
+        })
+    }
+
+    /// The regular containers with their names, in spec order.
+    pub fn named_containers<'s>(
+        &'s self,
+        pod: &'s PodInput<'_>,
+    ) -> Vec<(&'s str, &'s EffectiveResources<'v, 'a>)> {
+        pod.spec
+            .containers
+            .iter()
+            .zip(&self.containers)
+            .map(|(c, r)| (c.name.as_str(), r))
+            .collect()
+    }
+
+    /// Whether the init containers or the overhead carry batch resources.
+    pub fn init_or_overhead_has_batch(&self, pod: &PodInput<'_>) -> bool {
+        let overhead_has = match &self.batch_overhead {
+            Some(o) => o.contains_key(RESOURCE_BATCH_CPU) || o.contains_key(RESOURCE_BATCH_MEMORY),
+            None => pod.spec.overhead.as_ref().is_some_and(|o| {
+                o.contains_key(RESOURCE_BATCH_CPU) || o.contains_key(RESOURCE_BATCH_MEMORY)
+            }),
+        };
+        overhead_has
+            || self
+                .init_containers
+                .iter()
+                .any(EffectiveResources::has_batch)
+    }
+}
+
+fn effective_resources<'v, 'a>(
+    list: &'v [ContainerInput<'a>],
+    list_name: &str,
+    to_batch: bool,
+) -> Result<Vec<EffectiveResources<'v, 'a>>, FieldError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let batch = if to_batch {
+                batch_container_resources(c, &format!("spec.{list_name}[{i}].resources"))?
+            } else {
+                None
+            };
+            Ok(match batch {
+                Some(b) => EffectiveResources::Batch(b),
+                None => EffectiveResources::Original(c.resources.as_ref()),
+            })
+        })
+        .collect()
 }

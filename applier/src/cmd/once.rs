@@ -1,0 +1,116 @@
+//! `koord-applier once -f POD_FILE`: apply one manifest without an API server and print what
+//! happened as JSON. The manifest is read and parsed once; the one pod view feeds the
+//! memory/CPU QoS pass, the resctrl pass and memory locality, and any error of reading or
+//! parsing it ends the command with a message naming the file.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::manifest::{ManifestError, read_pod};
+use crate::apply::Applier;
+use crate::cgroup::layout::Layout;
+use crate::cli::{Config, ConfigError};
+use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
+use crate::numa::locality::once_locality;
+use crate::numa::report::LocalityReport;
+use crate::plan::NodeCaps;
+use crate::pod_spec_view::{PodSpecView, PodSpecViewError};
+use crate::report::{PodReport, PodStatus};
+use crate::resctrl::ResctrlReport;
+
+/// The JSON report of `once`: the cgroup pass, then the locality and resctrl passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OnceReport {
+    #[serde(flatten)]
+    pub pod: PodReport,
+    /// The memory locality pass (`run` reports it as Events instead).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locality: Option<LocalityReport>,
+    /// The resctrl pass (`run` does it per resync for the whole node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resctrl: Option<ResctrlReport>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OnceError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{path}: {source}")]
+    Pod {
+        path: String,
+        #[source]
+        source: PodSpecViewError,
+    },
+}
+
+/// Applies the pod in `file` and returns the report.
+pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
+    let layout = config.layout()?;
+    let caps = detect_caps(&layout, config.cpu_idle_fallback);
+    let pod = read_pod(file)?;
+    let view = PodSpecView::from_pod(&pod).map_err(|source| OnceError::Pod {
+        path: file.display().to_string(),
+        source,
+    })?;
+    let applier = Applier::new(layout.clone(), config.dry_run, None).with_caps(caps);
+    let mut report = OnceReport {
+        pod: applier.apply(&view),
+        locality: None,
+        resctrl: None,
+    };
+    resctrl_pass(config, &layout, caps, &view, &mut report);
+    if !config.dry_run {
+        report.locality = once_locality(
+            layout,
+            &config.proc_root,
+            &config.sys_root,
+            config.locality,
+            &view,
+        );
+    }
+    Ok(report)
+}
+
+/// The pod's resctrl class group, when resctrl is usable; a failure fails the report.
+fn resctrl_pass(
+    config: &Config,
+    layout: &Layout,
+    caps: NodeCaps,
+    view: &PodSpecView,
+    report: &mut OnceReport,
+) {
+    let Some(support) = detect_resctrl(&config.resctrl_root, None) else {
+        return;
+    };
+    let node = NodeQos::new(
+        layout.clone(),
+        config.dry_run,
+        caps,
+        Some((config.resctrl_root.clone(), support)),
+        None,
+    );
+    let r = node.once(view);
+    report.resctrl = r.resctrl;
+    if let Some(e) = r.resctrl_error {
+        report.pod.status = PodStatus::Failed;
+        report.pod.reason = Some(match report.pod.reason.take() {
+            Some(prev) => format!("{prev}; resctrl: {e}"),
+            None => format!("resctrl: {e}"),
+        });
+    }
+}
+
+/// 0 when the pod is as the annotation says (or unmanaged), 2 when it was refused or failed
+/// (a failed memory locality pass included).
+pub fn exit_code(report: &OnceReport) -> i32 {
+    if report.locality.as_ref().is_some_and(LocalityReport::failed) {
+        return 2;
+    }
+    match report.pod.status {
+        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Unmanaged => 0,
+        PodStatus::Refused | PodStatus::Failed => 2,
+    }
+}

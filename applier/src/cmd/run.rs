@@ -1,0 +1,151 @@
+//! `koord-applier run`: the DaemonSet. Builds the shared parts once (layout, metrics, the
+//! watch's pod cache, the Event sink), starts each feature the same way
+//! ([`crate::feature::RunContext`]), serves `/metrics`, and runs the pod watch until a signal.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use k8s_openapi::api::core::v1::Pod;
+use koord_runtime::metrics::MetricError;
+use kube::api::Api;
+use kube::runtime::reflector;
+use tokio::sync::mpsc;
+use tracing::Instrument as _;
+
+use crate::apply::Applier;
+use crate::cli::{Config, ConfigError, RunConfig};
+use crate::collectors::{CollectorConfig, GateError};
+use crate::event_sink;
+use crate::feature::RunContext;
+use crate::metrics::Metrics;
+use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
+use crate::pods::Watch;
+use crate::server;
+use crate::{collectors, colocation, numa};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("Kubernetes client: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Gates(#[from] GateError),
+    #[error(transparent)]
+    Metrics(#[from] MetricError),
+    #[error("metrics listener {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// In-cluster or kubeconfig credentials.
+pub async fn run(config: Config, run: RunConfig) -> Result<(), RunError> {
+    let client = kube::Client::try_default().await?;
+    run_with_client(config, run, client).await
+}
+
+/// Everything `run` starts, given a client (tests pass a mocked one).
+pub async fn run_with_client(
+    config: Config,
+    run: RunConfig,
+    client: kube::Client,
+) -> Result<(), RunError> {
+    let layout = config.layout()?;
+    tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, node = %run.node_name, "starting");
+    // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
+    let (store, writer) = reflector::store::<Pod>();
+    let (events, events_rx) = mpsc::channel(1024);
+    let ctx = RunContext {
+        client: client.clone(),
+        layout,
+        node_name: run.node_name.clone(),
+        proc_root: config.proc_root.clone(),
+        sys_root: config.sys_root.clone(),
+        dry_run: config.dry_run,
+        pods: store.clone(),
+        events,
+        metrics: Arc::new(Metrics::new()?),
+    };
+    start_features(&ctx, &config, &run)?;
+    let (applier, node_qos) = cgroup_passes(&ctx, &config);
+    let ready = Arc::new(AtomicBool::new(false));
+    serve_metrics(&ctx, &run, ready.clone()).await?;
+    tokio::spawn(
+        event_sink::publish(
+            client.clone(),
+            run.node_name.clone(),
+            events_rx,
+            run.event_window,
+            ctx.metrics.clone(),
+        )
+        .instrument(tracing::info_span!("event_sink")),
+    );
+    let watch = Watch {
+        applier,
+        node_qos: Some(node_qos),
+        events: ctx.events.clone(),
+        resync: run.resync,
+        ready,
+    };
+    let api: Api<Pod> = Api::all(client);
+    tokio::select! {
+        () = watch.run_with_store(api, &run.node_name, store, writer)
+            .instrument(tracing::info_span!("pod_watch", node = %run.node_name)) => {}
+        () = koord_runtime::shutdown_signal() => tracing::info!("signalled; exiting"),
+    }
+    Ok(())
+}
+
+/// The collectors, memory locality and colocation, each off unless its flags say otherwise.
+fn start_features(ctx: &RunContext, config: &Config, run: &RunConfig) -> Result<(), RunError> {
+    collectors::start(ctx, CollectorConfig::from_args(&config.collectors, false)?)?;
+    numa::start(ctx, config.locality)?;
+    colocation::start(ctx, run.colocation.clone())?;
+    Ok(())
+}
+
+/// The per-pod pass and the node-level pass (QoS-class parents, resctrl), with the node's
+/// capabilities detected once.
+fn cgroup_passes(ctx: &RunContext, config: &Config) -> (Arc<Applier>, Arc<NodeQos>) {
+    let caps = detect_caps(&ctx.layout, config.cpu_idle_fallback);
+    let resctrl = detect_resctrl(&config.resctrl_root, Some(&ctx.metrics))
+        .map(|s| (config.resctrl_root.clone(), s));
+    let node_qos = Arc::new(NodeQos::new(
+        ctx.layout.clone(),
+        config.dry_run,
+        caps,
+        resctrl,
+        Some(ctx.metrics.clone()),
+    ));
+    let applier = Arc::new(
+        Applier::new(
+            ctx.layout.clone(),
+            config.dry_run,
+            Some(ctx.metrics.clone()),
+        )
+        .with_caps(caps),
+    );
+    (applier, node_qos)
+}
+
+/// Binds `/metrics`, `/healthz` and `/readyz` and serves them in the background.
+async fn serve_metrics(
+    ctx: &RunContext,
+    run: &RunConfig,
+    ready: Arc<AtomicBool>,
+) -> Result<(), RunError> {
+    let listener = server::bind(run.metrics_addr)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: run.metrics_addr,
+            source,
+        })?;
+    tokio::spawn(
+        server::serve(listener, ctx.metrics.clone(), ready)
+            .instrument(tracing::info_span!("metrics_server")),
+    );
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! Runs one admission case N times, for instruction counts that do not depend on how busy the
+//! machine is (criterion's wall-clock figures on a shared 2-core box swing by 2x):
+//!
+//! ```text
+//! cargo build --release -p koord-webhook --example review_loop
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+//!     target/release/examples/review_loop create 1200 2>&1 | grep refs
+//! ```
+//!
+//! Instructions per review = (refs at N=1200 - refs at N=200) / 1000, which cancels the set-up.
+//! Cases: `create`, `be`, `update` (the three fixtures of benches/admission.rs), `span` (`create`
+//! inside its admission span, as the handler runs it, logging at `info`), `resolve` (the
+//! two-container pod of benches/resolve.rs: view, engine, patch). Same allocator as the server.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+
+use koord_runtime::LogFormat;
+use koord_webhook::mutation::json_patch;
+use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use koord_webhook::resolve::{Operation, PodInput, ResolveContext, resolve_pod};
+use koord_webhook::server::admission::{ReviewContext, admission_span, review};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+
+fn compact(name: &str) -> anyhow::Result<Vec<u8>> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{FIXTURES}{name}"))?)?;
+    Ok(serde_json::to_vec(&v)?)
+}
+
+fn run(case: &str, n: usize) -> anyhow::Result<()> {
+    koord_runtime::init_logging(LogFormat::Text, "info");
+    let config = PolicyConfig::default();
+    let skip = |ns: &str| (ns == "kube-system").then_some("exempt");
+    let ctx = ReviewContext {
+        config: &config,
+        skip_namespace: &skip,
+    };
+    let fixture = match case {
+        "create" | "span" => "pod-create.json",
+        "be" => "pod-create-be.json",
+        "update" => "pod-update.json",
+        "resolve" => "admission-review-pod-create.json",
+        other => anyhow::bail!("unknown case {other:?} (create, be, update, span, resolve)"),
+    };
+    let body = compact(fixture)?;
+    match case {
+        "span" => {
+            for _ in 0..n {
+                let span = admission_span();
+                let reviewed = span.in_scope(|| review(black_box(&body), &ctx));
+                reviewed.record_in(&span);
+                black_box(reviewed);
+            }
+        }
+        "resolve" => {
+            let review: serde_json::Value = serde_json::from_slice(&body)?;
+            let pod = serde_json::to_vec(&review["request"]["object"])?;
+            let config = PolicyConfig {
+                cluster: ClusterQosConfig::parse(r#"{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true}},"beClass":{"memoryQOS":{"enable":true}}}}"#)?.config,
+                namespaces: NamespaceQosConfig::parse(r#"{"enabledNamespaces":["allow-ns"],"disabledNamespaces":["block-ns"]}"#)?.config,
+            };
+            let ctx = ResolveContext {
+                namespace: "shop",
+                operation: Operation::Create,
+                config: &config,
+            };
+            for _ in 0..n {
+                let view: PodInput<'_> = serde_json::from_slice(black_box(&pod))?;
+                let r = resolve_pod(&view, &ctx)?;
+                black_box(serde_json::to_vec(&json_patch(&view, &r.changes))?);
+            }
+        }
+        _ => {
+            for _ in 0..n {
+                black_box(review(black_box(&body), &ctx));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(case), Some(Ok(n))) = (args.get(1), args.get(2).map(|n| n.parse())) else {
+        eprintln!("usage: review_loop create|be|update|span|resolve N");
+        return ExitCode::FAILURE;
+    };
+    match run(case, n) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
