@@ -325,8 +325,9 @@ fn kubelet_memory_qos_mode_never_lowers_the_kubelets_memory_min() {
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     node(&l, Kernel::MainlineV2);
     let [burstable, besteffort, kubepods] = ancestor_dirs(&l);
-    // What the kubelet wrote with its MemoryQoS gate: burstable = the Burstable pods' requests
-    // (above our sum), kubepods = a stale value below our sum.
+    // What the kubelet wrote with its MemoryQoS gate: burstable memory.min = the Burstable
+    // pods' requests (above our sum), kubepods = a stale value below our sum; memory.low of
+    // burstable is 0 (a kubelet that does not write it).
     std::fs::write(burstable.join("memory.min"), "1073741824\n").expect("kubelet");
     std::fs::write(kubepods.join("memory.min"), "4096\n").expect("kubelet");
     let (code, r) = once(
@@ -341,7 +342,7 @@ fn kubelet_memory_qos_mode_never_lowers_the_kubelets_memory_min() {
     assert_eq!(
         held(&burstable),
         (1 << 30, bu_low),
-        "the kubelet's memory.min is kept; memory.low (not the kubelet's) is the sum"
+        "the kubelet's memory.min is kept; memory.low, at 0, is raised to the sum"
     );
     let c = &r["ancestors"]["cgroups"][0];
     assert_eq!(
@@ -352,6 +353,21 @@ fn kubelet_memory_qos_mode_never_lowers_the_kubelets_memory_min() {
     // kubepods: raised to the sum, which counts burstable at what it holds (1 GiB).
     assert_eq!(held(&kubepods), ((1 << 30) + 50 * MIB, bu_low + 60 * MIB));
     assert_eq!(held(&besteffort), (0, 0));
+    // A later kubelet (memoryReservationPolicy) writes burstable's memory.low: kept as well,
+    // and kubepods' memory.low follows it up.
+    std::fs::write(burstable.join("memory.low"), "2147483648\n").expect("kubelet");
+    let (code, _) = once(
+        tmp.path(),
+        "cgroupfs",
+        "ls-redis.json",
+        &["--kubelet-memory-qos"],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(held(&burstable), (1 << 30, 2 << 30));
+    assert_eq!(
+        held(&kubepods),
+        ((1 << 30) + 50 * MIB, (2 << 30) + 60 * MIB)
+    );
     // Without the mode the same tree goes back to the plain sums.
     let (code, _) = once(tmp.path(), "cgroupfs", "ls-redis.json", &[]);
     assert_eq!(code, 0);

@@ -33,9 +33,9 @@ pub struct AncestorArgs {
         global = true
     )]
     pub protect_ancestors: bool,
-    /// The kubelet runs with its `MemoryQoS` feature gate on and writes `memory.min` of
-    /// `kubepods` and `kubepods/burstable` itself (the sum of requests): never lower those two
-    /// files, only raise them to the sum when they hold less.
+    /// The kubelet runs with its `MemoryQoS` feature gate on and writes the protection of
+    /// `kubepods` and `kubepods/burstable` itself (sums of requests): never lower
+    /// `memory.min`/`memory.low` there, only raise them to the sum when they hold less.
     #[arg(long, env = "KOORD_KUBELET_MEMORY_QOS", global = true)]
     pub kubelet_memory_qos: bool,
 }

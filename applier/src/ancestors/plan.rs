@@ -140,11 +140,14 @@ impl Level {
     }
 }
 
-/// The files the kubelet itself writes when its `MemoryQoS` feature gate is on (KEP-2570):
-/// `memory.min` of `kubepods/burstable` (the Burstable pods' memory requests) and of `kubepods`
-/// (Guaranteed plus Burstable requests). It never writes `memory.low` there, nor `besteffort`.
-pub fn kubelet_writes(level: Level, file: ProtectionFile) -> bool {
-    file == ProtectionFile::Min && matches!(level, Level::Kubepods | Level::Qos(KubeQos::Burstable))
+/// The files the kubelet itself may write when its `MemoryQoS` feature gate is on: KEP-2570's
+/// first version sets `memory.min` of `kubepods` (Guaranteed + Burstable requests) and of
+/// `kubepods/burstable` (Burstable requests); later kubelets with a `memoryReservationPolicy`
+/// set `memory.min` of `kubepods` and `memory.low` of `kubepods/burstable` (and reset them to 0
+/// under the policy `None`). The applier cannot tell the versions apart, so with the gate on
+/// it treats all four as the kubelet's. `besteffort` is never the kubelet's.
+pub fn kubelet_writes(level: Level, _file: ProtectionFile) -> bool {
+    matches!(level, Level::Kubepods | Level::Qos(KubeQos::Burstable))
 }
 
 /// What one ancestor file should hold.
@@ -286,7 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn the_kubelet_writes_memory_min_of_burstable_and_kubepods_only() {
+    fn the_kubelet_writes_burstable_and_kubepods_never_besteffort() {
         let owned: Vec<(Level, ProtectionFile)> = Level::BOTTOM_UP
             .iter()
             .flat_map(|l| ProtectionFile::BOTH.map(|f| (*l, f)))
@@ -296,7 +299,9 @@ mod tests {
             owned,
             vec![
                 (Level::Qos(KubeQos::Burstable), ProtectionFile::Min),
-                (Level::Kubepods, ProtectionFile::Min)
+                (Level::Qos(KubeQos::Burstable), ProtectionFile::Low),
+                (Level::Kubepods, ProtectionFile::Min),
+                (Level::Kubepods, ProtectionFile::Low),
             ]
         );
     }

@@ -153,7 +153,7 @@ fn cgroup_passes(
                 "off (pod-level memory.min/low are capped by kubepods and its QoS-class cgroups)",
             (true, false) => "kubepods and its QoS-class cgroups get the sums of their children",
             (true, true) =>
-                "sums of the children; the kubelet's memory.min of kubepods and burstable is never lowered",
+                "sums of the children; the kubelet's values on kubepods and burstable are never lowered",
         }
     );
     (applier, node_qos, ancestors)
