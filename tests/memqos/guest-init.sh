@@ -118,9 +118,10 @@ apply() {
   done
 }
 
-# check_tree CONFIG TAG POD_DIR: the values the applier left on an LS pod and its ancestors.
+# check_tree CONFIG TAG POD_DIR POD: the values the applier left on an LS pod (its manifest
+# /pods/on/POD.json) and its ancestors.
 check_tree() {
-  local cfg=$1 tag=$2 pod=$3
+  local cfg=$1 tag=$2 pod=$3 name=$4
   local pod_min="$(cat $pod/memory.min)" pod_low="$(cat $pod/memory.low)"
   local bu_min="$(cat $BU/memory.min)" bu_low="$(cat $BU/memory.low)"
   local kp_min="$(cat $KP/memory.min)" kp_low="$(cat $KP/memory.low)"
@@ -132,8 +133,14 @@ check_tree() {
     B) [ "$pod_min" -gt 0 ] || soft_fail "$tag: the applier left the LS pod without memory.min"
        [ "$bu_min$bu_low$kp_min$kp_low" = 0000 ] || soft_fail "$tag: ancestors written with --protect-ancestors=false" ;;
     C) [ "$pod_min" -gt 0 ] || soft_fail "$tag: the applier left the LS pod without memory.min"
-       [ "$bu_min" -ge "$pod_min" ] && [ "$kp_min" -ge "$bu_min" ] && [ "$bu_low" -ge "$pod_low" ] && [ "$kp_low" -ge "$bu_low" ] \
-         || soft_fail "$tag: ancestors below the LS pod (burstable $bu_min/$bu_low, kubepods $kp_min/$kp_low, pod $pod_min/$pod_low)" ;;
+       # The LS pod is the only child of burstable holding anything and BE pods hold 0, so the
+       # sums are exact: burstable = the pod, besteffort = 0, kubepods = burstable + besteffort.
+       [ "$bu_min" = "$pod_min" ] && [ "$bu_low" = "$pod_low" ] && [ "$kp_min" = "$bu_min" ] && [ "$kp_low" = "$bu_low" ] \
+         || soft_fail "$tag: ancestors are not the sums of their children (burstable $bu_min/$bu_low, kubepods $kp_min/$kp_low, pod $pod_min/$pod_low)"
+       # A second pass on the real kernel writes nothing, ancestors included.
+       koord-applier --cgroup-root $CGR once -f /pods/on/$name.json > /tmp/again.json 2>/tmp/apply.err \
+         || soft_fail "$tag: second koord-applier once failed"
+       ! grep -q '"outcome": "written"' /tmp/again.json || soft_fail "$tag: the second pass wrote: $(grep -B8 '"outcome": "written"' /tmp/again.json | tr -s ' \n' ' ')" ;;
   esac
   [ "$bq_min$bq_low" = 00 ] || soft_fail "$tag: besteffort gained protection ($bq_min/$bq_low)"
 }
@@ -146,7 +153,7 @@ flood_run() {
   local tag="$1 $2 $3" before=$4
   fresh_tree
   apply $2 ls-cache be-flood
-  check_tree $2 "$tag" $LS_POD
+  check_tree $2 "$tag" $LS_POD ls-cache
   local ws="$(probe resident /data/ls.dat | sed 's/.*total_pages=//')"
   local cold="$(read_us)" r=1
   while [ $r -le $before ]; do lat_round "$tag" before; r=$((r+1)); done
@@ -204,7 +211,7 @@ redis_run() {
   local cfg=$1 sock=/tmp/redis.sock
   fresh_tree
   apply $cfg ls-redis be-flood
-  check_tree $cfg "redis $cfg" $LR_POD
+  check_tree $cfg "redis $cfg" $LR_POD ls-redis
   rm -rf /redis/data; mkdir -p /redis/data
   in_cg $LR_CG /redis/lib/ld-linux-x86-64.so.2 --library-path /redis/lib /redis/bin/redis-server \
     --port 0 --unixsocket $sock --save "" --appendonly yes --appendfsync no --dir /redis/data \
