@@ -459,3 +459,27 @@ fn an_unreadable_child_fails_that_file_and_the_exit_code() {
         "the failed file is left alone"
     );
 }
+
+#[test]
+fn kept_child_files_see_new_values_and_replaced_children() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    node(&l, Kernel::MainlineV2);
+    let [burstable, ..] = ancestor_dirs(&l);
+    let pass = MemoryAncestors::new(l.clone(), false, false, None);
+    pass.reconcile();
+    assert_eq!(
+        held(&burstable),
+        (128 * MIB, 160 * MIB),
+        "redis not applied yet: 0"
+    );
+    // Written behind the pass's back into the same file: the kept fd reads the new value.
+    let other = pod_holding(&l, OTHER_LS_UID, KubeQos::Burstable, 64 * MIB, 96 * MIB);
+    pass.reconcile();
+    assert_eq!(held(&burstable), (64 * MIB, 96 * MIB));
+    // The directory replaced (a new cgroup of the same name): never the old file's value.
+    std::fs::remove_dir_all(&other).expect("rm");
+    pod_holding(&l, OTHER_LS_UID, KubeQos::Burstable, 32 * MIB, 48 * MIB);
+    pass.reconcile();
+    assert_eq!(held(&burstable), (32 * MIB, 48 * MIB));
+}

@@ -5,17 +5,20 @@
 //!
 //! The children are read from the kernel, not from the pod cache: `once` sees one pod, and
 //! `run` may hold a pod whose cgroup is already gone or not made yet; what the kernel caps is
-//! what is in its files.
+//! what is in its files. Each child's two files stay open between passes and are re-read with
+//! one `pread` (as the pod pass keeps its knobs, `cgroup::writer::KeptKnob`), so a resync's
+//! ancestors pass costs a directory listing and two reads per pod.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::plan::{Level, Protection, ProtectionFile, decide, kubelet_writes};
 use super::report::{AncestorReport, AncestorsReport};
 use crate::cgroup::layout::Layout;
-use crate::cgroup::writer::{CgroupDir, CgroupWriter};
+use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
 use crate::cgroup::{Controller, Outcome};
 use crate::metrics::Metrics;
 
@@ -27,7 +30,12 @@ pub struct MemoryAncestors {
     metrics: Option<Arc<Metrics>>,
     /// Mainline v1 has no protection files: said once, not every pass.
     unsupported_logged: AtomicBool,
+    /// Per child directory seen by the last pass: its `memory.min` and `memory.low` kept open.
+    kept: Mutex<HashMap<PathBuf, KeptPair>>,
 }
+
+/// A child's two files (`ProtectionFile::BOTH` order), each kept open when the fd budget allows.
+type KeptPair = [Option<KeptKnob>; 2];
 
 /// The values of one file over the direct children of a directory.
 struct Children {
@@ -49,6 +57,7 @@ impl MemoryAncestors {
             kubelet_memory_qos,
             metrics,
             unsupported_logged: AtomicBool::new(false),
+            kept: Mutex::default(),
         }
     }
 
@@ -68,8 +77,11 @@ impl MemoryAncestors {
             cgroups: Vec::with_capacity(6),
         };
         let mut held_by_class: Vec<(OsString, [Option<Protection>; 2])> = Vec::new();
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        // Children not seen by this pass (deleted pods) drop their files.
+        let mut old = std::mem::take(&mut *kept);
         for level in Level::BOTTOM_UP {
-            let (entries, held) = self.ancestor(level, &held_by_class);
+            let (entries, held) = self.ancestor(level, &held_by_class, &mut old, &mut kept);
             if let Level::Qos(_) = level
                 && let Some(name) = self.rel(level).file_name()
             {
@@ -86,6 +98,8 @@ impl MemoryAncestors {
         &self,
         level: Level,
         known: &[(OsString, [Option<Protection>; 2])],
+        old: &mut HashMap<PathBuf, KeptPair>,
+        kept: &mut HashMap<PathBuf, KeptPair>,
     ) -> (Vec<AncestorReport>, [Option<Protection>; 2]) {
         let rel = self.rel(level);
         let cgroup = rel.display().to_string();
@@ -114,7 +128,7 @@ impl MemoryAncestors {
             .map(|f| CgroupWriter::read_result(&cg, f.name(), cg.read(f.name())));
         // Children are read only when there is a file to reconcile (not on mainline v1).
         let children = if current.iter().any(Result::is_ok) {
-            read_children(&dir, known)
+            read_children(&dir, known, old, kept)
         } else {
             Children::none()
         };
@@ -227,8 +241,14 @@ impl Children {
 /// The protection values of the direct children of `dir` (cgroup directories). A child named
 /// in `known` (a QoS-class directory this pass already reconciled) counts at the value it now
 /// holds. A child without the files (no memory controller below `dir`) or removed while being
-/// read claims nothing: 0.
-fn read_children(dir: &Path, known: &[(OsString, [Option<Protection>; 2])]) -> Children {
+/// read claims nothing: 0. Each child's files are taken from `old` (the last pass) or opened,
+/// and left in `kept` for the next pass.
+fn read_children(
+    dir: &Path,
+    known: &[(OsString, [Option<Protection>; 2])],
+    old: &mut HashMap<PathBuf, KeptPair>,
+    kept: &mut HashMap<PathBuf, KeptPair>,
+) -> Children {
     let mut out = Children::none();
     let fail_both = |out: &mut Children, why: String| {
         out.values = [Err(why.clone()), Err(why)];
@@ -262,10 +282,16 @@ fn read_children(dir: &Path, known: &[(OsString, [Option<Protection>; 2])]) -> C
             continue;
         }
         let path = entry.path();
-        let child = CgroupDir::open(Arc::from(path.as_path()));
-        for (slot, file) in out.values.iter_mut().zip(ProtectionFile::BOTH) {
+        let mut files = old.remove(&path).unwrap_or_default();
+        let mut child: Option<CgroupDir> = None;
+        for ((slot, file), keep) in out
+            .values
+            .iter_mut()
+            .zip(ProtectionFile::BOTH)
+            .zip(files.iter_mut())
+        {
             let Ok(vals) = slot else { continue };
-            match child.read(file.name()) {
+            match read_kept(&path, &mut child, file, keep) {
                 Ok(Some(text)) => match Protection::parse(&text) {
                     Ok(v) => vals.push(v),
                     Err(e) => *slot = Err(format!("{}: {e}", path.join(file.name()).display())),
@@ -278,6 +304,28 @@ fn read_children(dir: &Path, known: &[(OsString, [Option<Protection>; 2])]) -> C
                 }
             }
         }
+        kept.insert(path, files);
     }
     out
+}
+
+/// One child file: one `pread` of the kept fd; a missing, stale or failing one is (re)opened
+/// through the child's directory (opened at most once per pass) and kept if the budget allows.
+fn read_kept(
+    path: &Path,
+    child: &mut Option<CgroupDir>,
+    file: ProtectionFile,
+    keep: &mut Option<KeptKnob>,
+) -> std::io::Result<Option<String>> {
+    if let Some(k) = keep.as_ref()
+        && let Ok(KeptRead::Value(v)) = k.read()
+    {
+        return Ok(Some(v));
+    }
+    *keep = None;
+    let dir = child.get_or_insert_with(|| CgroupDir::open(Arc::from(path)));
+    Ok(dir.open_knob(file.name())?.map(|(k, v)| {
+        *keep = k.try_keep();
+        v
+    }))
 }
