@@ -68,6 +68,10 @@ pub struct PodReport {
     /// The resctrl pass (`once` only; `run` does it per resync for the whole node).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resctrl: Option<crate::resctrl::ResctrlReport>,
+    /// The first complete pass over this version of the pod (every container started, every
+    /// cgroup there): `run` then posts an Event even if the kernel has none of the knobs.
+    #[serde(skip)]
+    pub first_pass: bool,
 }
 
 impl PodReport {
