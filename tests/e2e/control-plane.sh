@@ -97,7 +97,7 @@ build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
     mkdir -p "$dir/src" "$dir/bin"
     cd "$dir/src"
     local t0=$SECONDS
-    log "building $* v$K8S_VERSION in $dir/src (kube-apiserver ~6 min cold on 2 cores, the node binaries ~2 min more)"
+    log "building $* v$K8S_VERSION in $dir/src (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
 
     # Fresh wrapper module each time, so a half-finished earlier attempt cannot poison it.
     rm -f go.mod go.sum
