@@ -100,7 +100,7 @@ if [[ $registry != ghcr.io/koord-qos ]]; then
 fi
 for name in koord-webhook koord-applier; do
     want="$registry/$name:$version"
-    mapfile -t refs < <(grep -rhoE "image:[[:space:]]*[^[:space:]]*$name[^[:space:]]*" "$repo/manifests" |
+    mapfile -t refs < <(grep -rhoE "image:[[:space:]]*[^[:space:]]*${name}[^[:space:]]*" "$repo/manifests" |
         sed -E 's/^image:[[:space:]]*//')
     [[ ${#refs[@]} -gt 0 ]] || die "manifests/ has no image reference for $name"
     for r in "${refs[@]}"; do

@@ -150,7 +150,7 @@ pid_alive() { # PID NAME
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "${name:0:15}" ]]
 }
 
-read_pid() { [[ -f $1 ]] && cat "$1" || true; }
+read_pid() { if [[ -f $1 ]]; then cat "$1"; fi; }
 
 launch() { # DIR NAME BIN ARGS...
     local dir=$1 name=$2 bin=$3
@@ -670,7 +670,7 @@ leftovers() { # [DIR]
         fi
         if [[ -f $d/sysctls.saved ]]; then
             local k v
-            while IFS== read -r k v; do
+            while IFS='=' read -r k v; do
                 [[ $(sysctl -n "$k" 2>/dev/null) == "$v" ]] || out+=("sysctl $k=$(sysctl -n "$k") (was $v)")
             done <"$d/sysctls.saved"
         fi

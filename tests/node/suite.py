@@ -26,7 +26,6 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
