@@ -415,6 +415,12 @@ cmd_start() {
     mkdir -p "$d"
     d=$(cd "$d" && pwd)
     [[ ! -e $d/node.env ]] || die "$d holds a started node; run: $PROG stop $d"
+    # Images, container layers and logs need little, but a full disk makes the kubelet taint
+    # the node (disk-pressure) and every later step time out: say so up front.
+    local avail_kib
+    avail_kib=$(df -Pk "$d" | awk 'NR == 2 { print $4 }')
+    ((avail_kib >= 2 * 1024 * 1024)) ||
+        die "only $((avail_kib / 1024)) MiB free on the filesystem of $d; the node needs 2 GiB"
     local problems
     problems=$(leftovers) && true
     [[ -z $problems ]] || die "the machine is not clean (run $PROG stop on the old dir, or remove these):
@@ -543,6 +549,15 @@ kubepods_dirs() {
     return 0
 }
 
+# Processes in any kubepods cgroup.
+kubepods_pids() {
+    local d
+    while read -r d; do
+        [[ -n $d ]] && cat "$d/cgroup.procs" 2>/dev/null
+    done < <(kubepods_dirs)
+    return 0
+}
+
 cmd_stop() {
     local d=$1
     [[ -d $d ]] || die "no such directory: $d"
@@ -596,6 +611,18 @@ cmd_stop() {
         log "stopping leftover shim pid $p"
         kill -KILL "$p" 2>/dev/null || true
     done
+    # Container processes outlive their shims when those died with the rest (a suite killed
+    # by SIGKILL). Whatever is still in kubepods is this node's: start refuses to run while a
+    # kubepods cgroup exists.
+    local pids
+    pids=$(kubepods_pids | sort -un | tr '\n' ' ')
+    if [[ -n $pids ]]; then
+        log "killing container processes left in kubepods: $pids"
+        # shellcheck disable=SC2086
+        kill -KILL $pids 2>/dev/null || true
+        local i
+        for ((i = 0; i < 50; i++)); do [[ -z $(kubepods_pids) ]] && break; sleep 0.1; done
+    fi
     # 5. Mounts (netns bind mounts, rootfs overlays, pod volumes, the kubelet's root).
     local m
     for m in $(mounts_under "$d"); do umount "$m" 2>/dev/null || umount -l "$m" || warn "cannot unmount $m"; done
