@@ -35,7 +35,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.dont_write_bytecode = True
 
-import webhookcfg  # noqa: E402  (render + JSON helpers shared with tests/e2e)
+import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"
