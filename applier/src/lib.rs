@@ -19,6 +19,7 @@ pub mod colocation;
 pub mod cpu_list;
 pub mod event_sink;
 pub mod events;
+pub mod go_flags;
 pub mod feature;
 pub mod knob_map;
 pub mod metrics;
