@@ -225,7 +225,11 @@ mod tests {
         assert_eq!(c, ColocationConfig::default());
         assert!(!c.enable);
         assert!(parse_colocation(r#"{"enable": true}"#).expect("on").enable);
-        assert!(!parse_colocation(r#"{"enable": null}"#).expect("null").enable);
+        assert!(
+            !parse_colocation(r#"{"enable": null}"#)
+                .expect("null")
+                .enable
+        );
     }
 
     #[test]

@@ -180,7 +180,9 @@ pub fn flag_specs() -> Vec<FlagSpec> {
 
 /// The command line as koordlet users write it (`-feature-gates=...`, see
 /// [`crate::go_flags`]) rewritten for clap; unknown long flags are refused by the name given.
-pub fn normalize_args(args: Vec<std::ffi::OsString>) -> Result<Vec<std::ffi::OsString>, GoFlagError> {
+pub fn normalize_args(
+    args: Vec<std::ffi::OsString>,
+) -> Result<Vec<std::ffi::OsString>, GoFlagError> {
     crate::go_flags::normalize(args, &flag_specs())
 }
 

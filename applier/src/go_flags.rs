@@ -171,10 +171,7 @@ mod tests {
                 ],
             ),
             // -flag value, --flag value, --flag=value.
-            (
-                &["run", "-node-name", "n1"],
-                &["run", "--node-name", "n1"],
-            ),
+            (&["run", "-node-name", "n1"], &["run", "--node-name", "n1"]),
             (&["run", "--node-name", "n1"], &["run", "--node-name", "n1"]),
             (&["run", "--node-name=n1"], &["run", "--node-name=n1"]),
             // A value that looks like a flag is the value of the flag before it.

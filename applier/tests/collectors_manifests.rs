@@ -142,7 +142,10 @@ fn servicemonitor_gives_the_references_job_and_port() {
     for (k, v) in svc["spec"]["selector"].as_mapping().expect("selector") {
         assert_eq!(&pod_labels[k], v, "pod label {k:?}");
     }
-    assert_eq!(pod_labels["koord-app"], "koordlet", "the reference's own Service finds them");
+    assert_eq!(
+        pod_labels["koord-app"], "koordlet",
+        "the reference's own Service finds them"
+    );
     let port = &svc["spec"]["ports"][0];
     assert_eq!(port["name"], "koordlet-service");
     assert_eq!(port["port"], 9316);

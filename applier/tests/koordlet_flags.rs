@@ -95,7 +95,12 @@ fn unknown_flags_and_gates_are_refused_clearly() {
         "{stderr}"
     );
     // A gate nobody has (a typo of ours): refused before anything starts.
-    let (code, stderr) = run(&["run", "--node-name", "n1", "-feature-gates=CPICollectr=true"]);
+    let (code, stderr) = run(&[
+        "run",
+        "--node-name",
+        "n1",
+        "-feature-gates=CPICollectr=true",
+    ]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("unrecognized feature gate \"CPICollectr\""),

@@ -215,12 +215,8 @@ fn every_event_text_of_the_reference_page() {
         assert_eq!(got, (kind, reason, text.to_owned()));
     }
     // The line, exactly: the second container's text after its name.
-    let line = koord_applier::numa::message::container_line(&gone(completed(
-        "c",
-        &[0],
-        &[1],
-        (1, 0, 0),
-    )));
+    let line =
+        koord_applier::numa::message::container_line(&gone(completed("c", &[0], &[1], (1, 0, 0))));
     assert_eq!(
         line.strip_prefix("Container c ").expect("prefix"),
         "completed: failed to migrate the following processes: failed pid: 111111, error: No such process,from remote numa: 0 to local numa: 1"

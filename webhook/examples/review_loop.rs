@@ -54,7 +54,9 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
         "be" | "be-off" => "pod-create-be.json",
         "update" => "pod-update.json",
         "resolve" => "admission-review-pod-create.json",
-        other => anyhow::bail!("unknown case {other:?} (create, be, be-off, update, span, resolve)"),
+        other => {
+            anyhow::bail!("unknown case {other:?} (create, be, be-off, update, span, resolve)")
+        }
     };
     let body = compact(fixture)?;
     match case {

@@ -42,7 +42,7 @@ fn render_path(path: &Path) -> Vec<Value> {
         .unwrap_or_else(|| panic!("no kubectl (kubectl.1.33 or kubectl) on PATH to render {dir}"));
     let out = Command::new(&kubectl)
         .arg("kustomize")
-        .arg(&path)
+        .arg(path)
         .output()
         .expect("run kubectl kustomize");
     assert!(
@@ -133,13 +133,27 @@ fn the_examples_overlay_is_the_two_reference_configmaps_and_they_parse() {
     let objects = render("manifests/examples");
     let names: Vec<_> = objects
         .iter()
-        .map(|o| (o["kind"].clone(), o["metadata"]["namespace"].clone(), o["metadata"]["name"].clone()))
+        .map(|o| {
+            (
+                o["kind"].clone(),
+                o["metadata"]["namespace"].clone(),
+                o["metadata"]["name"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         names,
         [
-            ("ConfigMap".into(), "kube-system".into(), "ack-slo-config".into()),
-            ("ConfigMap".into(), "kube-system".into(), "ack-slo-pod-config".into()),
+            (
+                "ConfigMap".into(),
+                "kube-system".into(),
+                "ack-slo-config".into()
+            ),
+            (
+                "ConfigMap".into(),
+                "kube-system".into(),
+                "ack-slo-pod-config".into()
+            ),
         ]
     );
     // Byte for byte the reference's examples, and they parse as policy.
@@ -166,7 +180,13 @@ fn the_examples_overlay_is_the_two_reference_configmaps_and_they_parse() {
 /// The capabilities and args of the applier DaemonSet's container.
 fn applier_caps_and_args(objects: &[Value]) -> (Vec<String>, Vec<String>) {
     let ds: DaemonSet = round_trip(find(objects, "DaemonSet", "koord-applier"));
-    let c = &ds.spec.expect("spec").template.spec.expect("pod").containers[0];
+    let c = &ds
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod")
+        .containers[0];
     let caps = c
         .security_context
         .as_ref()
@@ -195,12 +215,13 @@ fn render_with_cpi_component() -> Vec<Value> {
             .map(|p| p.components().count())
             .unwrap_or(0),
     );
-    assert!(!up.is_empty(), "the overlay must live inside the repository");
+    assert!(
+        !up.is_empty(),
+        "the overlay must live inside the repository"
+    );
     std::fs::write(
         overlay.path().join("kustomization.yaml"),
-        format!(
-            "resources: [{up}manifests]\ncomponents: [{up}manifests/components/cpi]\n"
-        ),
+        format!("resources: [{up}manifests]\ncomponents: [{up}manifests/components/cpi]\n"),
     )
     .expect("write overlay");
     render_path(overlay.path())
@@ -211,7 +232,11 @@ fn render_with_cpi_component() -> Vec<Value> {
 fn cpi_capability_only_with_the_cpi_component() {
     let base = render("manifests");
     let (caps, args) = applier_caps_and_args(&base);
-    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"], "base: no PERFMON");
+    assert_eq!(
+        caps,
+        ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"],
+        "base: no PERFMON"
+    );
     assert_eq!(args, ["run"], "base: collectors off");
     let with = render_with_cpi_component();
     let (caps, args) = applier_caps_and_args(&with);
@@ -221,7 +246,12 @@ fn cpi_capability_only_with_the_cpi_component() {
     assert_eq!(base.len(), with.len());
     for o in &base {
         if o["kind"] != "DaemonSet" {
-            assert!(with.contains(o), "{} {} changed", o["kind"], o["metadata"]["name"]);
+            assert!(
+                with.contains(o),
+                "{} {} changed",
+                o["kind"],
+                o["metadata"]["name"]
+            );
         }
     }
 }
@@ -289,9 +319,17 @@ fn by_identity(objects: &[Value]) -> BTreeMap<String, &Value> {
 #[test]
 #[ignore = "needs helm (tests/e2e/helm.sh build)"]
 fn helm_lint_is_clean() {
-    for set in [&[][..], &["featureGates=CPICollector=true,PSICollector=true", "installExampleConfigMaps=true"][..]] {
+    for set in [
+        &[][..],
+        &[
+            "featureGates=CPICollector=true,PSICollector=true",
+            "installExampleConfigMaps=true",
+        ][..],
+    ] {
         let mut cmd = Command::new(helm());
-        cmd.arg("lint").arg("--strict").arg(repo().join("charts/koord-qos"));
+        cmd.arg("lint")
+            .arg("--strict")
+            .arg(repo().join("charts/koord-qos"));
         for s in set {
             cmd.arg("--set").arg(s);
         }
@@ -300,7 +338,10 @@ fn helm_lint_is_clean() {
             + &String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "helm lint {set:?}:\n{text}");
         assert!(text.contains("0 chart(s) failed"), "{text}");
-        assert!(!text.contains("[WARNING]") && !text.contains("[ERROR]"), "{text}");
+        assert!(
+            !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+            "{text}"
+        );
     }
 }
 
@@ -332,19 +373,27 @@ fn helm_values_reach_the_objects() {
     // comma (featureGates=CPICollector=true, PSICollector=true), and the chart joins it back.
     let objects = helm_template(&["featureGates=CPICollector=true,PSICollector=true"]);
     let (caps, args) = applier_caps_and_args(&objects);
-    assert_eq!(args, ["run", "--feature-gates=CPICollector=true,PSICollector=true"]);
+    assert_eq!(
+        args,
+        ["run", "--feature-gates=CPICollector=true,PSICollector=true"]
+    );
     assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "PERFMON"]);
     // Escaped the helm way, the same.
-    let (caps, args) =
-        applier_caps_and_args(&helm_template(&["featureGates=CPICollector=true\\,PSICollector=true"]));
-    assert_eq!(args, ["run", "--feature-gates=CPICollector=true,PSICollector=true"]);
+    let (caps, args) = applier_caps_and_args(&helm_template(&[
+        "featureGates=CPICollector=true\\,PSICollector=true",
+    ]));
+    assert_eq!(
+        args,
+        ["run", "--feature-gates=CPICollector=true,PSICollector=true"]
+    );
     assert!(caps.contains(&"PERFMON".to_owned()));
     // PSI alone, or CPI turned off again: no capability.
     let (caps, args) = applier_caps_and_args(&helm_template(&["featureGates=PSICollector=true"]));
     assert_eq!(args, ["run", "--feature-gates=PSICollector=true"]);
     assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"]);
-    let (caps, _) =
-        applier_caps_and_args(&helm_template(&["featureGates=CPICollector=true,CPICollector=false"]));
+    let (caps, _) = applier_caps_and_args(&helm_template(&[
+        "featureGates=CPICollector=true,CPICollector=false",
+    ]));
     assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"]);
     // Older kernels: SYS_ADMIN instead; intervals.
     let (caps, args) = applier_caps_and_args(&helm_template(&[
@@ -353,7 +402,10 @@ fn helm_values_reach_the_objects() {
         "collectors.cpiCollectorIntervalSeconds=30",
         "collectors.psiCollectorIntervalSeconds=5",
     ]));
-    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "SYS_ADMIN"]);
+    assert_eq!(
+        caps,
+        ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "SYS_ADMIN"]
+    );
     assert_eq!(
         args,
         [
@@ -377,31 +429,58 @@ fn helm_values_reach_the_objects() {
     let spec = d.spec.expect("spec");
     assert_eq!(spec.replicas, Some(3));
     let c = &spec.template.spec.expect("pod").containers[0];
-    assert_eq!(c.image.as_deref(), Some("registry.example/koord-webhook:9.9.9"));
-    let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref()).expect("limits");
+    assert_eq!(
+        c.image.as_deref(),
+        Some("registry.example/koord-webhook:9.9.9")
+    );
+    let limits = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .expect("limits");
     assert_eq!(limits["memory"].0, "256Mi");
     let ds: DaemonSet = round_trip(find(&objects, "DaemonSet", "koord-applier"));
     assert_eq!(
-        ds.spec.expect("spec").template.spec.expect("pod").containers[0].image.as_deref(),
+        ds.spec
+            .expect("spec")
+            .template
+            .spec
+            .expect("pod")
+            .containers[0]
+            .image
+            .as_deref(),
         Some("koord-applier:1.2.3")
     );
-    let m: MutatingWebhookConfiguration =
-        round_trip(find(&objects, "MutatingWebhookConfiguration", "koord-webhook"));
+    let m: MutatingWebhookConfiguration = round_trip(find(
+        &objects,
+        "MutatingWebhookConfiguration",
+        "koord-webhook",
+    ));
     let w = &m.webhooks.expect("webhooks")[0];
     assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
     let sel = w.namespace_selector.as_ref().expect("selector");
     assert_eq!(
-        sel.match_labels.as_ref().and_then(|l| l.get("team")).map(String::as_str),
+        sel.match_labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
         Some("a")
     );
     // Example ConfigMaps: none by default (checked by the parity test), the two with the value,
     // equal to the examples overlay.
     let with_cms = helm_template(&["installExampleConfigMaps=true"]);
-    let cms: Vec<&Value> = with_cms.iter().filter(|o| o["kind"] == "ConfigMap").collect();
+    let cms: Vec<&Value> = with_cms
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .collect();
     let examples = render("manifests/examples");
     assert_eq!(cms.len(), 2);
     for e in &examples {
-        assert!(cms.contains(&e), "{} differs from manifests/examples", e["metadata"]["name"]);
+        assert!(
+            cms.contains(&e),
+            "{} differs from manifests/examples",
+            e["metadata"]["name"]
+        );
     }
 }
 
@@ -492,7 +571,10 @@ fn applier_monitoring_matches_the_references_job_and_port() {
     let objects = render("manifests/monitoring");
     let svc: Service = round_trip(find(&objects, "Service", "koord-applier-metrics"));
     let labels = svc.metadata.labels.clone().expect("labels");
-    assert_eq!(labels.get("koord-app").map(String::as_str), Some("koordlet"));
+    assert_eq!(
+        labels.get("koord-app").map(String::as_str),
+        Some("koordlet")
+    );
     let spec = svc.spec.expect("spec");
     assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
     let port = &spec.ports.expect("ports")[0];
@@ -507,11 +589,22 @@ fn applier_monitoring_matches_the_references_job_and_port() {
     assert_eq!(ep["interval"], "30s");
     assert_eq!(ep["scheme"], "http");
     // The ServiceMonitor selects this Service, and the job label is its koord-app value.
-    let selector = sm["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
+    let selector = sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
     for (k, v) in selector {
-        assert_eq!(labels.get(k).map(String::as_str), v.as_str(), "selector {k}");
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            v.as_str(),
+            "selector {k}"
+        );
     }
-    assert_eq!(labels.get(sm["spec"]["jobLabel"].as_str().expect("jobLabel")).map(String::as_str), Some("koordlet"));
+    assert_eq!(
+        labels
+            .get(sm["spec"]["jobLabel"].as_str().expect("jobLabel"))
+            .map(String::as_str),
+        Some("koordlet")
+    );
     // The Service reaches the DaemonSet's pods on their 9316 port, and those pods carry the
     // reference's pod label too.
     let base = render("manifests");
@@ -521,7 +614,10 @@ fn applier_monitoring_matches_the_references_job_and_port() {
     for (k, v) in spec.selector.expect("selector") {
         assert_eq!(pod_labels.get(&k), Some(&v), "pod label {k}");
     }
-    assert_eq!(pod_labels.get("koord-app").map(String::as_str), Some("koordlet"));
+    assert_eq!(
+        pod_labels.get("koord-app").map(String::as_str),
+        Some("koordlet")
+    );
     let c = &tpl.spec.expect("pod").containers[0];
     assert!(
         c.ports

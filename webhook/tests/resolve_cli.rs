@@ -140,7 +140,9 @@ fn colocation_decides_the_batch_translation_and_explain_says_why() {
             "{stderr}"
         );
         assert!(
-            stderr.contains("Warning: pod be: koord-qos: BE pod admitted with its cpu/memory unchanged"),
+            stderr.contains(
+                "Warning: pod be: koord-qos: BE pod admitted with its cpu/memory unchanged"
+            ),
             "{stderr}"
         );
         let pod: Value = serde_json::from_slice(&out.stdout).expect("pod");

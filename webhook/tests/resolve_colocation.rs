@@ -46,12 +46,16 @@ fn be_pod_keeps_cpu_memory_when_colocation_is_off() {
             m["spec"]["containers"][0]["resources"], p["spec"]["containers"][0]["resources"],
             "resources as written"
         );
-        assert!(m["metadata"]["annotations"]
-            .get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
-            .is_none());
-        assert!(m["metadata"]["annotations"]
-            .get(ANNOTATION_RESOLVED_QOS)
-            .is_some());
+        assert!(
+            m["metadata"]["annotations"]
+                .get(ANNOTATION_EXTENDED_RESOURCE_SPEC)
+                .is_none()
+        );
+        assert!(
+            m["metadata"]["annotations"]
+                .get(ANNOTATION_RESOLVED_QOS)
+                .is_some()
+        );
         // Memory QoS is based on the memory the pod kept: limit 512Mi, wmarkRatio 95.
         let c = &r.resolved.memory_qos.containers["app"];
         assert_eq!(
@@ -86,12 +90,32 @@ fn every_other_pod_is_byte_identical_either_way() {
     let batch = json!({"requests": {"kubernetes.io/batch-cpu": "70k", "kubernetes.io/batch-memory": "22Gi"},
                        "limits": {"kubernetes.io/batch-cpu": "70k", "kubernetes.io/batch-memory": "22Gi"}});
     let cases: Vec<(Value, Operation)> = vec![
-        (pod(json!({"koordinator.sh/qosClass": "LS"}), json!({}), burstable_100mi()), Operation::Create),
-        (pod(json!({}), json!({}), burstable_100mi()), Operation::Create),
+        (
+            pod(
+                json!({"koordinator.sh/qosClass": "LS"}),
+                json!({}),
+                burstable_100mi(),
+            ),
+            Operation::Create,
+        ),
+        (
+            pod(json!({}), json!({}), burstable_100mi()),
+            Operation::Create,
+        ),
         (pod(json!({}), json!({}), json!({})), Operation::Create), // BestEffort -> BE, nothing to move
-        (pod(json!({"koordinator.sh/qosClass": "BE"}), json!({}), batch), Operation::Create),
+        (
+            pod(json!({"koordinator.sh/qosClass": "BE"}), json!({}), batch),
+            Operation::Create,
+        ),
         (be_with_cpu_memory(), Operation::Update),
-        (pod(json!({"koordinator.sh/qosClass": "LSR"}), json!({}), json!({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}})), Operation::Create),
+        (
+            pod(
+                json!({"koordinator.sh/qosClass": "LSR"}),
+                json!({}),
+                json!({"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+            ),
+            Operation::Create,
+        ),
     ];
     for (p, op) in cases {
         let on = resolve_value(&p, "default", op, &with(Colocation::Enabled)).expect("on");
@@ -125,7 +149,10 @@ fn the_cluster_configmap_carries_the_switch() {
     ]))
     .expect("on");
     assert_eq!(on.colocation, Colocation::Enabled);
-    assert!(on.qos.ls.memory_qos_enable == Some(true), "resource-qos-config read too");
+    assert!(
+        on.qos.ls.memory_qos_enable == Some(true),
+        "resource-qos-config read too"
+    );
     // colocation-config alone is a cluster ConfigMap too.
     assert_eq!(
         parse(&data(&[("colocation-config", r#"{"enable": false}"#)]))
@@ -139,7 +166,11 @@ fn the_cluster_configmap_carries_the_switch() {
         r#"{"enable": true, "degradeTimeMinutes": 0}"#,
     )]))
     .expect_err("refused");
-    assert!(err.to_string().starts_with("colocation-config: degradeTimeMinutes"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("colocation-config: degradeTimeMinutes"),
+        "{err}"
+    );
 }
 
 /// The applier's parser and the webhook's switch agree on every text.

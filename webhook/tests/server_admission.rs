@@ -116,22 +116,31 @@ async fn be_pod_keeps_cpu_memory_with_a_warning_when_colocation_is_off() {
     assert_eq!(warnings.len(), 1, "{response}");
     let w = warnings[0].as_str().expect("str");
     assert!(
-        w.starts_with("koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off"),
+        w.starts_with(
+            "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off"
+        ),
         "{w}"
     );
-    assert!(w.len() <= 256, "kubectl may truncate warnings over 256 characters");
+    assert!(
+        w.len() <= 256,
+        "kubectl may truncate warnings over 256 characters"
+    );
     let object = &review["request"]["object"];
     let patched = apply_response_patch(&response, object);
     assert_eq!(
-        patched["spec"]["containers"][0]["resources"],
-        object["spec"]["containers"][0]["resources"],
+        patched["spec"]["containers"][0]["resources"], object["spec"]["containers"][0]["resources"],
         "resources unchanged"
     );
-    assert_eq!(patched["metadata"]["labels"]["koordinator.sh/qosClass"], "BE");
+    assert_eq!(
+        patched["metadata"]["labels"]["koordinator.sh/qosClass"],
+        "BE"
+    );
     let annotations = patched["metadata"]["annotations"].as_object().expect("map");
     assert!(!annotations.contains_key("node.koordinator.sh/extended-resource-spec"));
     let rq: Value = serde_json::from_str(
-        annotations["koordinator.sh/resolved-qos"].as_str().expect("str"),
+        annotations["koordinator.sh/resolved-qos"]
+            .as_str()
+            .expect("str"),
     )
     .expect("json");
     assert!(rq.get("batch").is_none(), "{rq}");

@@ -257,7 +257,12 @@ mod tests {
         assert_eq!((g.cpi, g.psi), (Some(true), Some(true)));
         assert_eq!(
             g.ignored,
-            ["BECPUEvict", "BEMemoryEvict", "CgroupReconcile", "Accelerators"]
+            [
+                "BECPUEvict",
+                "BEMemoryEvict",
+                "CgroupReconcile",
+                "Accelerators"
+            ]
         );
         assert_eq!(
             ignored_gates_warning(line).as_deref(),
@@ -266,7 +271,11 @@ mod tests {
             )
         );
         assert_eq!(ignored_gates_warning("CPICollector=true"), None);
-        assert_eq!(ignored_gates_warning("Nope=true"), None, "an error, not a warning");
+        assert_eq!(
+            ignored_gates_warning("Nope=true"),
+            None,
+            "an error, not a warning"
+        );
     }
 
     fn args(gates: &str, cpi: u64, window: u64, psi: u64) -> CollectorArgs {

@@ -17,10 +17,10 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use koord_api::colocation::percent;
 pub use koord_api::colocation::{
     COLOCATION_KEY, ColocationConfig, ConfigError, MemoryPolicy, parse_colocation,
 };
-use koord_api::colocation::percent;
 
 pub const THRESHOLD_KEY: &str = "resource-threshold-config";
 

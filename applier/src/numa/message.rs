@@ -121,7 +121,9 @@ pub fn container_line(c: &ContainerLocality) -> String {
         }
         ContainerStatus::Failed => {
             let why = if c.failed_pids.is_empty() {
-                c.reason.clone().unwrap_or_else(|| "unknown error".to_owned())
+                c.reason
+                    .clone()
+                    .unwrap_or_else(|| "unknown error".to_owned())
             } else {
                 failed_pids(c)
             };

@@ -68,11 +68,15 @@ mod tests {
             Ok(Colocation::Disabled)
         );
         assert_eq!(
-            Colocation::parse(Some(r#"{"enable": true, "cpuReclaimThresholdPercent": 60}"#)),
+            Colocation::parse(Some(
+                r#"{"enable": true, "cpuReclaimThresholdPercent": 60}"#
+            )),
             Ok(Colocation::Enabled)
         );
-        let err = Colocation::parse(Some(r#"{"enable": true, "cpuReclaimThresholdPercent": 120}"#))
-            .expect_err("out of range: refused, as the applier refuses it");
+        let err = Colocation::parse(Some(
+            r#"{"enable": true, "cpuReclaimThresholdPercent": 120}"#,
+        ))
+        .expect_err("out of range: refused, as the applier refuses it");
         assert_eq!(
             err.to_string(),
             "colocation-config: cpuReclaimThresholdPercent = 120 is out of range 0..100"

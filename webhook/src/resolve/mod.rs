@@ -132,8 +132,7 @@ pub fn resolve_pod_with_previous(
     // otherwise no node advertises them and the pod would never schedule.
     let be_create = class.class == QosClass::Be && ctx.operation == Operation::Create;
     let to_batch = be_create && ctx.config.colocation.is_enabled();
-    let batch_withheld = if be_create && !to_batch && batch_resources::has_movable_resources(pod)
-    {
+    let batch_withheld = if be_create && !to_batch && batch_resources::has_movable_resources(pod) {
         ctx.config.colocation.off_reason()
     } else {
         None
@@ -188,8 +187,7 @@ fn memory_knobs(
     let mut containers = BTreeMap::new();
     let mut pod = PodMemoryKnobs { min: 0, low: 0 };
     for (i, (name, res)) in named.iter().enumerate() {
-        let memory_key = if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res))
-        {
+        let memory_key = if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res)) {
             RESOURCE_BATCH_MEMORY
         } else {
             RESOURCE_MEMORY

@@ -156,7 +156,10 @@ mod tests {
         let out = parse(&write_allowed_with_warning("u", Some(b"[]"), "why \"so\""));
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["patch"], "W10=");
-        assert_eq!(out["response"]["warnings"], serde_json::json!(["why \"so\""]));
+        assert_eq!(
+            out["response"]["warnings"],
+            serde_json::json!(["why \"so\""])
+        );
         // Without a warning the body is what it always was: no warnings key.
         let plain = parse(&write_response("u", true, Some(b"[]"), None));
         assert!(plain["response"].get("warnings").is_none());
