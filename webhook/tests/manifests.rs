@@ -466,6 +466,20 @@ fn helm_values_reach_the_objects() {
             .map(String::as_str),
         Some("a")
     );
+    // ServiceMonitors: the monitoring kustomization's Service and ServiceMonitors, with the value.
+    let with_monitoring = helm_template(&["monitoring.serviceMonitors=true"]);
+    let monitoring = render("manifests/monitoring");
+    let mut n = 0;
+    for m in monitoring.iter().filter(|o| o["kind"] != "ConfigMap") {
+        n += 1;
+        assert!(
+            with_monitoring.contains(m),
+            "{} {} differs from manifests/monitoring",
+            m["kind"],
+            m["metadata"]["name"]
+        );
+    }
+    assert_eq!(n, 3, "applier Service, two ServiceMonitors");
     // Example ConfigMaps: none by default (checked by the parity test), the two with the value,
     // equal to the examples overlay.
     let with_cms = helm_template(&["installExampleConfigMaps=true"]);
