@@ -26,7 +26,7 @@ build() {
     command -v go >/dev/null || die "go is not on PATH; it is needed to build helm"
     mkdir -p "$DIR/bin"
     local t0=$SECONDS tmp
-    log "building helm v$HELM_VERSION into $DIR (~3 min cold on 2 cores)"
+    log "building helm v$HELM_VERSION into $DIR (cold: minutes; ~30 min on 2 busy cores)"
     tmp=$(mktemp -d "$DIR/.gobin.XXXXXX")
     # `go install pkg@version` builds the module as published (its own go.mod and go.sum).
     # The version stamp is what `helm version` prints and what chart kubeVersion checks read.
