@@ -449,7 +449,7 @@ fn helm_values_reach_the_objects() {
             .containers[0]
             .image
             .as_deref(),
-        Some("koord-applier:1.2.3")
+        Some("ghcr.io/koord-qos/koord-applier:1.2.3")
     );
     let m: MutatingWebhookConfiguration = round_trip(find(
         &objects,
