@@ -1,16 +1,17 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit e2e numa node images bench
+.PHONY: run test lint unit e2e numa memqos node images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
 ## Every test: formatting, lints, unit + integration tests, the end-to-end suite on a real
-## kube-apiserver, the two-NUMA-node migration proof in a QEMU guest, and the node suite (the
-## product's images on a real kubelet + containerd, installed with kubectl apply -k).
-test: lint unit numa e2e node
+## kube-apiserver, the node suite (the product's images on a real kubelet + containerd,
+## installed with kubectl apply -k) and two QEMU guests: the two-NUMA-node migration proof and
+## the memory protection proof (memory.min/low/high on a real cgroup v2 kernel).
+test: lint unit numa e2e node memqos
 
 lint:
 	$(CARGO) fmt --all --check
@@ -29,6 +30,9 @@ e2e:
 
 numa:
 	tests/numa/run-two-node-guest.sh
+
+memqos:
+	tests/memqos/run-memqos-guest.sh
 
 ## OCI archives of koord-webhook and koord-applier, named as manifests/ references them.
 images:

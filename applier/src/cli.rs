@@ -78,6 +78,9 @@ pub struct GlobalArgs {
     /// The Performance Collector (PSI, CPI): feature gates and intervals.
     #[command(flatten)]
     pub collectors: crate::collectors::CollectorArgs,
+    /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
+    #[command(flatten)]
+    pub ancestors: crate::ancestors::AncestorArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -139,6 +142,8 @@ pub struct Config {
     pub collectors: crate::collectors::CollectorArgs,
     pub cpu_idle_fallback: bool,
     pub resctrl_root: PathBuf,
+    /// `--protect-ancestors`, `--kubelet-memory-qos`.
+    pub ancestors: crate::ancestors::AncestorSettings,
 }
 
 /// Settings of `run`.
@@ -204,6 +209,7 @@ impl From<&GlobalArgs> for Config {
             collectors: g.collectors.clone(),
             cpu_idle_fallback: g.cpu_idle_fallback,
             resctrl_root: g.resctrl_root.clone(),
+            ancestors: crate::ancestors::AncestorSettings::from(&g.ancestors),
         }
     }
 }
@@ -264,6 +270,45 @@ mod tests {
         assert!(
             Cli::try_parse_from(["koord-applier", "once", "--cgroup-version", "v3", "-f", "x"])
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn ancestor_flags() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["koord-applier"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|c| Config::from(&c.global).ancestors)
+        };
+        let on = crate::ancestors::AncestorSettings {
+            enabled: true,
+            kubelet_memory_qos: false,
+        };
+        assert_eq!(parse(&["once", "-f", "p"]).expect("parses"), on);
+        let off = crate::ancestors::AncestorSettings {
+            enabled: false,
+            ..on
+        };
+        // After the subcommand (as the guest test passes it) and before it (global).
+        assert_eq!(
+            parse(&["once", "--protect-ancestors=false", "-f", "p"]).expect("parses"),
+            off
+        );
+        assert_eq!(
+            parse(&["--protect-ancestors", "false", "once", "-f", "p"]).expect("parses"),
+            off
+        );
+        assert_eq!(
+            parse(&["once", "--protect-ancestors=true", "-f", "p"]).expect("parses"),
+            on
+        );
+        assert!(parse(&["once", "--protect-ancestors=maybe", "-f", "p"]).is_err());
+        assert_eq!(
+            parse(&["run", "--node-name", "n", "--kubelet-memory-qos"]).expect("parses"),
+            crate::ancestors::AncestorSettings {
+                kubelet_memory_qos: true,
+                ..on
+            }
         );
     }
 
