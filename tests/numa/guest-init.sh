@@ -13,7 +13,7 @@ exec >/dev/ttyS0 2>&1
 fail() { echo "FAIL $*"; echo "RESULT fail"; sync; poweroff -f; }
 arg() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 MIB=$(arg hog_mib); MIB=${MIB:-128}
-ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
+ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-5}
 
 echo # the firmware leaves escape sequences on the current line
 echo "GUEST kernel $(uname -r) nodes online $(cat /sys/devices/system/node/online)" \

@@ -22,7 +22,7 @@
 #
 # The kernel is cached outside the repo, keyed by version (tests/guest/lib.sh):
 #   ${KOORD_GUEST_CACHE:-$HOME/.cache/koord-qos-guest}/<linux-image package>/vmlinuz
-# Env: HOG_MIB (default 128), ROUNDS (3), MIN_PASS_RATIO (0.9), KOORD_APPLIER_BIN (else
+# Env: HOG_MIB (default 128), ROUNDS (5), MIN_PASS_RATIO (0.9), KOORD_APPLIER_BIN (else
 #      cargo build, profile KOORD_APPLIER_PROFILE = dev (default) or release),
 #      QEMU_ACCEL (tcg|kvm; default tcg), GUEST_TIMEOUT (seconds, 600).
 set -euo pipefail
@@ -31,7 +31,7 @@ GUEST_TAG=two-node
 # shellcheck source=tests/guest/lib.sh
 . "$here/../guest/lib.sh"
 HOG_MIB="${HOG_MIB:-128}"
-ROUNDS="${ROUNDS:-3}"
+ROUNDS="${ROUNDS:-5}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
 started=$(date +%s)
 
