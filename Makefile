@@ -18,11 +18,12 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Unit and integration tests; then the applier's machine tests (root, real cgroups, NUMA,
-## perf) and the manifest render tests (kubectl), which plain `cargo test` reports as ignored:
+## perf) and the manifest render and Helm chart tests (kubectl; helm, built from its Go module
+## and cached like the test control plane), which plain `cargo test` reports as ignored:
 ## see applier/scripts/machine-tests.sh.
 unit:
 	$(CARGO) test --workspace
-	$(CARGO) test -p koord-webhook --test manifests -- --ignored
+	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test manifests -- --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
 e2e:
