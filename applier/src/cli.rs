@@ -7,18 +7,22 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 pub use koord_runtime::LogFormat;
 
 use crate::cgroup::detect::{DetectError, detect_driver, detect_version};
 use crate::cgroup::layout::Layout;
 use crate::cgroup::{CgroupDriver, CgroupVersion};
+use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "koord-applier",
     version,
-    about = "Applies koordinator.sh/resolved-qos to the cgroups of this node"
+    about = "Applies koordinator.sh/resolved-qos to the cgroups of this node",
+    // A flag given twice: the last one wins, as with Go's flag package (a DaemonSet's args
+    // may carry a --feature-gates from an overlay and another added by hand).
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -122,6 +126,10 @@ pub struct OnceArgs {
     /// until SIGTERM (benchmarks and demos without an API server).
     #[arg(long, requires = "collect", hide = true)]
     pub collect_serve: Option<String>,
+    /// Add a `timings` section to the report: where the command and the memory locality pass
+    /// spent their time, in microseconds.
+    #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
+    pub timings: bool,
 }
 
 /// Settings shared by every command.
@@ -151,6 +159,40 @@ pub struct RunConfig {
     pub event_window: Duration,
     /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
     pub colocation: crate::colocation::Settings,
+}
+
+/// Every long flag of every command, for [`crate::go_flags::normalize`].
+pub fn flag_specs() -> Vec<FlagSpec> {
+    fn collect(cmd: &clap::Command, out: &mut Vec<FlagSpec>) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if out.iter().any(|s| s.name == long) {
+                continue;
+            }
+            let kind = if arg.get_action().takes_values() {
+                FlagKind::Value
+            } else {
+                FlagKind::Bool
+            };
+            out.push(FlagSpec::new(long, kind));
+        }
+        for sub in cmd.get_subcommands() {
+            collect(sub, out);
+        }
+    }
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut out = Vec::new();
+    collect(&cmd, &mut out);
+    out
+}
+
+/// The command line as koordlet users write it (`-feature-gates=...`, see
+/// [`crate::go_flags`]) rewritten for clap; unknown long flags are refused by the name given.
+pub fn normalize_args(
+    args: Vec<std::ffi::OsString>,
+) -> Result<Vec<std::ffi::OsString>, GoFlagError> {
+    crate::go_flags::normalize(args, &flag_specs())
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -22,6 +22,7 @@ pub mod cpu_list;
 pub mod event_sink;
 pub mod events;
 pub mod feature;
+pub mod go_flags;
 pub mod knob_map;
 pub mod metrics;
 pub mod nodeqos;

@@ -28,7 +28,7 @@ CHECK=0
 [ "${1:-}" = --check ] && CHECK=1
 MAX_REGRESSION=${MAX_REGRESSION:-1.25}
 BASELINE=webhook/benches/callgrind-baseline.txt
-CASES=${CASES:-create be update floor}
+CASES=${CASES:-create be be-off update floor}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind" >&2; exit 1; }
 
 cargo build --release -q -p koord-webhook --example review_loop

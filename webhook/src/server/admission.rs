@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
-use super::response::{ResponseStatus, write_response};
+use super::response::{ResponseStatus, write_allowed_with_warning, write_response};
 use crate::mutation::{patch_capacity, write_json_patch};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
@@ -361,8 +361,13 @@ fn resolve_and_answer(
     match resolve_pod_with_previous(pod, &resolve_ctx, previous) {
         Ok(resolution) => {
             out.qos_class = Some(resolution.resolved.qos_class);
+            // A BE pod that kept its cpu/memory (colocation off) is told why.
+            let warning = resolution.warning();
             if resolution.changes.is_empty() {
-                out.body = write_response(&out.uid, true, None, None);
+                out.body = match warning {
+                    Some(w) => write_allowed_with_warning(&out.uid, None, w),
+                    None => write_response(&out.uid, true, None, None),
+                };
             } else {
                 let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
                 let ops = write_json_patch(
@@ -371,7 +376,10 @@ fn resolve_and_answer(
                     &resolution.changes,
                     Some(&resolution.resolved),
                 );
-                out.body = write_response(&out.uid, true, Some(&patch), None);
+                out.body = match warning {
+                    Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
+                    None => write_response(&out.uid, true, Some(&patch), None),
+                };
                 out.decision = Decision::Mutated { ops };
             }
         }

@@ -23,7 +23,7 @@ use super::metrics::ConfigSource;
 use super::state::{AppState, Cache};
 use crate::policy::load::from_data;
 use crate::policy::{
-    ClusterQosConfig, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
+    ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
 
 /// Where the two ConfigMaps live.
@@ -44,7 +44,7 @@ fn apply_configmap(
     let empty = BTreeMap::new();
     let data = data.unwrap_or(&empty);
     match source {
-        ConfigSource::Cluster => apply_parsed(state, source, from_data::<ClusterQosConfig>(data)),
+        ConfigSource::Cluster => apply_parsed(state, source, from_data::<ClusterConfigMap>(data)),
         ConfigSource::Namespace => {
             apply_parsed(state, source, from_data::<NamespaceQosConfig>(data))
         }
