@@ -13,7 +13,7 @@ use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
 use super::response::{ResponseStatus, write_allowed_with_warning, write_response};
-use crate::mutation::json_patch;
+use crate::mutation::{patch_capacity, write_json_patch};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
 use crate::resolve::{Operation, PodInput, ResolveContext, resolve_pod_with_previous};
@@ -211,7 +211,14 @@ pub struct ReviewContext<'c> {
 
 /// Answers one AdmissionReview body. Never panics on any input (fuzzed).
 pub fn review(body: &[u8], ctx: &ReviewContext<'_>) -> Reviewed {
-    match serde_json::from_slice::<ReviewIn<'_, RequestIn<'_>>>(body) {
+    // Valid UTF-8 (every body the apiserver sends): parse it as a `str`, which spares
+    // serde_json a UTF-8 check of every string it reads. The bytes parse to the same view;
+    // anything else takes the byte path, whose errors the answers quote.
+    let parsed = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str::<ReviewIn<'_, RequestIn<'_>>>(text),
+        Err(_) => serde_json::from_slice::<ReviewIn<'_, RequestIn<'_>>>(body),
+    };
+    match parsed {
         Ok(review) => review_parsed(review, ctx),
         Err(e) => review_unreadable(body, &e),
     }
@@ -362,10 +369,13 @@ fn resolve_and_answer(
                     None => write_response(&out.uid, true, None, None),
                 };
             } else {
-                let patch = json_patch(pod, &resolution.changes);
-                let ops = patch.as_array().map_or(0, Vec::len);
-                // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
-                let patch = serde_json::to_vec(&patch).unwrap_or_default();
+                let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
+                let ops = write_json_patch(
+                    &mut patch,
+                    pod,
+                    &resolution.changes,
+                    Some(&resolution.resolved),
+                );
                 out.body = match warning {
                     Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
                     None => write_response(&out.uid, true, Some(&patch), None),
