@@ -2,12 +2,15 @@
 //! policy and writes the `koordinator.sh/resolved-qos` annotation (docs/contract.md).
 //!
 //! Pure parts: [`policy`] (the ConfigMaps, parsed and validated), [`resolve`] (the resolution
-//! engine: a pod in, the resolved QoS and a change list out) and [`mutation`] (the change list
-//! as a JSON patch or applied to a manifest). IO is thin around them: [`cli`], the commands
-//! ([`server`], [`resolve_cmd`], [`certs`]) and [`manifest`] (reading manifest files).
-//! Dependencies point one way: commands -> mutation -> resolve -> policy -> manifest.
+//! engine: a pod in, the resolved QoS and a change list out), [`mutation`] (the change list
+//! as a JSON patch or applied to a manifest), [`pod_patch`] (one pod's answer, shared by
+//! admission and the re-resolver). IO is thin around them: [`cli`], the commands ([`server`], [`resolve_cmd`],
+//! [`certs`]) and [`manifest`] (reading manifest files).
+//! Dependencies point one way: commands -> pod_patch -> mutation -> resolve -> policy ->
+//! manifest.
 
 pub mod mutation;
+pub mod pod_patch;
 pub mod policy;
 pub mod resolve;
 

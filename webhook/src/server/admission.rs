@@ -13,10 +13,10 @@ use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
 use super::response::{ResponseStatus, write_response};
-use crate::mutation::json_patch;
+use crate::pod_patch::{patch_pod, previous_resolved};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
-use crate::resolve::{Operation, PodInput, ResolveContext, resolve_pod_with_previous};
+use crate::resolve::{Operation, PodInput};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 pub const ADMISSION_KIND: &str = "AdmissionReview";
@@ -319,17 +319,9 @@ impl RequestIn<'_> {
         }
     }
 
-    /// The resolved-qos annotation this webhook wrote before: the stored pod's on UPDATE (the
-    /// incoming one may be a hand edit; docs/contract.md §5), the pod's own on CREATE.
-    fn previous_resolved<'p>(
-        &'p self,
-        pod: &'p PodInput<'_>,
-        operation: Operation,
-    ) -> Option<&'p str> {
-        match operation {
-            Operation::Update => self.old_object.as_ref().and_then(OldObjectIn::resolved_qos),
-            Operation::Create => pod.annotation(ANNOTATION_RESOLVED_QOS),
-        }
+    /// The stored pod's resolved-qos (UPDATE only).
+    fn stored_resolved(&self) -> Option<&str> {
+        self.old_object.as_ref().and_then(OldObjectIn::resolved_qos)
     }
 }
 
@@ -345,24 +337,23 @@ fn resolve_and_answer(
     } else {
         Operation::Create
     };
-    let resolve_ctx = ResolveContext {
-        namespace: &out.namespace,
+    let previous = previous_resolved(
         operation,
-        config: ctx.config,
-    };
-    let previous = request.previous_resolved(pod, operation);
-    match resolve_pod_with_previous(pod, &resolve_ctx, previous) {
-        Ok(resolution) => {
-            out.qos_class = Some(resolution.resolved.qos_class);
-            if resolution.changes.is_empty() {
-                out.body = write_response(&out.uid, true, None, None);
-            } else {
-                let patch = json_patch(pod, &resolution.changes);
-                let ops = patch.as_array().map_or(0, Vec::len);
-                // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
-                let patch = serde_json::to_vec(&patch).unwrap_or_default();
-                out.body = write_response(&out.uid, true, Some(&patch), None);
-                out.decision = Decision::Mutated { ops };
+        request.stored_resolved(),
+        pod.annotation(ANNOTATION_RESOLVED_QOS),
+    );
+    match patch_pod(pod, &out.namespace, operation, ctx.config, previous) {
+        Ok(answer) => {
+            out.qos_class = Some(answer.resolution.resolved.qos_class);
+            let ops = answer.ops();
+            match answer.patch {
+                None => out.body = write_response(&out.uid, true, None, None),
+                Some(patch) => {
+                    // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
+                    let patch = serde_json::to_vec(&patch).unwrap_or_default();
+                    out.body = write_response(&out.uid, true, Some(&patch), None);
+                    out.decision = Decision::Mutated { ops };
+                }
             }
         }
         Err(e) => {
