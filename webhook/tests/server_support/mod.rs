@@ -58,6 +58,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
             deadline: Duration::from_secs(3),
         },
         shutdown_grace: Duration::from_secs(1),
+        reresolve: None,
     }
 }
 
