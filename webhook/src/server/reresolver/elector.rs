@@ -93,35 +93,38 @@ async fn try_acquire_or_renew(
     }
     let me = config.identity.as_str();
     let action = decide(me, spec.as_ref(), observed.as_ref(), now, &config.timing);
-    let LeaseAction::Wait { .. } = action else {
-        let record = next_spec(&action, me, spec.as_ref(), Timestamp::now(), &config.timing);
-        let written = match lease {
-            None => {
-                let new = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(config.name.clone()),
-                        namespace: Some(config.namespace.clone()),
-                        ..Default::default()
-                    },
-                    spec: Some(record),
-                };
-                api.create(&PostParams::default(), &new).await
-            }
-            Some(mut lease) => {
-                // metadata.resourceVersion is the one just read: a concurrent writer makes
-                // this a 409, never a second holder.
-                lease.spec = Some(record);
-                api.replace(&config.name, &PostParams::default(), &lease)
-                    .await
-            }
-        };
-        return match written {
-            Ok(_) => Ok(true),
-            Err(e) if is_conflict(&e) => Ok(false),
-            Err(e) => Err(e.into()),
-        };
+    if let LeaseAction::Wait { .. } = action {
+        return Ok(false);
+    }
+    let record = next_spec(&action, me, spec.as_ref(), Timestamp::now(), &config.timing);
+    let written = match lease {
+        None => {
+            let new = Lease {
+                metadata: ObjectMeta {
+                    name: Some(config.name.clone()),
+                    namespace: Some(config.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(record.clone()),
+            };
+            api.create(&PostParams::default(), &new).await
+        }
+        Some(mut lease) => {
+            // metadata.resourceVersion is the one just read: a concurrent writer makes this a
+            // 409, never a second holder.
+            lease.spec = Some(record.clone());
+            api.replace(&config.name, &PostParams::default(), &lease)
+                .await
+        }
     };
-    Ok(false)
+    match written {
+        Ok(_) => {
+            *observed = Some(Observed::update(observed.take(), &record, now));
+            Ok(true)
+        }
+        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Hands the Lease back if we hold it, so another replica takes over at once.

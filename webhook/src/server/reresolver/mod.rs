@@ -12,7 +12,7 @@
 //!   ([`pass`]).
 
 mod config;
-mod elector;
+pub mod elector;
 mod event_post;
 pub mod metrics;
 mod pass;
