@@ -47,11 +47,17 @@ def expected(cpu_pct: int, mem_pct: int) -> tuple[int, int]:
 def write_proc(d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     # Busy time never moves: node CPU usage 0. Two CPUs listed.
+    # Shaped like the kernel's: every line a real /proc/stat has, as the parser requires.
     (d / "stat").write_text("cpu  1000 0 1000 100000 0 0 0 0 0 0\n"
-                            "cpu0 500 0 500 50000 0 0 0 0 0 0\ncpu1 500 0 500 50000 0 0 0 0 0 0\n")
+                            "cpu0 500 0 500 50000 0 0 0 0 0 0\ncpu1 500 0 500 50000 0 0 0 0 0 0\n"
+                            "intr 0\nctxt 1000\nbtime 1700000000\nprocesses 100\n"
+                            "procs_running 1\nprocs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n")
     total_kb = 64 * GI // 1024
+    rest = ("Buffers SwapCached Active Inactive SwapTotal SwapFree Dirty Writeback Mapped Slab "
+            "Committed_AS VmallocTotal VmallocUsed VmallocChunk Cached").split()
     (d / "meminfo").write_text(f"MemTotal: {total_kb} kB\nMemFree: 1 kB\n"
-                               f"MemAvailable: {total_kb - NODE_MEM_USED // 1024} kB\n")
+                               f"MemAvailable: {total_kb - NODE_MEM_USED // 1024} kB\n"
+                               + "".join(f"{k}: 0 kB\n" for k in rest))
 
 
 def node_batch(h, s) -> tuple[int, int, dict] | None:

@@ -85,11 +85,13 @@ impl Colocation {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut reporter = Reporter::default();
         let mut was_suppressed = false;
+        let mut last_errors = Vec::new();
         loop {
             tick.tick().await;
             let cfg: SloConfig = state.lock().map(|s| s.current.clone()).unwrap_or_default();
             let pods = facts(&self.pods);
-            let round = self.sample_and_suppress(&engine, &cfg, &pods).await;
+            let (round, errors) = self.sample_and_suppress(&engine, &cfg, &pods).await;
+            log_sample_errors(errors, &mut last_errors);
             log_suppression_change(round.as_ref(), &mut was_suppressed);
             let due = reporter
                 .last_report
@@ -107,26 +109,25 @@ impl Colocation {
         engine: &Arc<Mutex<Engine>>,
         cfg: &SloConfig,
         pods: &[PodFacts],
-    ) -> Option<SuppressRound> {
+    ) -> (Option<SuppressRound>, Vec<String>) {
         let (eng, metrics) = (engine.clone(), self.metrics.clone());
         let (round_pods, round_cfg) = (pods.to_vec(), cfg.clone());
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _in_round = span.enter();
-            let Ok(mut e) = eng.lock() else { return None };
+            let Ok(mut e) = eng.lock() else {
+                return (None, Vec::new());
+            };
             let rep = e.sample(
                 Instant::now(),
                 &round_pods,
                 round_cfg.colocation.metric_aggregate_duration,
             );
-            for err in &rep.errors {
-                tracing::debug!(error = %err, "colocation sample");
-            }
-            suppress_round(&mut e, &round_cfg, &round_pods, &metrics)
+            let round = suppress_round(&mut e, &round_cfg, &round_pods, &metrics);
+            (round, rep.errors)
         })
         .await
-        .ok()
-        .flatten()
+        .unwrap_or_default()
     }
 
     async fn report(
@@ -314,4 +315,18 @@ pub fn suppress_round(
             None
         }
     }
+}
+
+/// A reading that fails is logged as a warning when it first appears (or changes), then at
+/// debug while it repeats every sample: visible to an operator without a line per interval.
+fn log_sample_errors(errors: Vec<String>, last: &mut Vec<String>) {
+    let new = errors != *last;
+    for err in &errors {
+        if new {
+            tracing::warn!(error = %err, "colocation sample failed; usage it needs is missing");
+        } else {
+            tracing::debug!(error = %err, "colocation sample failed (repeated)");
+        }
+    }
+    *last = errors;
 }

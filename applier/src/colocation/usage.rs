@@ -38,6 +38,13 @@ pub enum UsageError {
     },
     #[error("{path}: cannot parse {what}")]
     Parse { path: String, what: &'static str },
+    /// A `/proc` file `procfs` refused, with its reason (a real kernel prints every line it needs).
+    #[error("{path}: cannot parse {what}: {detail}")]
+    Procfs {
+        path: String,
+        what: &'static str,
+        detail: String,
+    },
     #[error(transparent)]
     Layout(#[from] LayoutError),
 }
@@ -115,18 +122,22 @@ pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
 pub fn read_node(proc_root: &Path) -> Result<Reading, UsageError> {
     let stat_path = proc_root.join("stat");
     let stat = read(&stat_path)?;
-    let jiffies = parse_proc_stat_busy(&stat).ok_or_else(|| UsageError::Parse {
+    let jiffies = proc_stat_busy(&stat).map_err(|detail| UsageError::Procfs {
         path: stat_path.display().to_string(),
         what: "the cpu line",
+        detail,
     })?;
     let mem_path = proc_root.join("meminfo");
     let meminfo = read(&mem_path)?;
-    let parsed = Meminfo::from_read(meminfo.as_bytes()).ok();
-    let Some((total, Some(avail))) = parsed.map(|m| (m.mem_total, m.mem_available)) else {
-        return Err(UsageError::Parse {
-            path: mem_path.display().to_string(),
-            what: "MemTotal/MemAvailable",
-        });
+    let procfs_error = |detail: String| UsageError::Procfs {
+        path: mem_path.display().to_string(),
+        what: "MemTotal/MemAvailable",
+        detail,
+    };
+    let parsed = Meminfo::from_read(meminfo.as_bytes()).map_err(|e| procfs_error(e.to_string()))?;
+    let (total, avail) = match parsed.mem_available {
+        Some(avail) => (parsed.mem_total, avail),
+        None => return Err(procfs_error("no MemAvailable line".into())),
     };
     Ok(Reading {
         cpu_ns: jiffies.saturating_mul(1_000_000_000 / USER_HZ),
@@ -145,10 +156,18 @@ const PROC_STAT_INFO: ExplicitSystemInfo = ExplicitSystemInfo {
 /// Busy jiffies of the aggregate `cpu` line of a whole `/proc/stat`; `None` when the file does
 /// not parse or the line lacks irq, softirq or steal.
 pub fn parse_proc_stat_busy(stat: &str) -> Option<u64> {
+    proc_stat_busy(stat).ok()
+}
+
+/// [`parse_proc_stat_busy`] with the reason it failed.
+fn proc_stat_busy(stat: &str) -> Result<u64, String> {
     let t = KernelStats::from_read(stat.as_bytes(), &PROC_STAT_INFO)
-        .ok()?
+        .map_err(|e| e.to_string())?
         .total;
-    Some(t.user + t.nice + t.system + t.irq? + t.softirq? + t.steal?)
+    let (Some(irq), Some(softirq), Some(steal)) = (t.irq, t.softirq, t.steal) else {
+        return Err("the cpu line lacks irq, softirq or steal (Linux < 2.6.11)".into());
+    };
+    Ok(t.user + t.nice + t.system + irq + softirq + steal)
 }
 
 /// The online CPUs listed in `/proc/stat` (`cpuN` lines). Read by hand: `procfs` keeps the
