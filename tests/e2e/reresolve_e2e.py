@@ -15,7 +15,8 @@ re-resolver passes through admission like any other pod UPDATE:
 - `scale`: 1,000 pods re-resolved after one edit with the default rate limits (< 30 s), then
   a policy change that concerns none of them: a full pass that writes nothing (no patch, no
   Event, every resourceVersion unchanged).
-- `memory` (KOORD_E2E_MEMORY=1, not in CI: ~3 min): the leader's peak RSS during passes over
+- `dry_run`: `--reresolve-dry-run` counts the pods a pass would patch and writes nothing.
+- `memory` (KOORD_E2E_MEMORY=1, not in CI: ~6 min): the leader's peak RSS during passes over
   1,000 and 5,000 realistic pods, against a kube reflector holding the same pods
   (`webhook/examples/pod_cache_rss.rs`).
 
@@ -171,8 +172,13 @@ def set_ls_enabled(h, s, enabled: bool) -> None:
                s.merged_cluster_config(h, enable=enabled))
 
 
-def flip_and_measure(h, s, ns: str, names: list[str], enabled: bool, timeout: float) -> dict:
-    """Edits the ConfigMap and measures, per pod, the time until the watch shows the value."""
+def flip_and_measure(h, s, ns: str, names: list[str], enabled: bool, timeout: float,
+                     holder_port: int | None = None) -> dict:
+    """Edits the ConfigMap and measures, per pod, the time until the watch shows the value;
+    then waits for the holder's pass to end (the watch sees a write before the writer has
+    counted it)."""
+    port = holder_port or h.webhook_metrics_port
+    before = passes(h, s, port, "cluster-config")
     watch = PodWatch(h, s, ns)
     watch.start()
     try:
@@ -180,9 +186,12 @@ def flip_and_measure(h, s, ns: str, names: list[str], enabled: bool, timeout: fl
         set_ls_enabled(h, s, enabled)
         s.wait_until(f"all {len(names)} pods in {ns} to show memoryQOS.enabled={enabled}",
                      lambda: watch.all_are(names, enabled), timeout, 0.05)
-        return figure(watch.latencies(names, enabled, t0))
+        fig = figure(watch.latencies(names, enabled, t0))
     finally:
         watch.close()
+    s.wait_until("the pass to end", lambda: passes(h, s, port, "cluster-config") > before,
+                 timeout, 0.1)
+    return fig
 
 
 def reresolved_events(h, ns: str, since: str) -> list[dict]:
@@ -194,8 +203,22 @@ def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
 
 
-def burstable_pods(s, ns: str, prefix: str, n: int) -> list[dict]:
-    return [s.burstable(f"{prefix}-{i:04d}", ns) for i in range(n)]
+def passes(h, s, port: int, trigger: str) -> float:
+    return metric(h, s, port, "koord_webhook_reresolve_passes_total", trigger=trigger,
+                  outcome="completed")
+
+
+def opt_in_with_pods(h, s, ns: str, pods: list[dict]) -> None:
+    """Creates the opted-in namespace and its pods, and waits for the pass its opt-in
+    triggers, so a measurement that follows starts from a re-resolver at rest (not inside the
+    debounce window of that pass)."""
+    port = h.webhook_metrics_port
+    s.wait_until("replica a to hold the Lease", lambda: is_leader(h, s, port), 30, 0.1)
+    before = passes(h, s, port, "namespace-opt-in")
+    h.namespace(ns, True)
+    create_pods(h, s, ns, pods)
+    s.wait_until(f"the pass for {ns} opting in",
+                 lambda: passes(h, s, port, "namespace-opt-in") > before, 30, 0.1)
 
 
 # ---------------------------------------------------------------------------------------
@@ -259,9 +282,15 @@ def down(h, s) -> None:
 def flip(h, s) -> None:
     """100 pods, two replicas, true -> false -> true; kill the holder; false -> true by the
     other one."""
-    h.namespace(NS_FLIP, True)
     names = [f"flip-{i:03d}" for i in range(100)]
-    create_pods(h, s, NS_FLIP, [s.burstable(n, NS_FLIP) for n in names])
+    try:
+        flip_with_two_replicas(h, s, names)
+    finally:
+        delete_pods(h, NS_FLIP)
+
+
+def flip_with_two_replicas(h, s, names: list[str]) -> None:
+    opt_in_with_pods(h, s, NS_FLIP, [s.burstable(n, NS_FLIP) for n in names])
     a_port = h.webhook_metrics_port
     s.wait_until("replica a to hold the Lease", lambda: is_leader(h, s, a_port), 30, 0.2)
     b_ports = (s.free_port(), s.free_port())
@@ -308,10 +337,14 @@ def flip(h, s) -> None:
                 f"Lease after takeover: {lease}")
         s.start_webhook(h)  # a comes back as the follower; admission is served again
         s.check(not is_leader(h, s, a_port), "the restarted replica took the Lease back")
+        # b's first pass as the holder (everything) runs after the debounce; measure after it.
+        s.wait_until("b's pass on taking the Lease", lambda: metric(
+            h, s, b_port, "koord_webhook_reresolve_passes_total", trigger="elected",
+            outcome="completed") >= 1, 30, 0.1)
 
         since = utc_now()
         before = (patched(h, s, a_port), patched(h, s, b_port))
-        fig = flip_and_measure(h, s, NS_FLIP, names, False, 60)
+        fig = flip_and_measure(h, s, NS_FLIP, names, False, 60, b_port)
         figures["true->false after takeover"] = fig
         s.log(f"flip to enable=False by the new holder: {fig}")
         after = (patched(h, s, a_port), patched(h, s, b_port))
@@ -321,7 +354,7 @@ def flip(h, s) -> None:
                      60, 0.5)
         instances = {e.get("reportingInstance") for e in reresolved_events(h, NS_FLIP, since)}
         s.check(instances == {SECOND_ID}, f"Events after the takeover reported by {instances}")
-        fig = flip_and_measure(h, s, NS_FLIP, names, True, 60)
+        fig = flip_and_measure(h, s, NS_FLIP, names, True, 60, b_port)
         figures["false->true after takeover"] = fig
         h.figures["reresolve_flip"] = figures
 
@@ -338,18 +371,16 @@ def flip(h, s) -> None:
             b.stop()  # SIGTERM: hands the Lease back to a at once
         s.restore_configmaps(h)
     s.wait_until("replica a to hold the Lease again", lambda: is_leader(h, s, a_port), 10, 0.1)
-    delete_pods(h, NS_FLIP)
 
 
 def scale(h, s) -> None:
     """1,000 pods after one ConfigMap edit with the default limits, then a pass that writes
     nothing."""
     n = int(os.environ.get("KOORD_E2E_SCALE_PODS", "1000"))
-    h.namespace(NS_SCALE, True)
     names = [f"scale-{i:04d}" for i in range(n)]
-    create_pods(h, s, NS_SCALE, [s.burstable(x, NS_SCALE) for x in names])
     port = h.webhook_metrics_port
     try:
+        opt_in_with_pods(h, s, NS_SCALE, [s.burstable(x, NS_SCALE) for x in names])
         fig = flip_and_measure(h, s, NS_SCALE, names, False, 120)
         s.log(f"{n} pods re-resolved after one edit: {fig}")
         h.figures["reresolve_scale"] = fig
@@ -403,6 +434,37 @@ def scale(h, s) -> None:
     finally:
         delete_pods(h, NS_SCALE)
         s.restore_configmaps(h)
+
+
+def dry_run(h, s) -> None:
+    """`--reresolve-dry-run`: a pass that would change pods counts them and writes nothing."""
+    port = h.webhook_metrics_port
+    h.procs["webhook"].stop()
+    try:
+        s.start_webhook(h, extra_env={"KOORD_RERESOLVE_DRY_RUN": "true"})
+        s.wait_until("the dry-run replica to hold the Lease", lambda: is_leader(h, s, port),
+                     30, 0.1)
+        s.wait_until("its first pass", lambda: passes(h, s, port, "elected") >= 1, 30, 0.1)
+        before = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                  for p in h.kjson("get", "pods", "-n", s.NS_QOS)["items"]}
+        n_before = passes(h, s, port, "cluster-config")
+        set_ls_enabled(h, s, False)
+        s.wait_until("the dry-run pass", lambda: passes(h, s, port, "cluster-config") > n_before,
+                     30, 0.1)
+        would = metric(h, s, port, "koord_webhook_reresolve_pods_patched_total", mode="dry-run")
+        wrote = patched(h, s, port)
+        events = metric(h, s, port, "koord_webhook_reresolve_events_total")
+        after = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
+                 for p in h.kjson("get", "pods", "-n", s.NS_QOS)["items"]}
+        s.check(would >= 1, f"dry run counted {would} pods to patch")
+        s.check(wrote == 0 and events == 0, f"dry run wrote {wrote} patches, {events} Events")
+        s.check(after == before, "pods changed in a dry run: "
+                f"{sorted(k for k in after if after[k] != before.get(k))[:5]}")
+        s.log(f"dry run: {int(would)} pods would be patched, none was")
+    finally:
+        s.restore_configmaps(h)
+        h.procs["webhook"].stop()
+        s.start_webhook(h)
 
 
 def vm_status(pid: int) -> dict[str, int]:

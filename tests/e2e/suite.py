@@ -498,10 +498,10 @@ WEBHOOK_ID = "koord-webhook-a"
 
 
 def start_webhook(h: Harness, name: str = "webhook", identity: str = WEBHOOK_ID,
-                  ports: tuple[int, int] | None = None) -> Proc:
+                  ports: tuple[int, int] | None = None, extra_env: dict | None = None) -> Proc:
     """Starts `koord-webhook serve` in-cluster mode as the webhook ServiceAccount. The default
     instance is the one the MutatingWebhookConfiguration calls (h.webhook_port); `ports`
-    (listen, metrics) start another replica beside it."""
+    (listen, metrics) start another replica beside it; `extra_env` adds flags' variables."""
     dep = webhook_deployment(h)
     if not h.ca_bundle:
         certs = h.dir / "certs"
@@ -517,7 +517,8 @@ def start_webhook(h: Harness, name: str = "webhook", identity: str = WEBHOOK_ID,
             "webhook", dep["metadata"]["namespace"], sa)
     port, metrics_port = ports or (h.webhook_port, h.webhook_metrics_port)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", **workload_env(dep),
-           "KUBECONFIG": str(h.webhook_kubeconfig), "KOORD_POD_NAME": identity}
+           "KUBECONFIG": str(h.webhook_kubeconfig), "KOORD_POD_NAME": identity,
+           **(extra_env or {})}
     certs = h.dir / "certs"
     argv = [h.webhook_bin, "serve",
             "--listen", f"127.0.0.1:{port}",
@@ -908,6 +909,12 @@ def s_reresolve_flip(h: Harness) -> None:
           "(< 30 s); an unchanged pass writes nothing (reresolve_e2e.py)")
 def s_reresolve_scale(h: Harness) -> None:
     reresolve_e2e.scale(h, sys.modules[__name__])
+
+
+@scenario("re-resolution dry run: --reresolve-dry-run counts the pods it would patch and "
+          "writes nothing (reresolve_e2e.py)")
+def s_reresolve_dry_run(h: Harness) -> None:
+    reresolve_e2e.dry_run(h, sys.modules[__name__])
 
 
 if os.environ.get("KOORD_E2E_MEMORY") == "1":

@@ -180,10 +180,11 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
     }
 }
 
-/// The rules of a Role or ClusterRole as (apiGroups, resources, resourceNames, verbs).
-fn rules_of(
-    rules: Option<Vec<PolicyRule>>,
-) -> Vec<(Vec<String>, Vec<String>, Vec<String>, Vec<String>)> {
+/// One RBAC rule as (apiGroups, resources, resourceNames, verbs).
+type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+/// The rules of a Role or ClusterRole.
+fn rules_of(rules: Option<Vec<PolicyRule>>) -> Vec<Rule> {
     rules
         .expect("rules")
         .into_iter()

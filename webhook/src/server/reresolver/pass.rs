@@ -102,8 +102,8 @@ struct StoredMetaAnnotations<'a> {
     annotations: Option<StrMap<'a>>,
 }
 
-fn stored_resolved(text: &str) -> Option<String> {
-    let pod: StoredAnnotations<'_> = serde_json::from_str(text).ok()?;
+fn stored_resolved(body: &[u8]) -> Option<String> {
+    let pod: StoredAnnotations<'_> = serde_json::from_slice(body).ok()?;
     pod.metadata
         .annotations?
         .get(ANNOTATION_RESOLVED_QOS)
@@ -148,8 +148,8 @@ impl PassContext {
                 return false;
             }
             self.limiter.acquire().await;
-            let text = match pods::list_page(&self.client, namespace, token.as_deref()).await {
-                Ok(t) => t,
+            let body = match pods::list_page(&self.client, namespace, token.as_deref()).await {
+                Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(namespace, error = %e, "listing pods failed; namespace skipped this pass");
                     self.metrics.failed(FailReason::Api);
@@ -157,7 +157,7 @@ impl PassContext {
                     return true;
                 }
             };
-            let (planned, next) = match serde_json::from_str::<PodListPage<'_>>(&text) {
+            let (planned, next) = match serde_json::from_slice::<PodListPage<'_>>(&body) {
                 Ok(page) => (
                     self.plan_page(&page, report),
                     page.next_page().map(str::to_owned),
@@ -169,7 +169,7 @@ impl PassContext {
                     return true;
                 }
             };
-            drop(text);
+            drop(body);
             let outcomes: Vec<(String, WriteOutcome)> = futures::stream::iter(planned)
                 .map(|(pod, change)| async move {
                     let ns = pod.namespace.clone();
@@ -275,8 +275,8 @@ impl PassContext {
     /// A fresh read and a new plan: `None` when nothing is left to do.
     async fn replan(&self, pod: &PodRef) -> Result<Option<(PodRef, PlannedChange)>, WriteOutcome> {
         self.limiter.acquire().await;
-        let text = match pods::get(&self.client, &pod.namespace, &pod.name).await {
-            Ok(t) => t,
+        let body = match pods::get(&self.client, &pod.namespace, &pod.name).await {
+            Ok(b) => b,
             Err(e) if pods::status_code(&e) == Some(404) => return Ok(None),
             Err(e) => {
                 tracing::warn!(namespace = %pod.namespace, pod = %pod.name, error = %e,
@@ -286,7 +286,8 @@ impl PassContext {
             }
         };
         let policy = self.state.policy.load();
-        match plan_pod(&text, &policy) {
+        let text = std::str::from_utf8(&body).unwrap_or_default();
+        match plan_pod(text, &policy) {
             Ok((fresh, Verdict::Change(change))) => Ok(Some((fresh, change))),
             Ok((_, Verdict::Unchanged | Verdict::Skipped(_))) => Ok(None),
             Ok((_, Verdict::Invalid(_))) => {
@@ -303,7 +304,7 @@ impl PassContext {
     /// Admission ran on our write: the stored annotation must be the one planned. Another
     /// replica whose watch has not delivered the new ConfigMap yet answers with the old policy;
     /// that pod is retried once the replicas agree.
-    fn after_write(&self, pod: &PodRef, change: &PlannedChange, stored: &str) -> WriteOutcome {
+    fn after_write(&self, pod: &PodRef, change: &PlannedChange, stored: &[u8]) -> WriteOutcome {
         if stored_resolved(stored).as_deref() != Some(change.annotation.as_str()) {
             tracing::info!(namespace = %pod.namespace, pod = %pod.name,
                 "admission stored another resolved-qos than planned (a replica with another policy?); retrying");
