@@ -1,15 +1,16 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit e2e numa bench
+.PHONY: run test lint unit e2e numa node images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
 ## Every test: formatting, lints, unit + integration tests, the end-to-end suite on a real
-## kube-apiserver, and the two-NUMA-node migration proof in a QEMU guest.
-test: lint unit numa e2e
+## kube-apiserver, the two-NUMA-node migration proof in a QEMU guest, and the node suite (the
+## product's images on a real kubelet + containerd, installed with kubectl apply -k).
+test: lint unit numa e2e node
 
 lint:
 	$(CARGO) fmt --all --check
@@ -28,6 +29,13 @@ e2e:
 
 numa:
 	tests/numa/run-two-node-guest.sh
+
+## OCI archives of koord-webhook and koord-applier, named as manifests/ references them.
+images:
+	images/build.sh
+
+node:
+	tests/node/run
 
 bench:
 	$(CARGO) bench -p koord-webhook --bench resolve

@@ -55,6 +55,9 @@ struct PodState {
     prepared: Prepared,
     /// One slot per `Plan::writes` entry.
     kept: Vec<Option<KeptKnob>>,
+    /// A complete pass (every container started, every cgroup there) was made for this
+    /// version of the pod.
+    passed: bool,
     last_used: Instant,
 }
 
@@ -112,6 +115,7 @@ impl Applier {
                         view: None,
                         prepared: Prepared::Refused(String::new()),
                         kept: Vec::new(),
+                        passed: false,
                         last_used: Instant::now(),
                     }));
                     map.insert(pod.uid.clone(), e.clone());
@@ -129,6 +133,7 @@ impl Applier {
                     Prepared::Ready(plan) => plan.writes.iter().map(|_| None).collect(),
                     _ => Vec::new(),
                 };
+                st.passed = false;
                 st.view = Some(pod.clone());
             }
         }
@@ -211,6 +216,7 @@ impl Applier {
             knobs: Vec::new(),
             read_back: Default::default(),
             pending: Vec::new(),
+            first_pass: false,
         }
     }
 
@@ -254,7 +260,14 @@ impl Applier {
                     .collect();
                 report
             }
-            Prepared::Ready(plan) => self.execute(pod, plan, &mut st.kept),
+            Prepared::Ready(plan) => {
+                let mut report = self.execute(pod, plan, &mut st.kept);
+                if !st.passed && report.pending.is_empty() && report.count(Outcome::Missing) == 0 {
+                    st.passed = true;
+                    report.first_pass = true;
+                }
+                report
+            }
         }
     }
 

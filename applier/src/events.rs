@@ -1,7 +1,8 @@
 //! The memory QoS Events of a pass as `kubectl describe pod` shows them.
 //!
 //! Pure: [`event_for`] turns a pass's report into at most one Event (Normal
-//! `MemoryQOSApplied` only when something was written, i.e. one per change, never per resync;
+//! `MemoryQOSApplied` only when something was written, i.e. one per change, never per resync,
+//! or on the first complete pass of a pod whose knobs this kernel has none of;
 //! Warning `MemoryQOSRefused` / `MemoryQOSFailed`). Identical Events within a window are
 //! dropped by [`koord_runtime::EventDedup`] in the event sink.
 
@@ -62,9 +63,21 @@ pub fn applied_message(report: &PodReport) -> String {
     truncate_note(msg)
 }
 
+/// A pod none of whose knobs this kernel has (an LS pod's memory QoS on mainline cgroup v1)
+/// writes nothing, so "only when something was written" would leave it without any Event:
+/// its first complete pass says what the node cannot do, once per version of the pod.
+fn nothing_supported(report: &PodReport) -> bool {
+    report.first_pass
+        && !report.knobs.is_empty()
+        && report.count(Outcome::Unsupported) == report.knobs.len()
+}
+
 /// The Event a pass deserves, if any.
 pub fn event_for(report: &PodReport) -> Option<PodEvent> {
     let (kind, reason, message) = match report.status {
+        PodStatus::Unchanged if nothing_supported(report) => {
+            (EventKind::Normal, REASON_APPLIED, applied_message(report))
+        }
         PodStatus::Unmanaged | PodStatus::Unchanged => return None,
         PodStatus::Applied => (EventKind::Normal, REASON_APPLIED, applied_message(report)),
         PodStatus::Refused => (

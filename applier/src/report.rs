@@ -63,6 +63,10 @@ pub struct PodReport {
     /// Containers of the annotation without a container ID yet.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<String>,
+    /// The first complete pass over this version of the pod (every container started, every
+    /// cgroup there): `run` then posts an Event even if the kernel has none of the knobs.
+    #[serde(skip)]
+    pub first_pass: bool,
 }
 
 impl PodReport {

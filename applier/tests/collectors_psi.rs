@@ -1,6 +1,6 @@
 //! PSI collection on temporary trees (v2 with and without `full` lines, v1 Alibaba `cpuacct/`,
-//! missing files) and on this machine's real cgroup v2 pressure files. The exposition text is
-//! compared series by series.
+//! v1 hybrid `unified/`, missing files) and on this machine's real cgroup v2 pressure files. The
+//! exposition text is compared series by series.
 
 mod common;
 
@@ -233,7 +233,7 @@ fn pod_changes_and_renames_follow_resource_version() {
 }
 
 #[test]
-fn v1_alibaba_reads_cpuacct_and_plain_v1_stays_quiet() {
+fn v1_alibaba_reads_cpuacct_hybrid_reads_unified_plain_v1_stays_quiet() {
     let tmp = tempfile::tempdir().expect("tmp");
     let a = cid(0xa);
     let rel = format!("kubepods/burstable/pod{UID}");
@@ -258,7 +258,23 @@ fn v1_alibaba_reads_cpuacct_and_plain_v1_stays_quiet() {
     );
     assert_eq!(series(&text, "koordlet_container_psi{").len(), 18);
 
-    // Mainline v1: no pressure files under cpuacct/kubepods: the collector is idle.
+    // Hybrid host (mainline v1 + cgroup2 at unified/): no cpuacct pressure files, the
+    // unified tree has them; Alibaba's cpuacct/ still wins where both exist (above).
+    let hybrid = tempfile::tempdir().expect("tmp");
+    let uni = hybrid.path().join("unified");
+    std::fs::create_dir_all(hybrid.path().join("cpuacct/kubepods")).expect("mkdir");
+    write_files(&uni.join("kubepods"), Some(FULL), Some(FULL), Some(FULL));
+    write_files(&uni.join(&rel), Some(FULL), Some(FULL), Some(FULL));
+    write_files(&uni.join(&rel).join(&a), Some(FULL), Some(FULL), Some(FULL));
+    let (mut c, registry) = collector(hybrid.path(), CgroupVersion::V1);
+    assert!(c.psi_active());
+    c.sync([&pod(UID, "web-0", &[("app", &a)], "1")]);
+    assert_eq!(c.collect_psi().read, 2);
+    let text = scrape(&registry, &c);
+    assert_eq!(series(&text, "koordlet_pod_psi{").len(), 18, "{text}");
+    assert_eq!(series(&text, "koordlet_container_psi{").len(), 18);
+
+    // Mainline v1 without a cgroup2 mount: no pressure files anywhere: the collector is idle.
     let plain = tempfile::tempdir().expect("tmp");
     std::fs::create_dir_all(plain.path().join("cpuacct/kubepods")).expect("mkdir");
     let (mut c, registry) = collector(plain.path(), CgroupVersion::V1);

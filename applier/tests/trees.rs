@@ -214,6 +214,38 @@ fn mainline_v1_batch_and_unsupported_memory_qos() {
 }
 
 #[test]
+fn mainline_v1_ls_pod_gets_one_event_naming_what_the_kernel_lacks() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V1, CgroupDriver::Cgroupfs);
+    let v = view("ls-redis.json", "containerd");
+    let before = {
+        make_pod_tree(&l, Kernel::MainlineV1, &v);
+        snapshot(tmp.path())
+    };
+    let applier = Applier::new(l, false, None);
+    let r = applier.apply(&v);
+    assert!(
+        r.knobs.iter().all(|k| k.outcome == Outcome::Unsupported),
+        "{r:#?}"
+    );
+    assert_eq!(r.status, PodStatus::Unchanged, "nothing written");
+    assert_eq!(snapshot(tmp.path()), before);
+    let ev = event_for(&r).expect("an Event on the first pass");
+    assert_eq!(ev.reason, REASON_APPLIED);
+    assert!(
+        ev.message
+            .contains("unsupported on this node: memory.high memory.low memory.min"),
+        "{}",
+        ev.message
+    );
+    assert_eq!(
+        event_for(&applier.apply(&v)),
+        None,
+        "not again at the resync"
+    );
+}
+
+#[test]
 fn drift_is_repaired_at_next_pass() {
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);

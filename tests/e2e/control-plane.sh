@@ -5,11 +5,23 @@
 # proxy through small wrapper modules, once per version, and cached outside the repo.
 #
 # Usage:
-#   control-plane.sh build                  build if missing; print the kube-apiserver and etcd paths
-#   control-plane.sh start DIR              start etcd + kube-apiserver on loopback, write DIR/kubeconfig
+#   control-plane.sh build [CMD...]         build if missing; print the kube-apiserver and etcd paths,
+#                                           then those of the extra k8s.io/kubernetes/cmd/CMDs
+#   control-plane.sh start DIR              start etcd + kube-apiserver (loopback by default), write DIR/kubeconfig
 #   control-plane.sh stop DIR               stop both processes started into DIR (by PID)
 #   control-plane.sh restart-apiserver DIR  restart only kube-apiserver, same flags, wait until ready
+#   control-plane.sh client-cert DIR CN ORG OUT  (node mode) a client cert from DIR's cluster CA
 #   control-plane.sh kubectl                print the kubectl binary to use (version-matched if present)
+#
+# Extra CMDs (kubelet, kube-proxy, kube-scheduler, kube-controller-manager) come from the same
+# wrapper module, so every binary is the same k8s.io/kubernetes version.
+#
+# Node mode (KOORD_E2E_NODE_MODE=1, used by tests/node): the apiserver binds and advertises
+# KOORD_E2E_BIND_ADDRESS (pods cannot reach loopback, and Endpoints refuse it), keeps the
+# ServiceAccount admission plugin (a controller-manager creates the default ServiceAccounts and
+# signs tokens with DIR/pki/sa.key), runs the lease endpoint reconciler so the `kubernetes`
+# Service points at it, authorizes kubelets with Node,RBAC + NodeRestriction, trusts client
+# certificates of DIR/pki/ca.crt and calls kubelets with DIR/pki/kubelet-client.{crt,key}.
 #
 # Environment (all optional):
 #   KOORD_E2E_CACHE            binary cache root       (default: $HOME/.cache/koord-qos-e2e)
@@ -19,6 +31,9 @@
 #   KOORD_E2E_ETCD_PEER_PORT   etcd peer port          (default 23800)
 #   KOORD_E2E_APISERVER_PORT   kube-apiserver port     (default 26443)
 #   KOORD_E2E_READY_TIMEOUT    seconds to wait for /readyz (default 90)
+#   KOORD_E2E_BIND_ADDRESS     kube-apiserver bind/advertise address (default 127.0.0.1)
+#   KOORD_E2E_SERVICE_CIDR     Service range           (default 10.0.0.0/24)
+#   KOORD_E2E_NODE_MODE        1: node mode, see above (default 0)
 #   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
 set -Eeuo pipefail
 
@@ -36,6 +51,9 @@ ETCD_PORT=${KOORD_E2E_ETCD_PORT:-23790}
 ETCD_PEER_PORT=${KOORD_E2E_ETCD_PEER_PORT:-23800}
 APISERVER_PORT=${KOORD_E2E_APISERVER_PORT:-26443}
 READY_TIMEOUT=${KOORD_E2E_READY_TIMEOUT:-90}
+BIND_ADDRESS=${KOORD_E2E_BIND_ADDRESS:-127.0.0.1}
+SERVICE_CIDR=${KOORD_E2E_SERVICE_CIDR:-10.0.0.0/24}
+NODE_MODE=${KOORD_E2E_NODE_MODE:-0}
 
 PROG=${0##*/}
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
@@ -69,14 +87,17 @@ go_mod_init() { # MODULE
     out=$(go mod init "$1" 2>&1) || die "go mod init $1 failed in $PWD: $out"
 }
 
-build_apiserver() {
+# Binaries of k8s.io/kubernetes/cmd/* built (or to build) into the version's bin/.
+k8s_bin() { echo "$CACHE/k8s-$K8S_VERSION/bin/$1"; }
+
+build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
     local dir=$CACHE/k8s-$K8S_VERSION
     local minor=${K8S_VERSION#1.}
     minor=${minor%%.*}
     mkdir -p "$dir/src" "$dir/bin"
     cd "$dir/src"
     local t0=$SECONDS
-    log "building kube-apiserver v$K8S_VERSION in $dir/src (~6 min cold on 2 cores)"
+    log "building $* v$K8S_VERSION in $dir/src (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
 
     # Fresh wrapper module each time, so a half-finished earlier attempt cannot poison it.
     rm -f go.mod go.sum
@@ -105,8 +126,10 @@ build_apiserver() {
     godebug=$(sed -n 's/^godebug[[:space:]]\{1,\}\(.*\)$/\1/p' "$gomod")
     if [[ -n $godebug ]]; then go mod edit "-godebug=$godebug"; fi
 
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" ||
-        die "go get k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION failed (a module not served by the proxy, or a Go toolchain too old?)"
+    local cmd pkgs=()
+    for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd@v$K8S_VERSION"); done
+    go get "${pkgs[@]}" ||
+        die "go get ${pkgs[*]} failed (a module not served by the proxy, or a Go toolchain too old?)"
 
     # Version stamps as hack/lib/version.sh sets them. /version must report the real
     # version: the compatibility-version check and kubectl skew warnings read it.
@@ -115,8 +138,12 @@ build_apiserver() {
         ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
         ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     done
-    go_build "$dir/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$ld"
-    log "built $dir/bin/kube-apiserver in $((SECONDS - t0))s"
+    for cmd in "$@"; do
+        local t1=$SECONDS
+        go_build "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" "$ld"
+        log "built $dir/bin/$cmd in $((SECONDS - t1))s"
+    done
+    log "k8s binaries done in $((SECONDS - t0))s"
 }
 
 build_etcd() {
@@ -135,9 +162,16 @@ build_etcd() {
     log "built $dir/bin/etcd in $((SECONDS - t0))s"
 }
 
-ensure_built() {
-    [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] && return 0
-    command -v go >/dev/null || die "go is not on PATH; it is needed to build kube-apiserver and etcd"
+KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager "
+
+ensure_built() { # [EXTRA CMD...]
+    local cmd missing=()
+    for cmd in kube-apiserver "$@"; do
+        [[ $KNOWN_CMDS == *" $cmd "* ]] || die "unknown k8s command: $cmd (known:$KNOWN_CMDS)"
+        [[ -x $(k8s_bin "$cmd") ]] || missing+=("$cmd")
+    done
+    [[ -x $ETCD_BIN && ${#missing[@]} -eq 0 ]] && return 0
+    command -v go >/dev/null || die "go is not on PATH; it is needed to build ${missing[*]:-} etcd"
     mkdir -p "$CACHE"
     # Serialise concurrent builders (two test runs at once); a waiting run then finds
     # the binaries built. The lock fd is closed afterwards so it does not leak into the
@@ -146,10 +180,17 @@ ensure_built() {
     exec {lockfd}>"$CACHE/.build.lock"
     flock "$lockfd"
     if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
-    if [[ ! -x $APISERVER_BIN ]]; then build_apiserver; fi
+    missing=()
+    for cmd in kube-apiserver "$@"; do
+        [[ -x $(k8s_bin "$cmd") ]] || missing+=("$cmd")
+    done
+    if [[ ${#missing[@]} -gt 0 ]]; then build_k8s "${missing[@]}"; fi
     exec {lockfd}>&-
     cd "$oldpwd"
-    [[ -x $APISERVER_BIN && -x $ETCD_BIN ]] || die "build finished but binaries are missing"
+    for cmd in kube-apiserver "$@"; do
+        [[ -x $(k8s_bin "$cmd") ]] || die "build finished but $(k8s_bin "$cmd") is missing"
+    done
+    [[ -x $ETCD_BIN ]] || die "build finished but $ETCD_BIN is missing"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -189,7 +230,9 @@ stop_proc() { # DIR NAME
     rm -f "$pidfile"
 }
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_busy() { # PORT [ADDRESS]
+    (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
+}
 
 tail_logs() { # DIR
     local f
@@ -242,7 +285,7 @@ wait_apiserver() { # DIR
             fail_start "$dir" "kube-apiserver exited during startup"
         if curl -fsS --max-time 2 --cacert "$dir/pki/apiserver.crt" \
                 -H "Authorization: Bearer $(cat "$dir/token")" \
-                "https://127.0.0.1:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
+                "https://$BIND_ADDRESS:$APISERVER_PORT/readyz" >/dev/null 2>&1; then
             log "kube-apiserver ready after $((SECONDS - start))s"
             return 0
         fi
@@ -268,7 +311,7 @@ kind: Config
 clusters:
 - name: koord-e2e
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$BIND_ADDRESS:$APISERVER_PORT
     certificate-authority-data: $ca
 users:
 - name: admin
@@ -285,10 +328,36 @@ EOF
     mv -f "$dir/kubeconfig.tmp" "$dir/kubeconfig"
 }
 
+# Node mode: a cluster CA for client certificates (kubelets, and the apiserver's client
+# certificate towards kubelets). ECDSA P-256, valid two days: test clusters are short-lived.
+node_pki() { # DIR
+    local pki=$1/pki
+    (umask 077 && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+        -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 2 -subj "/CN=koord-e2e-cluster-ca" \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        2>/dev/null) || die "openssl could not make the cluster CA"
+    issue_client_cert "$pki" kube-apiserver-kubelet-client system:masters "$pki/kubelet-client"
+}
+
+issue_client_cert() { # PKI CN ORG OUT   -> OUT.crt, OUT.key
+    local pki=$1 cn=$2 org=$3 out=$4 ext
+    ext=$(mktemp)
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n' >"$ext"
+    if ! (umask 077 && openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+            -keyout "$out.key" -out "$out.csr" -subj "/O=$org/CN=$cn" 2>/dev/null &&
+            openssl x509 -req -in "$out.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+                -CAcreateserial -days 2 -extfile "$ext" -out "$out.crt" 2>/dev/null); then
+        rm -f "$ext"
+        die "openssl could not issue a client certificate for $cn"
+    fi
+    rm -f "$ext" "$out.csr"
+}
+
 # Ports and paths of a started DIR, so stop/restart reuse them even if the env changed.
 save_state() {
-    printf 'APISERVER_PORT=%q\nETCD_PORT=%q\nETCD_PEER_PORT=%q\n' \
-        "$APISERVER_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT" >"$1/state.env"
+    printf 'APISERVER_PORT=%q\nETCD_PORT=%q\nETCD_PEER_PORT=%q\nBIND_ADDRESS=%q\nSERVICE_CIDR=%q\nNODE_MODE=%q\n' \
+        "$APISERVER_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT" "$BIND_ADDRESS" "$SERVICE_CIDR" \
+        "$NODE_MODE" >"$1/state.env"
 }
 load_state() {
     [[ -f $1/state.env ]] || die "$1 was not started by $PROG start (no state.env)"
@@ -320,10 +389,12 @@ find_kubectl() {
 # Commands
 # ---------------------------------------------------------------------------------------
 
-cmd_build() {
-    ensure_built
+cmd_build() { # [CMD...]
+    ensure_built "$@"
     echo "$APISERVER_BIN"
     echo "$ETCD_BIN"
+    local cmd
+    for cmd in "$@"; do k8s_bin "$cmd"; done
 }
 
 cmd_start() {
@@ -338,9 +409,15 @@ cmd_start() {
     command -v openssl >/dev/null || die "openssl is needed for the service-account key"
     command -v curl >/dev/null || die "curl is needed for readiness checks"
     local p
-    for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT"; do
+    for p in "$ETCD_PORT" "$ETCD_PEER_PORT"; do
         if port_busy "$p"; then die "port 127.0.0.1:$p is already in use (override with KOORD_E2E_*_PORT)"; fi
     done
+    if port_busy "$APISERVER_PORT" "$BIND_ADDRESS"; then
+        die "port $BIND_ADDRESS:$APISERVER_PORT is already in use (override with KOORD_E2E_APISERVER_PORT)"
+    fi
+    if [[ $BIND_ADDRESS != 127.0.0.1 ]] && ! ip -4 -o addr show | grep -q " inet $BIND_ADDRESS/"; then
+        die "KOORD_E2E_BIND_ADDRESS=$BIND_ADDRESS is not an address of this machine"
+    fi
 
     local t0=$SECONDS
     # Fresh state each start: old etcd data or certs from another run must not leak in.
@@ -353,6 +430,7 @@ cmd_start() {
     (umask 077 && echo "$(cat "$dir/token"),admin,admin,\"system:masters\"" >"$dir/pki/tokens.csv")
     # Service-account signing key: mandatory flag; the key-file flag accepts the private key.
     (umask 077 && openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null)
+    if [[ $NODE_MODE == 1 ]]; then node_pki "$dir"; fi
 
     # --unsafe-no-fsync: throwaway data, and fsync on a busy CI disk slows every write.
     launch "$dir" etcd "$ETCD_BIN" \
@@ -367,29 +445,49 @@ cmd_start() {
     wait_etcd "$dir"
 
     # Minimal flags (as envtest): no --tls-cert-file, so the apiserver writes a
-    # self-signed pki/apiserver.crt, reused on restart, which the kubeconfig trusts.
-    # --disable-admission-plugins=ServiceAccount: no controller-manager creates the
-    #   "default" ServiceAccount, so Pod creation would fail without it.
-    # --endpoint-reconciler-type=none: the "kubernetes" Endpoints cannot hold a loopback
-    #   address; the reconciler would only spam the log.
+    # self-signed pki/apiserver.crt (SANs: the advertise address, the first Service IP and
+    # kubernetes.default.svc...), reused on restart, which the kubeconfig trusts.
     # --advertise-address/--bind-address: never depend on the host having a default route.
     cat >"$dir/kube-apiserver.args" <<EOF
 --etcd-servers=http://127.0.0.1:$ETCD_PORT
---bind-address=127.0.0.1
---advertise-address=127.0.0.1
+--bind-address=$BIND_ADDRESS
+--advertise-address=$BIND_ADDRESS
 --secure-port=$APISERVER_PORT
 --cert-dir=$dir/pki
---service-cluster-ip-range=10.0.0.0/24
---service-account-issuer=https://127.0.0.1:$APISERVER_PORT
+--service-cluster-ip-range=$SERVICE_CIDR
+--service-account-issuer=https://$BIND_ADDRESS:$APISERVER_PORT
 --service-account-key-file=$dir/pki/sa.key
 --service-account-signing-key-file=$dir/pki/sa.key
 --token-auth-file=$dir/pki/tokens.csv
---authorization-mode=RBAC
 --allow-privileged=true
---disable-admission-plugins=ServiceAccount
---endpoint-reconciler-type=none
 --profiling=false
 EOF
+    if [[ $NODE_MODE == 1 ]]; then
+        # A node: the controller-manager creates the default ServiceAccounts (ServiceAccount
+        # admission stays on) and signs their tokens with pki/sa.key; the lease reconciler
+        # points the `kubernetes` Service at the bind address; kubelets authenticate with
+        # certificates of pki/ca.crt and are limited to their own Node (Node authorizer,
+        # NodeRestriction); `kubectl logs/exec` reach the kubelet with pki/kubelet-client.
+        cat >>"$dir/kube-apiserver.args" <<EOF
+--authorization-mode=Node,RBAC
+--enable-admission-plugins=NodeRestriction
+--endpoint-reconciler-type=lease
+--client-ca-file=$dir/pki/ca.crt
+--kubelet-client-certificate=$dir/pki/kubelet-client.crt
+--kubelet-client-key=$dir/pki/kubelet-client.key
+--kubelet-preferred-address-types=InternalIP
+EOF
+    else
+        # --disable-admission-plugins=ServiceAccount: no controller-manager creates the
+        #   "default" ServiceAccount, so Pod creation would fail without it.
+        # --endpoint-reconciler-type=none: the "kubernetes" Endpoints cannot hold a loopback
+        #   address; the reconciler would only spam the log.
+        cat >>"$dir/kube-apiserver.args" <<EOF
+--authorization-mode=RBAC
+--disable-admission-plugins=ServiceAccount
+--endpoint-reconciler-type=none
+EOF
+    fi
     start_apiserver "$dir"
     write_kubeconfig "$dir"
     log "control plane up in $((SECONDS - t0))s: etcd pid $(cat "$dir/etcd.pid"), kube-apiserver pid $(cat "$dir/kube-apiserver.pid")"
@@ -416,24 +514,33 @@ cmd_restart_apiserver() {
     stop_proc "$dir" kube-apiserver
     # The old listener can linger for a moment after exit.
     local i
-    for ((i = 0; i < 50; i++)); do port_busy "$APISERVER_PORT" || break; sleep 0.1; done
-    if port_busy "$APISERVER_PORT"; then die "port 127.0.0.1:$APISERVER_PORT still in use after stopping kube-apiserver"; fi
+    for ((i = 0; i < 50; i++)); do port_busy "$APISERVER_PORT" "$BIND_ADDRESS" || break; sleep 0.1; done
+    if port_busy "$APISERVER_PORT" "$BIND_ADDRESS"; then die "port $BIND_ADDRESS:$APISERVER_PORT still in use after stopping kube-apiserver"; fi
     echo "----- restart at $(date -u +%FT%TZ) -----" >>"$dir/kube-apiserver.log"
     start_apiserver "$dir"
     # The serving cert is reused from --cert-dir, but rewrite in case it was regenerated.
     write_kubeconfig "$dir"
 }
 
+cmd_client_cert() { # DIR CN ORG OUT
+    local dir
+    dir=$(cd "$1" && pwd)
+    load_state "$dir"
+    [[ $NODE_MODE == 1 && -f $dir/pki/ca.key ]] || die "$dir was not started in node mode (KOORD_E2E_NODE_MODE=1)"
+    issue_client_cert "$dir/pki" "$2" "$3" "$4"
+}
+
 usage() {
-    sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '7,14p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 case ${1:-} in
-build) cmd_build ;;
+build) shift; cmd_build "$@" ;;
 start) [[ $# -eq 2 ]] || usage; cmd_start "$2" ;;
 stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;
 restart-apiserver) [[ $# -eq 2 ]] || usage; cmd_restart_apiserver "$2" ;;
+client-cert) [[ $# -eq 5 ]] || usage; cmd_client_cert "$2" "$3" "$4" "$5" ;;
 kubectl) find_kubectl ;;
 *) usage ;;
 esac

@@ -43,6 +43,10 @@ pub enum Controller {
     Cpuacct,
     /// The directory perf's cgroup mode takes (CPI collector).
     PerfEvent,
+    /// A hybrid host's cgroup2 mount (`unified/`, as systemd lays it out): no controllers of its
+    /// own here, but runc and the kubelet create the kubepods tree in it and every directory has
+    /// the pressure files (PSI collector).
+    Unified,
 }
 
 impl Controller {
@@ -53,6 +57,7 @@ impl Controller {
             Controller::Cpuset => "cpuset",
             Controller::Cpuacct => "cpuacct",
             Controller::PerfEvent => "perf_event",
+            Controller::Unified => "unified",
         }
     }
 }

@@ -34,7 +34,7 @@ enum CpiState {
 /// One pod or container cgroup.
 struct CgroupEntry {
     who: Identity,
-    /// Where its pressure files are (`cpuacct/` on v1).
+    /// Where its pressure files are (`cpuacct/` or the hybrid `unified/` mount on v1).
     psi_dir: PathBuf,
     /// Where perf finds it (`perf_event/` on v1); containers only.
     perf_dir: Option<PathBuf>,
@@ -81,6 +81,8 @@ pub struct Collector {
     node: String,
     metrics: CollectorMetrics,
     psi_on: bool,
+    /// On v1: the hierarchy holding the pressure files, `cpuacct` or `unified`.
+    psi_v1_controller: Controller,
     cpi_state: CpiState,
     cpi_events: [Event; 2],
     cpus: Vec<u32>,
@@ -92,11 +94,19 @@ pub struct Collector {
     generation: u64,
 }
 
-/// The pressure-file directory of a cgroup: itself on v2, under `cpuacct/` on v1 (Alibaba
-/// Cloud Linux with `psi=1 psi_v1=1`).
-pub fn psi_dir(layout: &Layout, rel: &Path) -> Result<PathBuf, LayoutError> {
-    layout.dir(rel, Controller::Cpuacct)
+/// The pressure-file directory of a cgroup: itself on v2; on v1 under `v1_controller`:
+/// `cpuacct` (Alibaba Cloud Linux with `psi=1 psi_v1=1`) or `unified` (a hybrid host's cgroup2
+/// mount, where runc and the kubelet create the same tree).
+pub fn psi_dir(
+    layout: &Layout,
+    rel: &Path,
+    v1_controller: Controller,
+) -> Result<PathBuf, LayoutError> {
+    layout.dir(rel, v1_controller)
 }
+
+/// The v1 hierarchies that can hold per-cgroup pressure files, in order of preference.
+const PSI_V1_CONTROLLERS: [Controller; 2] = [Controller::Cpuacct, Controller::Unified];
 
 /// The directory perf's cgroup mode takes: itself on v2, under `perf_event/` on v1.
 pub fn perf_dir(layout: &Layout, rel: &Path) -> Result<PathBuf, LayoutError> {
@@ -115,6 +125,7 @@ impl Collector {
     ) -> Self {
         let mut c = Self {
             psi_on: config.psi,
+            psi_v1_controller: PSI_V1_CONTROLLERS[0],
             cpi_state: if config.cpi {
                 CpiState::On
             } else {
@@ -203,17 +214,27 @@ impl Collector {
     }
 
     /// Reference behaviour: on v1, PSI needs the Alibaba kernel's `cpuacct/*.pressure` under
-    /// kubepods; otherwise the PSI collector stays idle and says so once.
+    /// kubepods. A hybrid host (cgroup2 mounted at `unified/`, as systemd does) has pressure
+    /// files in every cgroup2 directory, and runc and the kubelet create kubepods there too:
+    /// used when `cpuacct/` has none. Otherwise the PSI collector stays idle and says so once.
     fn check_v1_psi(&mut self) {
-        let base = self.layout.root.join("cpuacct");
-        let has = ["kubepods", "kubepods.slice"].iter().any(|k| {
-            Resource::ALL
-                .iter()
-                .all(|r| base.join(k).join(r.file()).is_file())
+        let root = &self.layout.root;
+        let found = PSI_V1_CONTROLLERS.into_iter().find(|c| {
+            ["kubepods", "kubepods.slice"].iter().any(|k| {
+                Resource::ALL
+                    .iter()
+                    .all(|r| root.join(c.dir_name()).join(k).join(r.file()).is_file())
+            })
         });
-        if !has {
-            self.psi_on = false;
-            tracing::warn!(dir = %base.display(), "PSI collector: cgroup v1 without cpuacct/*.pressure under kubepods (needs Alibaba Cloud Linux booted with psi=1 psi_v1=1); PSI will not be exposed");
+        match found {
+            Some(c) => {
+                self.psi_v1_controller = c;
+                tracing::info!(dir = %root.join(c.dir_name()).display(), "PSI collector: cgroup v1, pressure files under this hierarchy");
+            }
+            None => {
+                self.psi_on = false;
+                tracing::warn!(dir = %root.display(), "PSI collector: cgroup v1 without *.pressure under cpuacct/kubepods (Alibaba Cloud Linux booted with psi=1 psi_v1=1) or unified/kubepods (a hybrid host's cgroup2 mount); PSI will not be exposed");
+            }
         }
     }
 
@@ -252,7 +273,7 @@ impl Collector {
             Ok(view) => {
                 for (who, rel) in self.identities(&view) {
                     let (Ok(pdir), perf) = (
-                        psi_dir(&self.layout, &rel),
+                        psi_dir(&self.layout, &rel, self.psi_v1_controller),
                         who.container
                             .as_ref()
                             .and_then(|_| perf_dir(&self.layout, &rel).ok()),
@@ -498,8 +519,12 @@ mod tests {
             crate::cgroup::CgroupDriver::Cgroupfs,
         );
         assert_eq!(
-            psi_dir(&v1, rel).expect("ok"),
+            psi_dir(&v1, rel, Controller::Cpuacct).expect("ok"),
             PathBuf::from("/cg/cpuacct/kubepods/burstable/podabc/cid")
+        );
+        assert_eq!(
+            psi_dir(&v1, rel, Controller::Unified).expect("ok"),
+            PathBuf::from("/cg/unified/kubepods/burstable/podabc/cid")
         );
         assert_eq!(
             perf_dir(&v1, rel).expect("ok"),
@@ -511,9 +536,9 @@ mod tests {
             crate::cgroup::CgroupDriver::Cgroupfs,
         );
         assert_eq!(
-            psi_dir(&v2, rel).expect("ok"),
+            psi_dir(&v2, rel, Controller::Cpuacct).expect("ok"),
             PathBuf::from("/cg/kubepods/burstable/podabc/cid")
         );
-        assert!(psi_dir(&v2, Path::new("../etc")).is_err());
+        assert!(psi_dir(&v2, Path::new("../etc"), Controller::Cpuacct).is_err());
     }
 }

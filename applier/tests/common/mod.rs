@@ -81,7 +81,10 @@ pub fn default_files(kernel: Kernel, controller: Controller) -> Vec<(&'static st
             ("cpu.cfs_period_us", "100000"),
         ],
         // The trees seed the memory and cpu controllers only.
-        (_, Controller::Cpuset | Controller::Cpuacct | Controller::PerfEvent) => Vec::new(),
+        (
+            _,
+            Controller::Cpuset | Controller::Cpuacct | Controller::PerfEvent | Controller::Unified,
+        ) => Vec::new(),
     }
 }
 

@@ -1,0 +1,1061 @@
+#!/usr/bin/env python3
+"""Node suite: the product installed as a user installs it, on a real one-node cluster.
+
+Run it through `tests/node/run` (see README.md). Stdlib only (Python 3.11+).
+
+  make images -> node.sh start (etcd, kube-apiserver, controller-manager, scheduler, containerd,
+  kubelet, kube-proxy on a test bridge) -> ctr import of the product's images -> koord-webhook
+  certs, kubectl apply -k, TLS Secret, caBundle -> scenarios with real pods -> figures ->
+  kubectl delete -k manifests/ -> node.sh stop -> node.sh check-clean.
+
+Each scenario prints `PASS <name> (<s>)` or `FAIL <name>: <reason>`; the last line is
+`N passed, M failed`. Figures are printed as `figure <what>: ...` lines. Progress on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.dont_write_bytecode = True
+
+import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
+
+NODE_SH = HERE / "node.sh"
+OVERLAY = HERE / "overlay"
+TESTDATA = HERE / "testdata"
+MANIFESTS = REPO / "manifests"
+CGROUP = Path("/sys/fs/cgroup")
+
+SYSTEM_NS = "koordinator-system"
+OPT_IN = "koordinator.sh/qos-webhook"
+QOS_LABEL = "koordinator.sh/qosClass"
+RESOLVED = "koordinator.sh/resolved-qos"
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+WEBHOOK_NAME = "pods.qos.koordinator.sh"
+APPLIED = "MemoryQOSApplied"
+
+NS_QOS = "node-qos"  # the seeds' shapes, crash/restart, webhook down
+NS_BATCH = "node-batch"  # BE pods with batch resources
+NS_LOAD = "node-load"  # the figures' pods
+
+# CAP_DAC_OVERRIDE (1), CAP_SYS_PTRACE (19), CAP_SYS_NICE (23): what the DaemonSet adds.
+APPLIER_CAPS = (1 << 1) | (1 << 19) | (1 << 23)
+
+
+def log(msg: str) -> None:
+    print(f"[node {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Fatal(Exception):
+    """Setup failed: nothing else can run."""
+
+
+class Check(AssertionError):
+    """A scenario's assertion failed."""
+
+
+def check(cond: object, msg: str) -> None:
+    if not cond:
+        raise Check(msg)
+
+
+def wait_until(what: str, fn: Callable[[], object], timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        try:
+            v = fn()
+            if v:
+                return v
+        except (Check, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise Check(f"timed out after {timeout:.0f}s waiting for {what}"
+                        + (f" (last error: {last})" if last else ""))
+        time.sleep(interval)
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest rank."""
+    v = sorted(values)
+    return v[max(0, min(len(v) - 1, -(-int(p * len(v)) // 100) - 1))]
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
+        if m:
+            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out[(m.group(1), labs)] = float(m.group(3))
+    return out
+
+
+def metric_sum(metrics: dict, metric: str, **want: str) -> float:
+    return sum(v for (n, labs), v in metrics.items()
+               if n == metric and all((k, w) in labs for k, w in want.items()))
+
+
+# ---------------------------------------------------------------------------------------
+# Harness
+# ---------------------------------------------------------------------------------------
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="koord-node."))
+        self.node_dir = self.dir / "node"
+        self.node_started = False
+        self.env: dict[str, str] = {}
+        self.kubectl_bin = ""
+        self.images: dict[str, str] = {}  # image name -> archive
+        self.webhook_bin = ""
+        self.figures: list[str] = []
+        self.carry: dict = {}
+
+    # -- kubectl -------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        argv = [self.kubectl_bin, f"--kubeconfig={self.env['KUBECONFIG']}", *args]
+        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        if check_rc and p.returncode != 0:
+            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
+        return p
+
+    def kjson(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply_obj(self, obj: dict, ns: str | None = None) -> None:
+        self.kubectl(*(["-n", ns] if ns else []), "apply", "-f", "-", input=json.dumps(obj))
+
+    def pod(self, ns: str, name: str) -> dict:
+        return self.kjson("get", "pod", "-n", ns, name)
+
+    def namespace(self, name: str) -> None:
+        """An opted-in namespace, usable once the controller-manager made its ServiceAccount."""
+        self.apply_obj({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": name, "labels": {OPT_IN: "enabled"}}})
+        wait_until(f"ServiceAccount {name}/default", lambda: self.kubectl(
+            "-n", name, "get", "serviceaccount", "default", check_rc=False).returncode == 0, 30)
+
+    def wait_running(self, ns: str, name: str, timeout: float = 120) -> dict:
+        def running():
+            p = self.pod(ns, name)
+            st = p.get("status", {})
+            cs = st.get("containerStatuses") or []
+            if st.get("phase") == "Running" and cs and all(c.get("ready") or c.get("started")
+                                                           for c in cs):
+                return p
+            return None
+        try:
+            return wait_until(f"pod {ns}/{name} Running", running, timeout)
+        except Check as e:
+            desc = self.kubectl("describe", "pod", "-n", ns, name, check_rc=False).stdout
+            raise Check(f"{e}\n{desc[-1500:]}") from None
+
+    def events(self, ns: str, uid: str, reason: str | None = None) -> list[dict]:
+        sel = f"involvedObject.uid={uid}" + (f",reason={reason}" if reason else "")
+        return self.kjson("get", "events", "-n", ns, "--field-selector", sel)["items"]
+
+    # -- the product's pods --------------------------------------------------------------
+
+    def applier_pod(self) -> dict:
+        pods = self.kjson("get", "pods", "-n", SYSTEM_NS, "-l",
+                          "app.kubernetes.io/name=koord-applier")["items"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
+        return live[0]
+
+    def applier_metrics(self, pod: dict | None = None) -> dict:
+        pod = pod or self.applier_pod()
+        ip = pod["status"].get("podIP")
+        check(ip, "the applier pod has no IP")
+        with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    def apiserver_metrics(self) -> dict:
+        return parse_metrics(self.kubectl("get", "--raw", "/metrics").stdout)
+
+    # -- cgroups ---------------------------------------------------------------------------
+
+    @staticmethod
+    def pod_cgroup(ctrl: str, pod: dict) -> Path:
+        parent = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}[
+            pod["status"]["qosClass"]]
+        return CGROUP / ctrl / "kubepods" / parent / f"pod{pod['metadata']['uid']}"
+
+    @staticmethod
+    def container_id(pod: dict, name: str) -> str:
+        for c in pod["status"].get("containerStatuses") or []:
+            if c["name"] == name and c.get("containerID"):
+                scheme, _, cid = c["containerID"].partition("://")
+                check(scheme == "containerd" and re.fullmatch(r"[0-9a-f]{64}", cid),
+                      f"unexpected containerID {c['containerID']}")
+                return cid
+        raise Check(f"container {name} has no containerID yet")
+
+    def container_cgroup(self, ctrl: str, pod: dict, name: str) -> Path:
+        return self.pod_cgroup(ctrl, pod) / self.container_id(pod, name)
+
+    def container_pid(self, pod: dict, name: str) -> int:
+        procs = (self.container_cgroup("pids", pod, name) / "cgroup.procs").read_text().split()
+        check(procs, f"no process in the cgroup of {pod['metadata']['name']}/{name}")
+        return int(procs[0])
+
+    # -- node.sh ---------------------------------------------------------------------------
+
+    def node_sh(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+        return subprocess.run([str(NODE_SH), *args], stdout=subprocess.PIPE, stderr=sys.stderr,
+                              text=True, timeout=timeout)
+
+
+def read_knob(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def status_caps(pid: int) -> dict[str, str]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        out[k] = v.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Setup: images, node, install
+# ---------------------------------------------------------------------------------------
+
+
+def prerequisites(h: Harness) -> None:
+    if os.geteuid() != 0:
+        raise Fatal("must run as root (kubelet, containerd, a bridge, iptables, cgroups)")
+    for tool in ("cargo", "python3", "curl", "openssl"):
+        if not shutil.which(tool):
+            raise Fatal(f"{tool} not on PATH")
+    r = subprocess.run([str(REPO / "tests" / "e2e" / "control-plane.sh"), "kubectl"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Fatal(f"no kubectl: {r.stderr.strip()}")
+    h.kubectl_bin = r.stdout.strip()
+    r = h.node_sh("check-clean")
+    if r.returncode != 0:
+        raise Fatal("the machine has leftovers of a node (see above); refusing to start")
+
+
+def build_images(h: Harness) -> None:
+    """`make images`: the product's images, exactly what manifests/ references."""
+    log("make images (images/build.sh)")
+    t0 = time.monotonic()
+    r = subprocess.run([str(REPO / "images" / "build.sh")], stdout=subprocess.PIPE,
+                       stderr=sys.stderr, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise Fatal("images/build.sh failed (see above)")
+    for line in r.stdout.split("\n"):
+        if line.strip():
+            name, archive = line.split()
+            h.images[name] = archive
+    log(f"images built in {time.monotonic() - t0:.0f}s: {', '.join(h.images)}")
+    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+                                     cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    h.webhook_bin = str(Path(meta["target_directory"]) / "release" / "koord-webhook")
+
+
+def start_node(h: Harness) -> None:
+    log("node.sh build (k8s binaries, cached) + start")
+    r = h.node_sh("build")
+    if r.returncode != 0:
+        raise Fatal("node.sh build failed (see above)")
+    h.node_started = True
+    t0 = time.monotonic()
+    r = h.node_sh("start", str(h.node_dir))
+    if r.returncode != 0:
+        raise Fatal("node.sh start failed (see above)")
+    for line in (h.node_dir / "node.env").read_text().splitlines():
+        k, _, v = line.partition("=")
+        h.env[k] = v
+    log(f"node up in {time.monotonic() - t0:.0f}s")
+    r = h.node_sh("import", str(h.node_dir), *h.images.values())
+    if r.returncode != 0:
+        raise Fatal("importing the product's images failed")
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------------------
+
+SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
+
+
+def scenario(name: str):
+    def deco(fn):
+        SCENARIOS.append((name, fn))
+        return fn
+    return deco
+
+
+@scenario("images: the archives `make images` built are what manifests/ reference, "
+          "imported into the node's containerd")
+def s_images(h: Harness) -> None:
+    rendered = webhookcfg.render(h.kubectl_bin, str(MANIFESTS))
+    refs = sorted({c["image"] for o in webhookcfg.select(rendered, "Deployment", "DaemonSet")
+                   for c in o["spec"]["template"]["spec"]["containers"]})
+    check(refs == sorted(h.images), f"manifests reference {refs}, make images built {sorted(h.images)}")
+    out = subprocess.run(["ctr", "--address", h.env["CONTAINERD_ADDRESS"], "-n", "k8s.io",
+                          "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout
+    for ref in refs:
+        check(ref in out.split(), f"{ref} not in the node's containerd: {out.split()}")
+
+
+@scenario("install: certs + kubectl apply -k + TLS Secret + caBundle; webhook Deployment "
+          "Available, applier DaemonSet ready, example ConfigMaps applied")
+def s_install(h: Harness) -> None:
+    certs = h.dir / "certs"
+    r = subprocess.run([h.webhook_bin, "certs", "--out", str(certs), "--service", "koord-webhook",
+                        "--namespace", SYSTEM_NS], capture_output=True, text=True)
+    check(r.returncode == 0, f"koord-webhook certs failed: {r.stderr}")
+    ca_bundle = r.stdout.strip()
+    h.kubectl("apply", "-k", str(OVERLAY))
+    h.kubectl("-n", SYSTEM_NS, "create", "secret", "tls", "koord-webhook-tls",
+              f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
+    h.kubectl("patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
+              json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
+                           "value": ca_bundle}]))
+    # The reference's example ConfigMaps, applied explicitly (not relying on the base).
+    for f in ("ack-slo-config.yaml", "ack-slo-pod-config.yaml"):
+        h.kubectl("apply", "-f", str(TESTDATA / f))
+    t0 = time.monotonic()
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=180s",
+              timeout=200)
+    h.kubectl("-n", SYSTEM_NS, "wait", "deployment/koord-webhook", "--for=condition=Available",
+              "--timeout=60s", timeout=80)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=180s",
+              timeout=200)
+    log(f"webhook Available and applier ready {time.monotonic() - t0:.0f}s after apply")
+    ds = h.kjson("-n", SYSTEM_NS, "get", "daemonset", "koord-applier")["status"]
+    check(ds.get("numberReady") == ds.get("desiredNumberScheduled") == 1, f"DaemonSet status {ds}")
+    for pod in h.kjson("-n", SYSTEM_NS, "get", "pods")["items"]:
+        for c in pod["status"]["containerStatuses"]:
+            check(c["image"] in h.images, f"{pod['metadata']['name']} runs {c['image']}")
+            check(c["ready"], f"{pod['metadata']['name']}/{c['name']} not ready")
+    for ns in (NS_QOS, NS_BATCH, NS_LOAD):
+        h.namespace(ns)
+    # The apiserver calls the webhook through the Service: wait until a dry run is mutated.
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": NS_QOS},
+             "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"]}]}}
+    wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(h.kubectl(
+        "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
+        ["metadata"].get("annotations") or {}), 60, 1)
+
+
+@scenario("processes: webhook runs as 65532 with no capabilities; applier as root with exactly "
+          "DAC_OVERRIDE, SYS_NICE, SYS_PTRACE; both no-new-privs and seccomp-filtered")
+def s_processes(h: Harness) -> None:
+    webhooks = h.kjson("-n", SYSTEM_NS, "get", "pods", "-l", "app.kubernetes.io/name=koord-webhook")
+    for pod in webhooks["items"]:
+        st = status_caps(h.container_pid(pod, "webhook"))
+        check(st["Uid"].split()[:2] == ["65532", "65532"], f"webhook Uid {st['Uid']}")
+        check(int(st["CapEff"], 16) == 0 and int(st["CapBnd"], 16) == 0,
+              f"webhook CapEff {st['CapEff']} CapBnd {st['CapBnd']}")
+        check(st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", f"webhook {st['NoNewPrivs']=} {st['Seccomp']=}")
+    st = status_caps(h.container_pid(h.applier_pod(), "applier"))
+    check(st["Uid"].split()[0] == "0", f"applier Uid {st['Uid']}")
+    check(int(st["CapEff"], 16) == APPLIER_CAPS and int(st["CapBnd"], 16) == APPLIER_CAPS,
+          f"applier CapEff {st['CapEff']} CapBnd {st['CapBnd']}, want {APPLIER_CAPS:016x}")
+    check(st["NoNewPrivs"] == "1" and st["Seccomp"] == "2", f"applier {st['NoNewPrivs']=} {st['Seccomp']=}")
+
+
+def knob_files_check(h: Harness, pod: dict, event_msg: str) -> list[str]:
+    """For every knob of the annotation: the kernel's file holds the value, or the Event names
+    the knob as unsupported. Returns what was compared, for the log."""
+    rq = json.loads(pod["metadata"]["annotations"][RESOLVED])
+    mq = rq.get("memoryQOS") or {}
+    unsupported = set()
+    m = re.search(r"unsupported on this node: ([^;]*)", event_msg)
+    if m:
+        unsupported = set(m.group(1).split())
+    seen = []
+    targets = [(h.pod_cgroup("memory", pod), mq.get("pod") or {})]
+    for cname, knobs in (mq.get("containers") or {}).items():
+        targets.append((h.container_cgroup("memory", pod, cname), knobs))
+    for d, knobs in targets:
+        for knob, want in knobs.items():
+            f = d / knob
+            if knob in READ_ONLY:
+                # Read back, never written: in the Event where the kernel has the file.
+                check(f.exists() == (f"{knob}=" in event_msg),
+                      f"{knob}: file {'present' if f.exists() else 'absent'}, Event: {event_msg}")
+                continue
+            if f.exists():
+                got = read_knob(f)
+                check(str(want) == got or (want == "max" and int(got) >= 2**62),
+                      f"{f}: {got}, annotation says {want}")
+                seen.append(f"{f.name}={got}")
+            else:
+                check(knob in unsupported, f"{knob} has no file here and the Event does not "
+                      f"list it as unsupported: {event_msg}")
+    return seen
+
+
+NOT_STARTED = "not started yet"
+# Knobs of the contract the applier reads back (Alibaba's watermark), never writes.
+READ_ONLY = {"memory.wmark_high"}
+
+
+def applied_events(h: Harness, ns: str, pod: dict) -> list[dict]:
+    return h.events(ns, pod["metadata"]["uid"], APPLIED)
+
+
+def applied_event(h: Harness, ns: str, pod: dict, timeout: float = 60) -> dict:
+    """The pod's MemoryQOSApplied Event that covers every container. (A pass made before the
+    containers started writes the pod level and says `not started yet: <names>`; that one
+    may come first.) Exactly one such Event."""
+    def complete():
+        return [e for e in applied_events(h, ns, pod) if NOT_STARTED not in e["message"]]
+    try:
+        evs = wait_until(f"{APPLIED} Event on {ns}/{pod['metadata']['name']}", complete, timeout, 1)
+    except Check as e:
+        other = [(x["reason"], x["message"]) for x in h.events(ns, pod["metadata"]["uid"])]
+        raise Check(f"{e}; events: {other}") from None
+    check(len(evs) == 1, f"{len(evs)} {APPLIED} Events: {[x['message'] for x in evs]}")
+    ev = evs[0]
+    check((ev.get("count") or 1) == 1 and not ev.get("series"), f"repeated Event: {ev}")
+    check(ev.get("reportingComponent") == "koordinator.sh/koord-applier",
+          f"Event not from koord-applier: {ev.get('reportingComponent')} / {ev.get('source')}")
+    return ev
+
+
+@scenario("redis-demo shape (LS, memoryQOS auto): label, resolved-qos, MemoryQOSApplied from the "
+          "applier, cgroup files hold every knob this kernel has, the rest named unsupported")
+def s_redis(h: Harness) -> None:
+    h.kubectl("apply", "-n", NS_QOS, "-f", str(TESTDATA / "redis-demo.yaml"))
+    pod = h.wait_running(NS_QOS, "redis-demo")
+    check(pod["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {pod['metadata']['labels']}")
+    rq = json.loads(pod["metadata"]["annotations"][RESOLVED])
+    check(rq["memoryQOS"]["enabled"] and rq["memoryQOS"]["policy"] == "auto", f"{rq['memoryQOS']}")
+    ev = applied_event(h, NS_QOS, pod)
+    seen = knob_files_check(h, pod, ev["message"])
+    log(f"redis-demo Event: {ev['message']}; files compared: {seen or 'none (see Event)'}")
+    # What the kubelet set stays the kubelet's: memory limit 6Gi, CFS quota of 1 CPU.
+    check(read_knob(h.container_cgroup("memory", pod, "redis") / "memory.limit_in_bytes")
+          == str(6 * 2**30), "container memory.limit_in_bytes is not the kubelet's 6Gi")
+    desc = h.kubectl("describe", "pod", "-n", NS_QOS, "redis-demo").stdout
+    check(APPLIED in desc and RESOLVED in desc, "kubectl describe lacks the Event or the annotation")
+
+
+@scenario("stress-demo shape (BE, memoryQOS auto): label BE, resolved-qos, MemoryQOSApplied, "
+          "cgroup files hold every knob this kernel has, the rest named unsupported")
+def s_stress(h: Harness) -> None:
+    h.kubectl("apply", "-n", NS_QOS, "-f", str(TESTDATA / "stress-demo.yaml"))
+    pod = h.wait_running(NS_QOS, "stress-demo")
+    check(pod["metadata"]["labels"].get(QOS_LABEL) == "BE", f"labels {pod['metadata']['labels']}")
+    check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
+    rq = json.loads(pod["metadata"]["annotations"][RESOLVED])
+    check(rq["qosClass"] == "BE" and rq["memoryQOS"]["enabled"], f"{rq}")
+    ev = applied_event(h, NS_QOS, pod)
+    seen = knob_files_check(h, pod, ev["message"])
+    log(f"stress-demo Event: {ev['message']}; files compared: {seen or 'none (see Event)'}")
+    desc = h.kubectl("describe", "pod", "-n", NS_QOS, "stress-demo").stdout
+    check(APPLIED in desc, "kubectl describe lacks the Event")
+
+
+def set_colocation(h: Harness, enable: bool) -> None:
+    """colocation-config in the cluster ConfigMap, Koordinator's keys. The whole machine may
+    be lent (100%): a test node has nothing else to protect, and the other engineers' builds
+    on this shared machine count as system usage."""
+    cfg = {"enable": enable, "cpuReclaimThresholdPercent": 100,
+           "memoryReclaimThresholdPercent": 65, "metricAggregateDurationSeconds": 30,
+           "updateTimeThresholdSeconds": 10, "resourceDiffThreshold": 0.1}
+    h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-config", "--type=merge", "-p",
+              json.dumps({"data": {"colocation-config": json.dumps(cfg)}}))
+
+
+def node_batch(h: Harness) -> tuple[float, float]:
+    alloc = h.kjson("get", "node", h.env["NODE_NAME"])["status"].get("allocatable", {})
+    return (quantity(alloc.get(BATCH_CPU, "0")),
+            quantity(alloc.get(BATCH_MEMORY, "0")))
+
+
+_SUFFIX = {"": 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(q: str) -> float:
+    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(q))
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"unsupported quantity {q!r}")
+    return float(m.group(1)) * _SUFFIX[m.group(2)]
+
+
+def be_pod(name: str, ns: str, image: str, cpu: tuple[str, str] | None,
+           mem: tuple[str, str], command: list[str] | None = None,
+           node: str | None = None) -> dict:
+    req, lim = {"memory": mem[0]}, {"memory": mem[1]}
+    if cpu:
+        req["cpu"], lim["cpu"] = cpu
+    spec: dict = {"containers": [{"name": "work", "image": image,
+                                  "command": command or ["pause"],
+                                  "resources": {"requests": req, "limits": lim}}],
+                  "terminationGracePeriodSeconds": 2}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {QOS_LABEL: "BE"}},
+            "spec": spec}
+
+
+def batch_files_check(h: Harness, pod: dict, container: str) -> dict[str, str]:
+    """The batch section of resolved-qos, in the real pod and container cgroups."""
+    batch = json.loads(pod["metadata"]["annotations"][RESOLVED])["batch"]
+    got = {}
+    for ctrl_knobs, d in ((batch["pod"], None), (batch["containers"][container], container)):
+        for knob, want in ctrl_knobs.items():
+            ctrl = "memory" if knob.startswith("memory.") else "cpu"
+            base = h.container_cgroup(ctrl, pod, d) if d else h.pod_cgroup(ctrl, pod)
+            v = read_knob(base / knob)
+            got[f"{'container' if d else 'pod'} {knob}"] = v
+            check(v == str(want), f"{base / knob} = {v}, resolved-qos batch says {want}")
+    return got
+
+
+@scenario("batch: colocation on -> the applier advertises batch-cpu/batch-memory, a BE pod with "
+          "batch resources is scheduled and runs with the batch values in its cgroups; colocation "
+          "off -> new BE pods stay Pending, the running one is left alone")
+def s_batch(h: Harness) -> None:
+    node = h.env["NODE_NAME"]
+    set_colocation(h, True)
+    want_cpu, want_mem = 100, 64 * 2**20
+
+    def advertised():
+        cpu, mem = node_batch(h)
+        return (cpu, mem) if cpu >= want_cpu and mem >= want_mem else None
+    try:
+        cpu, mem = wait_until("batch-cpu/batch-memory on the Node", advertised, 180, 2)
+    except Check as e:
+        m = h.applier_metrics()
+        raise Check(f"{e}; Node has {node_batch(h)}; applier: advertised "
+                    f"{[(dict(l), v) for (n, l), v in m.items() if n == 'koord_applier_batch_resource_advertised']}"
+                    " (batch-cpu = 2 CPUs x 100% - LS usage - system usage: other load on this "
+                    "machine counts as system usage)") from None
+    log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**30:.1f} GiB")
+    pod = be_pod("be-batch", NS_BATCH, h.env["WORKLOAD_IMAGE"], ("100m", "500m"), ("64Mi", "128Mi"),
+                 ["koord-stress", "--vm", "1", "--vm-bytes", "16M", "--vm-hang", "3600"])
+    h.apply_obj(pod)
+    stored = h.pod(NS_BATCH, "be-batch")
+    res = stored["spec"]["containers"][0]["resources"]
+    check(BATCH_CPU in res["requests"] and "cpu" not in res["requests"], f"resources {res}")
+    pod = h.wait_running(NS_BATCH, "be-batch")
+    sched = [e for e in h.events(NS_BATCH, pod["metadata"]["uid"], "Scheduled")]
+    check(sched and node in sched[0]["message"], f"not scheduled by the scheduler: {sched}")
+    ev = applied_event(h, NS_BATCH, pod)
+    got = batch_files_check(h, pod, "work")
+    log(f"be-batch cgroups: {got}; Event: {ev['message']}")
+    h.carry["be_batch"] = pod
+
+    set_colocation(h, False)
+    wait_until("batch capacity withdrawn (0)", lambda: node_batch(h) == (0, 0), 120, 2)
+    h.apply_obj(be_pod("be-batch-off", NS_BATCH, h.env["WORKLOAD_IMAGE"], ("100m", "500m"),
+                       ("64Mi", "128Mi")))
+
+    def unschedulable():
+        p = h.pod(NS_BATCH, "be-batch-off")
+        evs = h.events(NS_BATCH, p["metadata"]["uid"], "FailedScheduling")
+        return evs[0]["message"] if evs else None
+    msg = wait_until("FailedScheduling for the BE pod with colocation off", unschedulable, 60, 1)
+    check("Insufficient kubernetes.io/batch" in msg, f"FailedScheduling says: {msg}")
+    check(h.pod(NS_BATCH, "be-batch-off")["status"]["phase"] == "Pending", "not Pending")
+    still = h.pod(NS_BATCH, "be-batch")
+    check(still["status"]["phase"] == "Running"
+          and h.container_id(still, "work") == h.container_id(pod, "work"),
+          "the running BE pod was disturbed when colocation was turned off")
+    batch_files_check(h, still, "work")
+    log(f"colocation off: {msg}")
+    h.kubectl("-n", NS_BATCH, "delete", "pod", "be-batch-off", "--wait=false")
+    set_colocation(h, True)
+
+
+@scenario("container crash: the kubelet restarts it (new container ID), the applier writes the "
+          "batch values again within the resync period, no duplicate Event")
+def s_crash(h: Harness) -> None:
+    pod = be_pod("crashy", NS_BATCH, h.env["WORKLOAD_IMAGE"], None, ("32Mi", "64Mi"),
+                 ["koord-stress", "--vm", "1", "--vm-bytes", "4M", "--vm-hang", "60", "-t", "4"])
+    h.apply_obj(pod)
+    pod = h.wait_running(NS_BATCH, "crashy")
+    first = h.container_id(pod, "work")
+    applied_event(h, NS_BATCH, pod)
+    batch_files_check(h, pod, "work")
+    events_before = [e["message"] for e in applied_events(h, NS_BATCH, pod)]
+    writes_before = metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total",
+                               knob="memory.limit_in_bytes", outcome="written")
+
+    def restarted():
+        p = h.pod(NS_BATCH, "crashy")
+        cs = p["status"]["containerStatuses"][0]
+        if cs.get("restartCount", 0) >= 1 and "running" in cs.get("state", {}):
+            cid = h.container_id(p, "work")
+            return p if cid != first else None
+        return None
+    pod = wait_until("the kubelet to restart the container", restarted, 90, 0.5)
+    t_restart = time.monotonic()
+    second = h.container_id(pod, "work")
+
+    def values_back():
+        try:
+            return batch_files_check(h, pod, "work")
+        except (Check, OSError):
+            return None
+    got = wait_until("the batch values on the new container", values_back, 25, 0.25)
+    log(f"new container {second[:12]} (was {first[:12]}): batch values back after "
+        f"{time.monotonic() - t_restart:.1f}s: {got}")
+    # runc creates the new container's cgroup with the kubelet's values (no memory limit for a
+    # BestEffort container): the limit there is the applier's write, counted as one.
+    writes = metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total",
+                        knob="memory.limit_in_bytes", outcome="written")
+    check(writes > writes_before, f"memory.limit_in_bytes writes {writes_before} -> {writes}")
+    time.sleep(3)  # an Event would have been posted by now
+    evs = applied_events(h, NS_BATCH, pod)
+    check([e["message"] for e in evs] == events_before
+          and all((e.get("count") or 1) == 1 and not e.get("series") for e in evs),
+          f"{APPLIED} Events after the restart: {[(e['message'], e.get('count')) for e in evs]}, "
+          f"before: {events_before}")
+    h.kubectl("-n", NS_BATCH, "delete", "pod", "crashy", "--wait=false")
+
+
+@scenario("applier pod deleted: the DaemonSet brings it back and it rewrites nothing; a hand "
+          "edit of a cgroup file is repaired within the resync period")
+def s_applier_restart(h: Harness) -> None:
+    be = h.carry.get("be_batch")
+    check(be, "needs the batch scenario's pod")
+    be = h.pod(NS_BATCH, "be-batch")
+    events_before = len(applied_events(h, NS_BATCH, be))
+    old = h.applier_pod()
+    h.kubectl("-n", SYSTEM_NS, "delete", "pod", old["metadata"]["name"], "--wait=true",
+              timeout=90)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=120s",
+              timeout=140)
+
+    def new_ready():
+        p = h.applier_pod()
+        return p if p["metadata"]["uid"] != old["metadata"]["uid"] and all(
+            c["ready"] for c in p["status"].get("containerStatuses") or [{"ready": False}]) else None
+    new = wait_until("the new applier pod Ready", new_ready, 120, 1)
+
+    def first_pass():
+        m = h.applier_metrics(new)
+        managed = metric_sum(m, "koord_applier_pods_managed")
+        unchanged = metric_sum(m, "koord_applier_cgroup_writes_total", outcome="unchanged")
+        return m if managed >= 1 and unchanged > 0 else None
+    wait_until("the new applier's first pass", first_pass, 60, 1)
+    time.sleep(22)  # and one full resync (20 s)
+    m = h.applier_metrics(new)
+    written = metric_sum(m, "koord_applier_cgroup_writes_total", outcome="written")
+    check(written == 0, f"the new applier wrote {written} knobs that were already right: "
+          f"{[(dict(l), v) for (n, l), v in m.items() if n == 'koord_applier_cgroup_writes_total' and v]}")
+    check(len(applied_events(h, NS_BATCH, be)) == events_before,
+          "the new applier posted another MemoryQOSApplied for an unchanged pod")
+    redis = h.pod(NS_QOS, "redis-demo")
+    log(f"redis-demo (nothing supported here) has {len(applied_events(h, NS_QOS, redis))} "
+        f"{APPLIED} Events after the applier restart (the new process announces it again)")
+    log(f"new applier {new['metadata']['name']}: managed "
+        f"{metric_sum(m, 'koord_applier_pods_managed'):.0f} pods, "
+        f"{metric_sum(m, 'koord_applier_cgroup_writes_total', outcome='unchanged'):.0f} knobs "
+        "unchanged, 0 written")
+
+    f = h.container_cgroup("cpu", be, "work") / "cpu.shares"
+    want = read_knob(f)
+    f.write_text("1024\n")
+    check(read_knob(f) == "1024", "the hand edit did not take")
+    t0 = time.monotonic()
+    wait_until(f"{f} repaired", lambda: read_knob(f) == want, 20 + 10, 0.25)
+    log(f"hand edit of {f.name} (1024) repaired to {want} after {time.monotonic() - t0:.1f}s "
+        "(resync period 20 s)")
+    m2 = h.applier_metrics(new)
+    check(metric_sum(m2, "koord_applier_cgroup_writes_total", knob="cpu.shares", outcome="written")
+          >= 1, "the repair is not counted as a write")
+
+
+@scenario("webhook pods deleted: pods created meanwhile start untouched (failurePolicy Ignore); "
+          "the next pod after the webhook is back is mutated")
+def s_webhook_down(h: Harness) -> None:
+    node = h.env["NODE_NAME"]
+    fail_open_before = metric_sum(h.apiserver_metrics(), "apiserver_admission_webhook_fail_open_count",
+                                  name=WEBHOOK_NAME)
+    # Cordoned, the replacement webhook pods cannot be scheduled: a window without any webhook
+    # endpoint that does not depend on timing. The test pod names its node (bypasses the
+    # scheduler, as a DaemonSet pod would).
+    h.kubectl("cordon", node)
+    try:
+        h.kubectl("-n", SYSTEM_NS, "delete", "pods", "-l", "app.kubernetes.io/name=koord-webhook",
+                  "--wait=true", timeout=120)
+        wait_until("no webhook endpoint", lambda: not any(
+            ep.get("conditions", {}).get("ready") for s in h.kjson(
+                "-n", SYSTEM_NS, "get", "endpointslices", "-l",
+                "kubernetes.io/service-name=koord-webhook")["items"]
+            for ep in s.get("endpoints") or []), 30, 0.5)
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "while-down", "namespace": NS_QOS},
+               "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
+                        "containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"],
+                                        "command": ["pause"],
+                                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
+        t0 = time.monotonic()
+        h.apply_obj(pod)
+        dt = time.monotonic() - t0
+        log(f"pod created in {dt:.2f}s with no webhook running")
+        h.figures.append(f"figure kubectl apply of a pod with no webhook endpoint (failurePolicy "
+                         f"Ignore, timeoutSeconds 5): {dt:.2f} s")
+        p = h.wait_running(NS_QOS, "while-down")
+        check(RESOLVED not in (p["metadata"].get("annotations") or {})
+              and QOS_LABEL not in (p["metadata"].get("labels") or {}),
+              f"mutated while the webhook was down: {p['metadata']}")
+        after = metric_sum(h.apiserver_metrics(), "apiserver_admission_webhook_fail_open_count",
+                           name=WEBHOOK_NAME)
+        check(after > fail_open_before, "the apiserver did not count a fail-open call")
+    finally:
+        h.kubectl("uncordon", node)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=180s",
+              timeout=200)
+    h.kubectl("-n", SYSTEM_NS, "wait", "deployment/koord-webhook", "--for=condition=Available",
+              "--timeout=60s", timeout=80)
+    pod["metadata"]["name"] = "after-webhook-back"
+
+    def mutated():
+        h.kubectl("-n", NS_QOS, "delete", "pod", "after-webhook-back", "--ignore-not-found",
+                  "--wait=true", timeout=60)
+        h.apply_obj(pod)
+        p = h.pod(NS_QOS, "after-webhook-back")
+        return p if RESOLVED in (p["metadata"].get("annotations") or {}) else None
+    p = wait_until("the next pod to be mutated", mutated, 60, 1)
+    check(p["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {p['metadata']['labels']}")
+    check(RESOLVED not in (h.pod(NS_QOS, "while-down")["metadata"].get("annotations") or {}),
+          "while-down changed afterwards")
+    for name in ("while-down", "after-webhook-back"):
+        h.kubectl("-n", NS_QOS, "delete", "pod", name, "--wait=false")
+
+
+@scenario("PSI: koordlet_container_psi / koordlet_pod_psi for the real containers, labelled with "
+          "their containerd IDs")
+def s_psi(h: Harness) -> None:
+    pod = h.pod(NS_QOS, "stress-demo")
+    cid = h.container_id(pod, "stress")
+    uid = pod["metadata"]["uid"]
+    unified = CGROUP / "unified" / "kubepods" / "besteffort" / f"pod{uid}" / cid
+    log(f"pressure files of stress-demo's container: v1 cpuacct "
+        f"{sorted(p.name for p in h.container_cgroup('cpuacct', pod, 'stress').glob('*.pressure'))}, "
+        f"v2 {unified}: {sorted(p.name for p in unified.glob('*.pressure')) if unified.is_dir() else 'no such dir'}")
+
+    def series():
+        m = h.applier_metrics()
+        c = {(dict(l)["psi_resource_type"], dict(l)["psi_precision"], dict(l)["psi_degree"]): v
+             for (n, l), v in m.items()
+             if n == "koordlet_container_psi" and ("container_id", f"containerd://{cid}") in l}
+        p = [v for (n, l), v in m.items() if n == "koordlet_pod_psi" and ("pod_uid", uid) in l]
+        return (c, p, m) if c and p else None
+    try:
+        c, p, m = wait_until("PSI series for stress-demo", series, 40, 2)
+    except Check as e:
+        m = h.applier_metrics()
+        raise Check(f"{e}; koord_applier_psi_unavailable_cgroups = "
+                    f"{metric_sum(m, 'koord_applier_psi_unavailable_cgroups')}") from None
+    check(("cpu", "avg10", "some") in c and ("mem", "avg10", "some") in c, f"series {sorted(c)}")
+    # Its own CPU worker, at cpu.shares 2 on a shared machine, waits for the CPU.
+    log(f"stress-demo PSI: cpu some avg10 {c[('cpu', 'avg10', 'some')]}, "
+        f"mem some avg10 {c[('mem', 'avg10', 'some')]}; {len(c)} container series, {len(p)} pod series")
+
+
+class Watch:
+    """`kubectl get --watch-only -o jsonpath=...` in the background: the first time each line
+    key (the text before `|`) was seen with a value passing `accept`."""
+
+    def __init__(self, h: Harness, what: list[str], template: str,
+                 accept: Callable[[str], bool]) -> None:
+        self.seen: dict[str, float] = {}
+        self.cv = threading.Condition()
+        self.proc = subprocess.Popen(
+            [h.kubectl_bin, f"--kubeconfig={h.env['KUBECONFIG']}", "get", *what,
+             "--watch-only", "-o", f"jsonpath={template}{{\"\\n\"}}"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.accept = accept
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            key, _, value = line.rstrip("\n").partition("|")
+            if self.accept(value):
+                with self.cv:
+                    self.seen.setdefault(key, now)
+                    self.cv.notify_all()
+
+    def wait(self, key: str, timeout: float) -> float | None:
+        with self.cv:
+            self.cv.wait_for(lambda: key in self.seen, timeout=timeout)
+            return self.seen.get(key)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(5)
+
+
+def create_pods_timed(h: Harness, pods: list[dict], ns: str) -> dict[str, list[float]]:
+    """kubectl apply each pod, one after the other, and wait for its MemoryQOSApplied Event
+    covering every container. Seconds from the apply to: the pod's first MemoryQOSApplied (the
+    pod level, often before the container started), the container ID in the pod's status (the
+    kubelet's report, which the applier waits for), and the complete Event."""
+    first = Watch(h, ["events", "-n", ns, "--field-selector", f"reason={APPLIED}"],
+                  "{.involvedObject.name}|{.message}", lambda m: True)
+    complete = Watch(h, ["events", "-n", ns, "--field-selector", f"reason={APPLIED}"],
+                     "{.involvedObject.name}|{.message}", lambda m: NOT_STARTED not in m)
+    started = Watch(h, ["pods", "-n", ns], "{.metadata.name}|{.status.containerStatuses[*].containerID}",
+                    lambda cid: cid.startswith("containerd://"))
+    time.sleep(1)  # the watches are established
+    out: dict[str, list[float]] = {"first": [], "container_id": [], "complete": []}
+    try:
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            t0 = time.monotonic()
+            h.kubectl("apply", "-f", "-", input=json.dumps(pod))
+            t_done = complete.wait(name, 90)
+            check(t_done is not None, f"no complete {APPLIED} Event for {ns}/{name} within 90 s")
+            out["complete"].append(t_done - t0)
+            for key, w in (("first", first), ("container_id", started)):
+                t = w.wait(name, 5)
+                check(t is not None, f"{key} of {ns}/{name} not seen")
+                out[key].append(t - t0)
+    finally:
+        for w in (first, complete, started):
+            w.stop()
+    return out
+
+
+def applier_usage(h: Harness, seconds: float) -> tuple[float, float, float]:
+    """The applier process's RSS (MiB), peak RSS (MiB) and CPU (% of one core) over a window."""
+    pid = h.container_pid(h.applier_pod(), "applier")
+    tck = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / tck
+    c0, t0 = cpu(), time.monotonic()
+    time.sleep(seconds)
+    c1, t1 = cpu(), time.monotonic()
+    st = status_caps(pid)
+    return (int(st["VmRSS"].split()[0]) / 1024, int(st["VmHWM"].split()[0]) / 1024,
+            100 * (c1 - c0) / (t1 - t0))
+
+
+def load_pod(i: int, h: Harness) -> dict:
+    return be_pod(f"load-{i:03d}", NS_LOAD, h.env["WORKLOAD_IMAGE"], None, ("16Mi", "32Mi"))
+
+
+@scenario("figures: apply -> MemoryQOSApplied p50/p99 over 50 pods; applier RSS and CPU with "
+          "50 and 100 pods on the node")
+def s_figures(h: Harness) -> None:
+    # Memory-only batch pods: batch-memory is plentiful here, batch-cpu depends on what the
+    # rest of this shared machine is doing.
+    h.carry["admission_before"] = admission_histogram(h)
+    t = create_pods_timed(h, [load_pod(i, h) for i in range(50)], NS_LOAD)
+
+    def p(key: str) -> str:
+        return f"p50 {percentile(t[key], 50):.2f} s, p99 {percentile(t[key], 99):.2f} s"
+    h.figures.append(
+        f"figure kubectl apply -> {APPLIED} covering the container, {len(t['complete'])} pods one "
+        f"after the other, seen on watches: {p('complete')} (mean "
+        f"{statistics.mean(t['complete']):.2f} s, max {max(t['complete']):.2f} s); of which "
+        f"apply -> containerID in the pod status (kubelet) {p('container_id')}; apply -> first "
+        f"{APPLIED} (pod level) {p('first')}")
+    log(h.figures[-1])
+    for n, target in ((50, 50), (100, 100)):
+        if n == 100:
+            for i in range(50, 100):
+                h.apply_obj(load_pod(i, h))
+
+            def all_running():
+                items = h.kjson("-n", NS_LOAD, "get", "pods")["items"]
+                return len([p for p in items if p["status"].get("phase") == "Running"]) >= target
+            wait_until(f"{target} load pods Running", all_running, 600, 3)
+            h.carry["admission_after"] = admission_histogram(h)
+        total = len(h.kjson("get", "pods", "-A", "--field-selector",
+                            f"spec.nodeName={h.env['NODE_NAME']},status.phase=Running")["items"])
+        time.sleep(25)  # settle: one full resync after the last pod
+        rss, hwm, cpu = applier_usage(h, 60)
+        m = h.applier_metrics()
+        h.figures.append(f"figure applier with {n} load pods ({total} pods Running on the node, "
+                         f"{metric_sum(m, 'koord_applier_pods_managed'):.0f} managed): RSS "
+                         f"{rss:.1f} MiB (peak {hwm:.1f} MiB), CPU {cpu:.2f}% of one core over 60 s "
+                         "(3 resyncs, PSI every 10 s)")
+        log(h.figures[-1])
+
+
+ADMISSION = "apiserver_admission_webhook_admission_duration_seconds"
+
+
+def admission_histogram(h: Harness) -> tuple[dict[float, float], float, float]:
+    """kube-apiserver's view of the webhook's CREATE admissions: cumulative buckets, count, sum."""
+    m = h.apiserver_metrics()
+    labs = {"name": WEBHOOK_NAME, "type": "admit", "operation": "CREATE", "rejected": "false"}
+    buckets = {float(dict(l)["le"]): v for (n, l), v in m.items()
+               if n == f"{ADMISSION}_bucket" and all((k, w) in l for k, w in labs.items())}
+    return (buckets, metric_sum(m, f"{ADMISSION}_count", **labs),
+            metric_sum(m, f"{ADMISSION}_sum", **labs))
+
+
+@scenario("figure: the webhook's admission latency as kube-apiserver measures it, over the "
+          "100 load pods")
+def s_admission_latency(h: Harness) -> None:
+    check("admission_before" in h.carry and "admission_after" in h.carry,
+          "needs the figures scenario")
+    (b0, c0, s0), (b1, c1, s1) = h.carry["admission_before"], h.carry["admission_after"]
+    buckets = sorted((le, b1[le] - b0.get(le, 0.0)) for le in b1)
+    count, total = c1 - c0, s1 - s0
+    check(count >= 100 and buckets, f"{count} admissions recorded for 100 pods")
+
+    def quantile(q: float) -> float:  # Prometheus histogram_quantile: linear in the bucket
+        rank, prev_le, prev_c = q * count, 0.0, 0.0
+        for le, c in buckets:
+            if c >= rank:
+                if le == float("inf"):
+                    return prev_le
+                return prev_le + (le - prev_le) * (rank - prev_c) / max(c - prev_c, 1e-9)
+            prev_le, prev_c = le, c
+        return buckets[-1][0]
+    slow = count - next((c for le, c in buckets if le >= 0.1), count)
+    h.figures.append(f"figure webhook admission latency ({ADMISSION}, CREATE, the {count:.0f} "
+                     f"calls of the load pods): mean {1000 * total / count:.2f} ms, p50 "
+                     f"{1000 * quantile(0.5):.1f} ms, p99 {1000 * quantile(0.99):.1f} ms "
+                     f"(bucket-interpolated), {slow:.0f} calls over 100 ms")
+    log(h.figures[-1])
+
+
+@scenario("kubectl delete -k manifests/: the webhook configuration is gone, the workload pods "
+          "keep running, new pods are no longer mutated")
+def s_uninstall(h: Harness) -> None:
+    before = {p["metadata"]["uid"]: h.container_id(p, p["spec"]["containers"][0]["name"])
+              for ns in (NS_QOS, NS_BATCH) for p in h.kjson("-n", ns, "get", "pods")["items"]
+              if p["status"].get("phase") == "Running"}
+    check(before, "no workload pods running")
+    h.kubectl("delete", "-k", str(MANIFESTS), "--wait=true", timeout=180)
+    r = h.kubectl("get", "mutatingwebhookconfiguration", "koord-webhook", check_rc=False)
+    check(r.returncode != 0 and "NotFound" in r.stderr, "the MutatingWebhookConfiguration is still there")
+    wait_until(f"namespace {SYSTEM_NS} gone", lambda: h.kubectl(
+        "get", "namespace", SYSTEM_NS, check_rc=False).returncode != 0, 120, 1)
+    time.sleep(3)
+    after = {p["metadata"]["uid"]: h.container_id(p, p["spec"]["containers"][0]["name"])
+             for ns in (NS_QOS, NS_BATCH) for p in h.kjson("-n", ns, "get", "pods")["items"]
+             if p["status"].get("phase") == "Running"}
+    check(after == before, f"workload pods changed: before {len(before)}, after {len(after)}")
+    p = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-uninstall", "namespace": NS_QOS},
+         "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"], "command": ["pause"]}],
+                  "terminationGracePeriodSeconds": 2}}
+    h.apply_obj(p)
+    got = h.pod(NS_QOS, "after-uninstall")
+    check(RESOLVED not in (got["metadata"].get("annotations") or {}), "mutated after uninstall")
+    log(f"{len(after)} workload pods still running with the same containers")
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    h = Harness()
+    passed: list[str] = []
+    failed: list[str] = []
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    interrupted = False
+    try:
+        run(h, passed, failed)
+    except KeyboardInterrupt as e:
+        interrupted = True
+        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
+        failed.append("interrupted")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        teardown(h, passed, failed, interrupted)
+        print(f"suite time {time.monotonic() - t_start:.0f}s", file=sys.stderr)
+        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+    return 130 if interrupted else (1 if failed else 0)
+
+
+def run(h: Harness, passed: list[str], failed: list[str]) -> None:
+    try:
+        prerequisites(h)
+        build_images(h)
+        start_node(h)
+    except (Fatal, Check, subprocess.SubprocessError, OSError) as e:
+        print(f"FAIL setup: {e}", flush=True)
+        failed.append("setup")
+        return
+    for name, fn in SCENARIOS:
+        t0 = time.monotonic()
+        log(f"--- {name}")
+        try:
+            fn(h)
+        except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
+            failed.append(name)
+            print(f"FAIL {name}: {e}", flush=True)
+            if not isinstance(e, (Check, Fatal)):
+                traceback.print_exc(file=sys.stderr)
+            continue
+        passed.append(name)
+        print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+
+
+def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
+    if failed and h.node_started:
+        for comp in ("kubelet", "containerd"):
+            f = h.node_dir / "logs" / f"{comp}.log"
+            if f.exists():
+                print(f"----- last lines of {f} -----\n"
+                      + "\n".join(f.read_text(errors="replace").splitlines()[-15:]),
+                      file=sys.stderr)
+    keep = bool(failed) or os.environ.get("KOORD_NODE_KEEP") == "1"
+    if h.node_started:
+        t0 = time.monotonic()
+        r = h.node_sh("stop", str(h.node_dir), timeout=600)
+        ok = r.returncode == 0 and h.node_sh("check-clean", str(h.node_dir)).returncode == 0
+        if ok:
+            passed.append("teardown")
+            print(f"PASS teardown: nothing left (no bridge, veth, KUBE-* chain, kubepods cgroup, "
+                  f"mount, node process; sysctls restored) ({time.monotonic() - t0:.1f}s)",
+                  flush=True)
+        else:
+            failed.append("teardown")
+            print("FAIL teardown: node.sh stop left things behind (see above)", flush=True)
+    for line in h.figures:
+        print(line, flush=True)
+    if keep and not interrupted:
+        log(f"kept logs and state in {h.dir}")
+    else:
+        shutil.rmtree(h.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
