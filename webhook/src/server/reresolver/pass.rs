@@ -301,13 +301,14 @@ impl PassContext {
         }
     }
 
-    /// Admission ran on our write: the stored annotation must be the one planned. Another
-    /// replica whose watch has not delivered the new ConfigMap yet answers with the old policy;
-    /// that pod is retried once the replicas agree.
+    /// Admission ran on our write: the stored annotation must be the one planned. It is not
+    /// when the policy moved between planning and admission: another replica whose watch has
+    /// not delivered the new ConfigMap yet answers with the old policy, or a newer ConfigMap
+    /// arrived here during the pass (its own pass follows). That pod is retried later.
     fn after_write(&self, pod: &PodRef, change: &PlannedChange, stored: &[u8]) -> WriteOutcome {
         if stored_resolved(stored).as_deref() != Some(change.annotation.as_str()) {
             tracing::info!(namespace = %pod.namespace, pod = %pod.name,
-                "admission stored another resolved-qos than planned (a replica with another policy?); retrying");
+                "admission stored another resolved-qos than planned (the policy changed during the pass, or a replica has not seen the new ConfigMap yet); retrying");
             self.metrics.failed(FailReason::Overridden);
             return WriteOutcome::Overridden;
         }
