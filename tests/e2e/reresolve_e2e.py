@@ -20,7 +20,7 @@ re-resolver passes through admission like any other pod UPDATE:
   1,000 and 5,000 realistic pods, against a kube reflector holding the same pods
   (`webhook/examples/pod_cache_rss.rs`).
 
-Used from suite.py (`reresolve_e2e.<fn>(h, suite)` inside scenarios); helpers reuse the
+Used from suite.py (`reresolve_e2e.<fn>(h, suite)` inside scenarios); the functions here reuse the
 suite's harness.
 """
 
@@ -45,7 +45,7 @@ LEASE_NS = "koordinator-system"
 
 
 # ---------------------------------------------------------------------------------------
-# Helpers
+# Shared steps
 # ---------------------------------------------------------------------------------------
 
 
