@@ -20,8 +20,8 @@ re-resolver passes through admission like any other pod UPDATE:
   1,000 and 5,000 realistic pods, against a kube reflector holding the same pods
   (`webhook/examples/pod_cache_rss.rs`).
 
-Used from suite.py (`reresolve_e2e.<fn>(h, suite)` inside scenarios); the functions here reuse the
-suite's harness.
+Used from suite.py (`reresolve_e2e.<fn>(h, suite)` inside scenarios); the functions here
+reuse the suite's harness.
 """
 
 from __future__ import annotations
