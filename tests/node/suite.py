@@ -695,7 +695,8 @@ def s_applier_restart(h: Harness) -> None:
 
 
 @scenario("webhook pods deleted: pods created meanwhile start untouched (failurePolicy Ignore); "
-          "the next pod after the webhook is back is mutated")
+          "the next pod after the webhook is back is mutated, and the re-resolver annotates the "
+          "one created meanwhile, which the applier then manages")
 def s_webhook_down(h: Harness) -> None:
     node = h.env["NODE_NAME"]
     fail_open_before = metric_sum(h.apiserver_metrics(), "apiserver_admission_webhook_fail_open_count",
