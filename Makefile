@@ -1,27 +1,29 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit e2e numa node images bench
+.PHONY: run test lint unit e2e numa memqos node images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
 ## Every test: formatting, lints, unit + integration tests, the end-to-end suite on a real
-## kube-apiserver, the two-NUMA-node migration proof in a QEMU guest, and the node suite (the
-## product's images on a real kubelet + containerd, installed with kubectl apply -k).
-test: lint unit numa e2e node
+## kube-apiserver, the node suite (the product's images on a real kubelet + containerd,
+## installed with kubectl apply -k) and two QEMU guests: the two-NUMA-node migration proof and
+## the memory protection proof (memory.min/low/high on a real cgroup v2 kernel).
+test: lint unit numa e2e node memqos
 
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Unit and integration tests; then the applier's machine tests (root, real cgroups, NUMA,
-## perf) and the manifest render tests (kubectl), which plain `cargo test` reports as ignored:
+## perf) and the manifest render and Helm chart tests (kubectl; helm, built from its Go module
+## and cached like the test control plane), which plain `cargo test` reports as ignored:
 ## see applier/scripts/machine-tests.sh.
 unit:
 	$(CARGO) test --workspace
-	$(CARGO) test -p koord-webhook --test manifests -- --ignored
+	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test manifests -- --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
 e2e:
@@ -29,6 +31,9 @@ e2e:
 
 numa:
 	tests/numa/run-two-node-guest.sh
+
+memqos:
+	tests/memqos/run-memqos-guest.sh
 
 ## OCI archives of koord-webhook and koord-applier, named as manifests/ references them.
 images:

@@ -4,6 +4,7 @@
 //! `koordinator.sh/resolved-qos` version 1 document (`docs/contract.md`), the cgroup knob
 //! names, and Kubernetes quantity arithmetic. No IO, no async runtime.
 
+pub mod colocation;
 pub mod keys;
 pub mod knobs;
 pub mod quantity;

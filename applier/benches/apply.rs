@@ -1,5 +1,6 @@
 //! 1,000 pods x 2 containers on a temporary cgroup v2 tree (mainline files): a first apply that
-//! writes every differing knob, and a resync pass with nothing to change.
+//! writes every differing knob, and a resync pass with nothing to change; and the ancestors'
+//! memory protection over the same tree (what `run` adds after each resync).
 //! The tree is on tmpfs (/dev/shm) when there is one, like cgroupfs in memory.
 //! Run: cargo bench -p koord-applier --bench apply
 
@@ -8,9 +9,10 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
+use koord_applier::ancestors::MemoryAncestors;
 use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::layout::{ContainerId, Layout};
+use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_applier::pod_spec_view::PodSpecView;
 
@@ -45,8 +47,18 @@ fn pods() -> Vec<PodSpecView> {
         .collect()
 }
 
-/// (Re)writes every cgroup directory with the kernel defaults.
+/// (Re)writes every cgroup directory with the kernel defaults, `kubepods` and the QoS-class
+/// directories included.
 fn seed(layout: &Layout, pods: &[PodSpecView]) {
+    for qos in [KubeQos::Burstable, KubeQos::BestEffort, KubeQos::Guaranteed] {
+        let dir = layout
+            .dir(&layout.qos_parent_dir(qos), Controller::Memory)
+            .expect("dir");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (f, val) in DEFAULTS {
+            std::fs::write(dir.join(f), val).expect("seed");
+        }
+    }
     for v in pods {
         let pod_rel = layout.pod_dir(&v.uid, v.kube_qos).expect("pod");
         let mut rels = vec![pod_rel.clone()];
@@ -109,6 +121,17 @@ fn bench(c: &mut Criterion) {
     apply_all(&applier, &pods);
     g.bench_function("resync_nothing_to_change_1000_pods_x2", |b| {
         b.iter(|| assert_eq!(apply_all(&applier, &pods), 0))
+    });
+    // What `run` adds after each resync: burstable's 1,000 children and kubepods' 3 read
+    // (2 files each), sums compared, nothing written (asserted).
+    let ancestors = MemoryAncestors::new(layout.clone(), false, false, None);
+    ancestors.reconcile();
+    g.bench_function("ancestors_nothing_to_change_1000_pods", |b| {
+        b.iter(|| {
+            let r = ancestors.reconcile();
+            assert_eq!(r.count(Outcome::Written), 0);
+            assert_eq!(r.cgroups[0].children, PODS);
+        })
     });
     // Where a resync's time goes: the pure part (parse, validate, build) and the file reads.
     g.bench_function("plan_only_1000_pods_x2", |b| {

@@ -7,18 +7,22 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 pub use koord_runtime::LogFormat;
 
 use crate::cgroup::detect::{DetectError, detect_driver, detect_version};
 use crate::cgroup::layout::Layout;
 use crate::cgroup::{CgroupDriver, CgroupVersion};
+use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "koord-applier",
     version,
-    about = "Applies koordinator.sh/resolved-qos to the cgroups of this node"
+    about = "Applies koordinator.sh/resolved-qos to the cgroups of this node",
+    // A flag given twice: the last one wins, as with Go's flag package (a DaemonSet's args
+    // may carry a --feature-gates from an overlay and another added by hand).
+    args_override_self = true
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -78,6 +82,9 @@ pub struct GlobalArgs {
     /// The Performance Collector (PSI, CPI): feature gates and intervals.
     #[command(flatten)]
     pub collectors: crate::collectors::CollectorArgs,
+    /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
+    #[command(flatten)]
+    pub ancestors: crate::ancestors::AncestorArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,6 +142,8 @@ pub struct Config {
     pub collectors: crate::collectors::CollectorArgs,
     pub cpu_idle_fallback: bool,
     pub resctrl_root: PathBuf,
+    /// `--protect-ancestors`, `--kubelet-memory-qos`.
+    pub ancestors: crate::ancestors::AncestorSettings,
 }
 
 /// Settings of `run`.
@@ -146,6 +155,40 @@ pub struct RunConfig {
     pub event_window: Duration,
     /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
     pub colocation: crate::colocation::Settings,
+}
+
+/// Every long flag of every command, for [`crate::go_flags::normalize`].
+pub fn flag_specs() -> Vec<FlagSpec> {
+    fn collect(cmd: &clap::Command, out: &mut Vec<FlagSpec>) {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if out.iter().any(|s| s.name == long) {
+                continue;
+            }
+            let kind = if arg.get_action().takes_values() {
+                FlagKind::Value
+            } else {
+                FlagKind::Bool
+            };
+            out.push(FlagSpec::new(long, kind));
+        }
+        for sub in cmd.get_subcommands() {
+            collect(sub, out);
+        }
+    }
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut out = Vec::new();
+    collect(&cmd, &mut out);
+    out
+}
+
+/// The command line as koordlet users write it (`-feature-gates=...`, see
+/// [`crate::go_flags`]) rewritten for clap; unknown long flags are refused by the name given.
+pub fn normalize_args(
+    args: Vec<std::ffi::OsString>,
+) -> Result<Vec<std::ffi::OsString>, GoFlagError> {
+    crate::go_flags::normalize(args, &flag_specs())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +243,7 @@ impl From<&GlobalArgs> for Config {
             collectors: g.collectors.clone(),
             cpu_idle_fallback: g.cpu_idle_fallback,
             resctrl_root: g.resctrl_root.clone(),
+            ancestors: crate::ancestors::AncestorSettings::from(&g.ancestors),
         }
     }
 }
@@ -260,6 +304,45 @@ mod tests {
         assert!(
             Cli::try_parse_from(["koord-applier", "once", "--cgroup-version", "v3", "-f", "x"])
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn ancestor_flags() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["koord-applier"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|c| Config::from(&c.global).ancestors)
+        };
+        let on = crate::ancestors::AncestorSettings {
+            enabled: true,
+            kubelet_memory_qos: false,
+        };
+        assert_eq!(parse(&["once", "-f", "p"]).expect("parses"), on);
+        let off = crate::ancestors::AncestorSettings {
+            enabled: false,
+            ..on
+        };
+        // After the subcommand (as the guest test passes it) and before it (global).
+        assert_eq!(
+            parse(&["once", "--protect-ancestors=false", "-f", "p"]).expect("parses"),
+            off
+        );
+        assert_eq!(
+            parse(&["--protect-ancestors", "false", "once", "-f", "p"]).expect("parses"),
+            off
+        );
+        assert_eq!(
+            parse(&["once", "--protect-ancestors=true", "-f", "p"]).expect("parses"),
+            on
+        );
+        assert!(parse(&["once", "--protect-ancestors=maybe", "-f", "p"]).is_err());
+        assert_eq!(
+            parse(&["run", "--node-name", "n", "--kubelet-memory-qos"]).expect("parses"),
+            crate::ancestors::AncestorSettings {
+                kubelet_memory_qos: true,
+                ..on
+            }
         );
     }
 

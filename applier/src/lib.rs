@@ -4,12 +4,14 @@
 //! metrics. The module map is in `docs/architecture.md`.
 //!
 //! Dependencies point one way: [`cmd`] -> the features ([`numa`], [`collectors`],
-//! [`colocation`]) and the cgroup passes ([`pods`], [`apply`], [`nodeqos`]) -> the pure core
-//! ([`plan`], [`knob_map`], [`events`], [`report`], [`cgroup::layout`]) -> `koord_api`.
+//! [`colocation`]) and the cgroup passes ([`pods`], [`apply`], [`ancestors`], [`nodeqos`]) ->
+//! the pure core ([`plan`], [`knob_map`], [`events`], [`report`], [`cgroup::layout`],
+//! `ancestors::{plan, report}`) -> `koord_api`.
 //! Pure: [`cgroup::layout`], [`cgroup::readback`], [`knob_map`], [`plan`], [`events`] texts.
 //! IO at the edge: [`cgroup::writer`], [`cgroup::detect`], [`pods`] (kube watch),
 //! [`event_sink`], [`server`].
 
+pub mod ancestors;
 pub mod apply;
 pub mod cgroup;
 pub mod cli;
@@ -20,6 +22,7 @@ pub mod cpu_list;
 pub mod event_sink;
 pub mod events;
 pub mod feature;
+pub mod go_flags;
 pub mod knob_map;
 pub mod metrics;
 pub mod nodeqos;

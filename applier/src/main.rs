@@ -8,10 +8,25 @@ use koord_applier::cmd;
 fn main() -> anyhow::Result<()> {
     // One rustls provider for the whole process (kube's client), installed before any TLS use.
     koord_runtime::install_crypto_provider();
-    let cli = Cli::parse();
+    // koordlet-style flags (`-feature-gates=...`) work as the reference documents them.
+    let args = match koord_applier::cli::normalize_args(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let config = Config::from(&cli.global);
+    // A gate nobody has is a typo: refused before anything starts (koordlet's own gates that
+    // this product lacks are accepted, with the one warning below).
+    if let Err(e) = koord_applier::collectors::parse_gates(&config.collectors.feature_gates) {
+        eprintln!("error: {e}");
+        std::process::exit(2);
+    }
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
     koord_runtime::init_logging(config.log_format, &filter);
+    koord_applier::collectors::warn_ignored_gates(&config.collectors);
     match &cli.command {
         Command::Once(args) if args.collect => {
             let text = cmd::collect::run(&config, &args.file, args.collect_serve.as_deref())?;

@@ -22,6 +22,9 @@ pub struct Metrics {
     pub pods_managed: IntGauge,
     /// 1 for each knob the kernel of this node does not have.
     pub unsupported: IntGaugeVec,
+    /// `memory.min`/`memory.low` of `kubepods` and the QoS-class directories after the last
+    /// pass (bytes; unlimited = i64::MAX), by `cgroup` (relative path) and `file`.
+    pub qos_protection: IntGaugeVec,
     /// Events by reason and whether they were posted or suppressed as duplicates.
     pub events: IntCounterVec,
     /// 1 when resctrl (L3 CAT or MBA) is usable at `--resctrl-root`, else 0.
@@ -83,6 +86,16 @@ impl Metrics {
                         "Knobs this node's kernel does not have (1 each).",
                     ),
                     &["knob"],
+                ),
+            )?,
+            qos_protection: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "koord_applier_qos_memory_protection_bytes",
+                        "memory.min/memory.low of kubepods and the QoS-class cgroups: the sum of their children.",
+                    ),
+                    &["cgroup", "file"],
                 ),
             )?,
             events: counters(
@@ -168,9 +181,13 @@ mod tests {
         m.resctrl_supported.set(0);
         m.resctrl_schemata_writes.inc();
         m.resctrl_tasks.with_label_values(&["added"]).inc_by(2);
+        m.qos_protection
+            .with_label_values(&["kubepods/burstable", "memory.min"])
+            .set(134_217_728);
         let text = m.render();
         for needle in [
             "koord_applier_cgroup_writes_total{knob=\"memory.min\",outcome=\"written\"} 1",
+            "koord_applier_qos_memory_protection_bytes{cgroup=\"kubepods/burstable\",file=\"memory.min\"} 134217728",
             "koord_applier_reconcile_duration_seconds_count 1",
             "koord_applier_pods_managed 3",
             "koord_applier_unsupported_knobs{knob=\"memory.wmark_ratio\"} 1",

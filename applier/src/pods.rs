@@ -1,5 +1,7 @@
 //! The pod source of `run`: a reflector over this node's pods (field selector on
-//! `spec.nodeName`), every change applied at once, every pod re-applied each resync.
+//! `spec.nodeName`), every change applied at once, every pod re-applied each resync. The
+//! ancestors' memory protection follows the initial list, each resync, and (coalesced, see
+//! [`ANCESTORS_DELAY`]) pod deletions and pods whose pod-level protection changed.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -14,12 +16,22 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use crate::ancestors::{MemoryAncestors, ProtectedPod};
 use crate::apply::Applier;
+use crate::cgroup::Outcome;
 use crate::event_sink::SinkMsg;
-use crate::events::{REASON_REFUSED, event_for};
+use crate::events::{REASON_REFUSED, ancestors_event, event_for};
+use crate::plan::Target;
 use crate::pod_event::{EventKind, PodEvent};
 use crate::pod_phase;
 use crate::pod_spec_view::PodSpecView;
+use crate::report::PodReport;
+
+/// Pod events that change what the ancestors should hold (a deletion, a pod whose pod-level
+/// protection was written) make one ancestors pass this long after the first of them: a burst
+/// of pod changes is one pass, not one per pod, and a new LS pod is protected within seconds
+/// rather than at the next resync.
+pub const ANCESTORS_DELAY: Duration = Duration::from_secs(2);
 
 /// Only this node's pods.
 pub fn watcher_config(node: &str) -> watcher::Config {
@@ -33,11 +45,33 @@ fn has_annotation(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(koord_api::keys::ANNOTATION_RESOLVED_QOS))
 }
 
+/// What one pod's pass gave the watch.
+#[derive(Debug, Default)]
+pub struct Reconciled {
+    /// The Event the pass deserves.
+    pub event: Option<PodEvent>,
+    /// Set when the pass wrote the pod's own `memory.min`/`memory.low`: the ancestors' sums
+    /// change.
+    pub protection_changed: Option<ProtectedPod>,
+}
+
+/// Whether a pass wrote the pod cgroup's `memory.min` or `memory.low`.
+fn pod_protection_written(report: &PodReport) -> bool {
+    report.knobs.iter().any(|k| {
+        k.target == Target::Pod
+            && k.outcome == Outcome::Written
+            && matches!(
+                k.knob,
+                koord_api::knobs::MEMORY_MIN | koord_api::knobs::MEMORY_LOW
+            )
+    })
+}
+
 /// Applies one pod and returns the Event it deserves. Blocking (file IO); its log lines carry
 /// the pod's namespace, name and UID (the `reconcile` span).
-pub fn reconcile(applier: &Applier, pod: &Pod) -> Option<PodEvent> {
+pub fn reconcile(applier: &Applier, pod: &Pod) -> Reconciled {
     if !pod_phase::is_active(pod) || !has_annotation(pod) {
-        return None;
+        return Reconciled::default();
     }
     let meta = &pod.metadata;
     let span = tracing::info_span!(
@@ -51,16 +85,59 @@ pub fn reconcile(applier: &Applier, pod: &Pod) -> Option<PodEvent> {
         Ok(view) => {
             let report = applier.apply(&view);
             tracing::debug!(pod = %view.name, namespace = %view.namespace, status = ?report.status, "reconciled");
-            event_for(&report)
+            Reconciled {
+                event: event_for(&report),
+                protection_changed: pod_protection_written(&report).then(|| ProtectedPod {
+                    namespace: view.namespace.clone(),
+                    name: view.name.clone(),
+                    uid: view.uid.clone(),
+                    kube_qos: view.kube_qos,
+                }),
+            }
         }
-        Err(e) => Some(PodEvent {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            uid: pod.metadata.uid.clone().unwrap_or_default(),
-            kind: EventKind::Warning,
-            reason: REASON_REFUSED,
-            message: format!("koordinator.sh/resolved-qos refused, nothing written: {e}"),
-        }),
+        Err(e) => Reconciled {
+            event: Some(PodEvent {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                kind: EventKind::Warning,
+                reason: REASON_REFUSED,
+                message: format!("koordinator.sh/resolved-qos refused, nothing written: {e}"),
+            }),
+            protection_changed: None,
+        },
+    }
+}
+
+/// An ancestors pass waiting to run: when, and the pods to tell about it.
+#[derive(Debug, Default)]
+struct AncestorsDue {
+    at: Option<tokio::time::Instant>,
+    pods: Vec<ProtectedPod>,
+}
+
+impl AncestorsDue {
+    /// Asks for a pass (the first ask of a burst sets the time).
+    fn ask(&mut self, pods: Vec<ProtectedPod>) {
+        self.at
+            .get_or_insert_with(|| tokio::time::Instant::now() + ANCESTORS_DELAY);
+        for p in pods {
+            if !self.pods.iter().any(|q| q.uid == p.uid) {
+                self.pods.push(p);
+            }
+        }
+    }
+
+    /// The pods to tell; nothing is due any more (the pass runs now).
+    fn take(&mut self) -> Vec<ProtectedPod> {
+        self.at = None;
+        std::mem::take(&mut self.pods)
+    }
+}
+
+async fn sleep_until_due(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
     }
 }
 
@@ -69,27 +146,53 @@ pub struct Watch {
     pub applier: Arc<Applier>,
     /// QoS-class parents and resctrl groups, reconciled after each resync's pod passes.
     pub node_qos: Option<Arc<crate::nodeqos::NodeQos>>,
+    /// `kubepods` and the QoS-class directories' memory protection (`--protect-ancestors`).
+    pub ancestors: Option<Arc<MemoryAncestors>>,
     pub events: mpsc::Sender<SinkMsg>,
     pub resync: Duration,
     pub ready: Arc<AtomicBool>,
 }
 
 impl Watch {
-    async fn apply_pods(&self, pods: Vec<Arc<Pod>>) {
+    /// Applies `pods`, posts their Events; returns the pods whose pod-level protection changed.
+    async fn apply_pods(&self, pods: Vec<Arc<Pod>>) -> Vec<ProtectedPod> {
         let applier = self.applier.clone();
         let span = tracing::Span::current();
-        let evs = tokio::task::spawn_blocking(move || {
+        let done = tokio::task::spawn_blocking(move || {
             let _in_task = span.enter();
             crate::apply::par_map(&pods, |p| reconcile(&applier, p))
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
-        for ev in evs {
-            // A full queue means the API server is slow: drop rather than stall reconciling.
-            let _ = self.events.try_send(SinkMsg::Event(ev));
+        let mut changed = Vec::new();
+        for r in done {
+            if let Some(ev) = r.event {
+                // A full queue means the API server is slow: drop rather than stall reconciling.
+                let _ = self.events.try_send(SinkMsg::Event(ev));
+            }
+            changed.extend(r.protection_changed);
+        }
+        changed
+    }
+
+    /// One ancestors pass, then the Event of each pod in `told` (see
+    /// [`crate::events::ancestors_event`]).
+    async fn protect_ancestors(&self, told: Vec<ProtectedPod>) {
+        let Some(ancestors) = self.ancestors.clone() else {
+            return;
+        };
+        let span = tracing::info_span!("ancestors");
+        let report = tokio::task::spawn_blocking(move || {
+            let _in_pass = span.enter();
+            ancestors.reconcile()
+        })
+        .await;
+        let Ok(report) = report else { return };
+        let version = self.applier.layout().version;
+        for pod in &told {
+            if let Some(ev) = ancestors_event(pod, version, &report) {
+                let _ = self.events.try_send(SinkMsg::Event(ev));
+            }
         }
     }
 
@@ -112,11 +215,13 @@ impl Watch {
         .await;
     }
 
-    /// Every pod again, then the node level: repairs values changed behind our back.
-    async fn resync(&self, store: &Store<Pod>) {
+    /// Every pod again, then the node level: repairs values changed behind our back. Returns
+    /// the pods whose pod-level protection changed.
+    async fn resync(&self, store: &Store<Pod>) -> Vec<ProtectedPod> {
         self.count_managed(store);
-        self.apply_pods(store.state()).await;
+        let changed = self.apply_pods(store.state()).await;
         self.resync_node(store.state()).await;
+        changed
     }
 
     fn count_managed(&self, store: &Store<Pod>) {
@@ -157,14 +262,17 @@ impl Watch {
         let mut resync = tokio::time::interval(self.resync);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known: HashSet<String> = HashSet::new();
+        let mut due = AncestorsDue::default();
         loop {
+            let due_at = due.at;
             tokio::select! {
                 ev = stream.next() => {
                     let Some(ev) = ev else { break };
                     match ev {
                         Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
                             if let Some(uid) = pod.metadata.uid.clone() { known.insert(uid); }
-                            self.apply_pods(vec![Arc::new(pod)]).await;
+                            let changed = self.apply_pods(vec![Arc::new(pod)]).await;
+                            if !changed.is_empty() { due.ask(changed); }
                         }
                         Ok(watcher::Event::Delete(pod)) => {
                             if let Some(uid) = pod.metadata.uid.clone() {
@@ -173,6 +281,9 @@ impl Watch {
                                 let _ = self.events.try_send(SinkMsg::Forget(uid));
                             }
                             self.count_managed(&store);
+                            // Its cgroup may outlive the API object by the kubelet's cleanup;
+                            // the next resync catches a sum that shrinks later.
+                            due.ask(Vec::new());
                         }
                         Ok(watcher::Event::InitDone) => {
                             // Pods deleted while the watch was down: forget them too.
@@ -186,6 +297,7 @@ impl Watch {
                             self.ready.store(true, Ordering::Relaxed);
                             // Every listed pod was applied as it arrived: the node level now.
                             self.resync_node(store.state()).await;
+                            self.protect_ancestors(due.take()).await;
                         }
                         Ok(watcher::Event::Init) => {}
                         Err(e) => tracing::warn!(error = %e, "pod watch error; retrying with backoff"),
@@ -193,8 +305,13 @@ impl Watch {
                 }
                 _ = resync.tick() => {
                     if self.ready.load(Ordering::Relaxed) {
-                        self.resync(&store).instrument(tracing::info_span!("resync")).await;
+                        let changed = self.resync(&store).instrument(tracing::info_span!("resync")).await;
+                        due.ask(changed);
+                        self.protect_ancestors(due.take()).await;
                     }
+                }
+                () = sleep_until_due(due_at), if due_at.is_some() && self.ready.load(Ordering::Relaxed) => {
+                    self.protect_ancestors(due.take()).await;
                 }
             }
         }

@@ -109,48 +109,53 @@ fn dashboard_queries_use_exposed_families_and_labels() {
         && e.contains('/')));
 }
 
+/// The reference's koordlet monitoring, as its documentation ships it: Service label
+/// `koord-app: koordlet`, port `koordlet-service` 9316, ServiceMonitor `jobLabel: koord-app`,
+/// 30 s over http. Ours produce the same `job` ("koordlet") and `endpoint` labels.
 #[test]
-fn servicemonitor_targets_the_applier_metrics_port() {
+fn servicemonitor_gives_the_references_job_and_port() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/monitoring");
-    let sm: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("applier-servicemonitor.yaml")).expect("read"),
-    )
-    .expect("yaml");
-    let svc: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("applier-service.yaml")).expect("read"),
-    )
-    .expect("yaml");
-    let ds: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("../applier/daemonset.yaml")).expect("read"),
-    )
-    .expect("yaml");
+    let read = |p: &Path| -> serde_yaml::Value {
+        serde_yaml::from_str(&std::fs::read_to_string(p).expect("read")).expect("yaml")
+    };
+    let sm = read(&root.join("applier-servicemonitor.yaml"));
+    let svc = read(&root.join("applier-service.yaml"));
+    let ds = read(&root.join("../applier/daemonset.yaml"));
     assert_eq!(sm["kind"], "ServiceMonitor");
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(
-        sm["spec"]["selector"]["matchLabels"],
-        svc["metadata"]["labels"]["app.kubernetes.io/name"]
-            .as_str()
-            .map(
-                |n| serde_yaml::Value::from(serde_yaml::Mapping::from_iter([(
-                    "app.kubernetes.io/name".into(),
-                    n.into()
-                )]))
-            )
-            .expect("name")
-    );
+    assert_eq!(sm["spec"]["jobLabel"], "koord-app");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], "koordlet-service");
+    assert_eq!(ep["interval"], "30s");
+    assert_eq!(ep["scheme"], "http");
+    // The job label value is the Service's koord-app label: "koordlet", as the reference's.
+    let labels = &svc["metadata"]["labels"];
+    assert_eq!(labels["koord-app"], "koordlet");
+    // The ServiceMonitor selects the Service.
+    for (k, v) in sm["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .expect("matchLabels")
+    {
+        assert_eq!(&labels[k], v, "selector {k:?}");
+    }
     // The Service selects the DaemonSet's pods and reaches their named port 9316.
+    let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in svc["spec"]["selector"].as_mapping().expect("selector") {
+        assert_eq!(&pod_labels[k], v, "pod label {k:?}");
+    }
     assert_eq!(
-        svc["spec"]["selector"]["app.kubernetes.io/name"],
-        ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+        pod_labels["koord-app"], "koordlet",
+        "the reference's own Service finds them"
     );
-    assert_eq!(svc["spec"]["ports"][0]["port"], 9316);
+    let port = &svc["spec"]["ports"][0];
+    assert_eq!(port["name"], "koordlet-service");
+    assert_eq!(port["port"], 9316);
     let ports = &ds["spec"]["template"]["spec"]["containers"][0]["ports"];
     assert!(
         ports
             .as_sequence()
             .expect("ports")
             .iter()
-            .any(|p| p["name"] == "metrics" && p["containerPort"] == 9316)
+            .any(|p| p["name"] == port["targetPort"] && p["containerPort"] == 9316)
     );
     let kust = std::fs::read_to_string(root.join("kustomization.yaml")).expect("read");
     for f in [

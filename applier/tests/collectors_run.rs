@@ -57,6 +57,7 @@ async fn run_exposes_psi_and_drops_deleted_pods() {
         cpu_idle_fallback: false,
         // Never the host's /sys/fs/resctrl in tests.
         resctrl_root: tmp.path().join("no-resctrl"),
+        ancestors: Default::default(),
         collectors: CollectorArgs {
             feature_gates: "PSICollector=true".into(),
             psi_collector_interval_seconds: 1,

@@ -161,8 +161,8 @@ fn remote_pages_of_an_exited_process_are_reported_not_fatal() {
                 "Normal",
                 "MemoryLocalityCompleted",
                 format!(
-                    "Container app completed: migrated memory from remote numa: 0 to local numa: 1, \
-                     failed to migrate the following processes: failed pid: {GONE}, error: No such process\n\
+                    "Container app completed: failed to migrate the following processes: \
+                     failed pid: {GONE}, error: No such process,from remote numa: 0 to local numa: 1\n\
                      Total: 1 container(s) completed, 0 failed, 0 skipped; cur local memory ratio 25, rest remote memory pages 300"
                 )
             )

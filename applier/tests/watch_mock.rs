@@ -39,6 +39,7 @@ async fn watches_node_pods_applies_and_posts_event() {
         cpu_idle_fallback: false,
         // Never the host's /sys/fs/resctrl in tests.
         resctrl_root: tmp.path().join("no-resctrl"),
+        ancestors: Default::default(),
     };
     let run = RunConfig {
         node_name: "node-1".into(),

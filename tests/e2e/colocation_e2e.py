@@ -220,6 +220,8 @@ def main() -> int:
         s.build(h)
         s.start_control_plane(h)
         s.deploy_base(h)
+        s.install_base(h)
+        s.install_examples(h)
         t0 = time.monotonic()
         run(h, s)
         ok = True

@@ -44,6 +44,8 @@ import reresolve_e2e  # noqa: E402
 import webhookcfg  # noqa: E402
 
 CONTROL_PLANE = E2E / "control-plane.sh"
+HELM_SH = E2E / "helm.sh"
+CHART = REPO / "charts" / "koord-qos"
 TESTDATA = E2E / "testdata"
 
 OPT_IN_LABEL = "koordinator.sh/qos-webhook"
@@ -64,6 +66,18 @@ NS_PLAIN = "e2e-plain"  # not opted in
 NS_LATENCY = "e2e-latency"  # opted in, latency pods only
 NS_LATE = "e2e-late"  # created without the label, opted in after the apiserver restart
 NODE = "e2e-node"
+NS_HELM = "koord-helm-e2e"  # the Helm scenario's product namespace (left Terminating: no
+                            # namespace controller in this control plane)
+
+# The reference's koordlet line (its Performance Collector page), added to the applier's args.
+KOORDLET_LINE = [
+    "-feature-gates=BECPUEvict=true,BEMemoryEvict=true,CgroupReconcile=true,Accelerators=true,"
+    "CPICollector=true,PSICollector=true",
+    "-cpi-collector-interval-seconds=60",
+]
+IGNORED_GATES_WARNING = ("koordlet gates not implemented by koord-applier, accepted and ignored: "
+                         "BECPUEvict, BEMemoryEvict, CgroupReconcile, Accelerators")
+BATCH_WARNING = "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off"
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -226,6 +240,8 @@ class Harness:
         self.applier_bin = ""
         self.kubeconfig = self.cp_dir / "kubeconfig"
         self.rendered: list[dict] = []
+        self.examples: list[dict] = []  # manifests/examples/ rendered
+        self.helm_bin = ""
         self.ca_bundle = ""
         self.webhook_port = 0
         self.webhook_metrics_port = 0
@@ -267,10 +283,10 @@ class Harness:
                     "metadata": {"name": name, "labels": lab}})
 
     def rendered_cm(self, name: str) -> dict:
-        for o in webhookcfg.select(self.rendered, "ConfigMap"):
+        for o in webhookcfg.select(self.examples, "ConfigMap"):
             if o["metadata"]["name"] == name and o["metadata"].get("namespace") == CONFIG_NS:
                 return o
-        raise Fatal(f"manifests/ render no ConfigMap {CONFIG_NS}/{name}")
+        raise Fatal(f"manifests/examples/ renders no ConfigMap {CONFIG_NS}/{name}")
 
     # -- control plane -------------------------------------------------------------------
 
@@ -429,6 +445,15 @@ def build(h: Harness) -> None:
                     + " (the suite needs Go and the Go module proxy on first use)")
     log(f"control plane binaries ready in {time.monotonic() - t0:.0f}s: " + " ".join(out.split()))
 
+    log("helm: helm.sh build (compiles helm from its Go module on first use)")
+    t0 = time.monotonic()
+    rc, out, errors = run_streaming([str(HELM_SH), "build"])
+    if rc != 0:
+        raise Fatal("helm could not be built: " + ("; ".join(errors) or f"helm.sh build exited {rc}")
+                    + " (the suite needs Go and the Go module proxy on first use)")
+    h.helm_bin = out.strip().splitlines()[-1]
+    log(f"helm ready in {time.monotonic() - t0:.0f}s: {h.helm_bin}")
+
 
 def run_streaming(argv: list[str]) -> tuple[int, str, list[str]]:
     """Runs argv with its stderr streamed to ours (long builds show progress in CI logs);
@@ -466,18 +491,16 @@ def workload_env(obj: dict, container: str | None = None) -> dict:
 
 
 def deploy_base(h: Harness) -> None:
-    """Namespace, ServiceAccounts, RBAC and the example ConfigMaps, as manifests/ renders them."""
+    """Renders manifests/ and manifests/examples/, creates the test namespaces. The product
+    itself is installed by the scenarios: first with Helm (and uninstalled), then with
+    `kubectl apply -k manifests/` as the README says."""
     manifests = os.environ.get("KOORD_E2E_MANIFESTS", str(REPO / "manifests"))
     h.rendered = webhookcfg.render(h.kubectl_bin, manifests)
+    h.examples = webhookcfg.render(h.kubectl_bin, str(Path(manifests) / "examples"))
     kinds = [o["kind"] for o in h.rendered]
     log(f"manifests/ renders: {', '.join(sorted(set(kinds)))}")
-    base_kinds = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                  "RoleBinding", "ConfigMap")
-    base = webhookcfg.select(h.rendered, *base_kinds)
-    # Namespaces first, so namespaced objects have somewhere to go.
-    base.sort(key=lambda o: o["kind"] != "Namespace")
-    h.apply([o for o in base if o["kind"] == "Namespace"])
-    h.apply([o for o in base if o["kind"] != "Namespace"])
+    if "ConfigMap" in kinds:
+        raise Fatal("manifests/ renders a ConfigMap: the base must install none")
     h.rendered_cm(CLUSTER_CM)
     h.rendered_cm(POD_CM)
     for ns, opt in ((NS_QOS, True), (NS_PLAIN, False), (NS_LATENCY, True), (NS_LATE, False)):
@@ -579,15 +602,128 @@ def s_unit(h: Harness) -> None:
     check(res.skipped == [], f"skipped: {res.skipped}")
 
 
-@scenario("control plane: kube-apiserver + etcd up, manifests' Namespace/RBAC/ConfigMaps applied")
+@scenario("control plane: kube-apiserver + etcd up")
 def s_control_plane(h: Harness) -> None:
     v = json.loads(h.kubectl("version", "-o", "json").stdout)
     log(f"server version {v['serverVersion']['gitVersion']}")
+
+
+def helm(h: Harness, *args: str, check_rc: bool = True) -> subprocess.CompletedProcess:
+    argv = [h.helm_bin, f"--kubeconfig={h.kubeconfig}", *args]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+    if check_rc and p.returncode != 0:
+        raise Check(f"`helm {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def helm_objects(h: Harness, *sets: str) -> list[dict]:
+    """What `helm template` renders with these values, as JSON objects."""
+    args = ["template", "koord-qos", str(CHART)]
+    for kv in sets:
+        args += ["--set", kv]
+    return webhookcfg.yaml_to_objects(h.kubectl_bin, helm(h, *args).stdout)
+
+
+def object_ref(o: dict) -> list[str]:
+    """kubectl get arguments for one rendered object."""
+    kind = o["kind"]
+    group = o["apiVersion"].rpartition("/")[0]
+    res = f"{kind.lower()}.{group}" if group else kind.lower()
+    ns = o["metadata"].get("namespace")
+    return [res, o["metadata"]["name"], *(["-n", ns] if ns else [])]
+
+
+@scenario("helm install then helm uninstall on the real control plane: every object of the chart "
+          "is created as rendered (featureGates as the reference sets them), then removed")
+def s_helm(h: Harness) -> None:
+    sets = [f"namespace.name={NS_HELM}",
+            # The reference's own line, as the shell hands it to helm.
+            "featureGates=CPICollector=true,PSICollector=true"]
+    objects = helm_objects(h, *sets)
+    check(len(objects) >= 14, f"helm template rendered {len(objects)} objects")
+    check(not webhookcfg.select(objects, "ConfigMap"), "the chart installs ConfigMaps by default")
+    args = ["install", "koord-qos", str(CHART), "--namespace", "default", "--wait=false"]
+    for kv in sets:
+        args += ["--set", kv]
+    helm(h, *args)
+    try:
+        status = json.loads(helm(h, "status", "koord-qos", "-n", "default", "-o", "json").stdout)
+        check(status["info"]["status"] == "deployed", f"release status {status['info']['status']}")
+        for o in objects:
+            got = h.kjson("get", *object_ref(o))
+            labels = got["metadata"].get("labels") or {}
+            owner = (got["metadata"].get("annotations") or {}).get("meta.helm.sh/release-name")
+            check(labels.get("app.kubernetes.io/managed-by") == "Helm" and owner == "koord-qos",
+                  f"{o['kind']} {o['metadata']['name']} not owned by the release: {labels}")
+        ds = h.kjson("get", "daemonset", "koord-applier", "-n", NS_HELM)
+        c = ds["spec"]["template"]["spec"]["containers"][0]
+        check(c["args"] == ["run", "--feature-gates=CPICollector=true,PSICollector=true"],
+              f"applier args {c['args']}")
+        check("PERFMON" in c["securityContext"]["capabilities"]["add"],
+              f"capabilities {c['securityContext']['capabilities']}")
+        mwc = h.kjson("get", "mutatingwebhookconfiguration", "koord-webhook")
+        check(mwc["webhooks"][0]["clientConfig"]["service"]["namespace"] == NS_HELM,
+              f"clientConfig {mwc['webhooks'][0]['clientConfig']}")
+        log(f"helm install: {len(objects)} objects created and owned by the release")
+    finally:
+        helm(h, "uninstall", "koord-qos", "-n", "default")
+    left = []
+    for o in objects:
+        r = h.kubectl("get", *object_ref(o), "-o", "json", check_rc=False)
+        if r.returncode != 0:
+            continue
+        got = json.loads(r.stdout)
+        # Without a namespace controller here a deleted Namespace stays Terminating.
+        if o["kind"] == "Namespace" and got["metadata"].get("deletionTimestamp"):
+            continue
+        left.append(f"{o['kind']} {o['metadata']['name']}")
+    check(not left, f"left after helm uninstall: {left}")
+    r = helm(h, "status", "koord-qos", "-n", "default", check_rc=False)
+    check(r.returncode != 0, "the release still exists after uninstall")
+
+
+def install_base(h: Harness) -> str:
+    """`kubectl apply -k manifests/`, as the README's first step; returns kubectl's output.
+    The in-cluster MutatingWebhookConfiguration it creates targets a Service no pod backs here
+    (no kubelet), so it is deleted: the suite registers its own (url + caBundle) once the
+    webhook process runs."""
+    manifests = os.environ.get("KOORD_E2E_MANIFESTS", str(REPO / "manifests"))
+    out = h.kubectl("apply", "-k", manifests).stdout
+    log("kubectl apply -k manifests/:\n" + out.strip())
+    h.kubectl("delete", "mutatingwebhookconfiguration", "koord-webhook")
+    return out
+
+
+def install_examples(h: Harness) -> None:
+    """`kubectl apply -k manifests/examples/`, the README's second step."""
+    manifests = os.environ.get("KOORD_E2E_MANIFESTS", str(REPO / "manifests"))
+    h.kubectl("apply", "-k", str(Path(manifests) / "examples"))
+
+
+@scenario("kubectl apply -k manifests/ on a cluster that has its own ack-slo-config leaves it "
+          "byte for byte; then the README's second step, kubectl apply -k manifests/examples/")
+def s_install(h: Harness) -> None:
+    own = {"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": CLUSTER_CM, "namespace": CONFIG_NS,
+                        "labels": {"owner": "the-cluster-admin"}},
+           "data": {"resource-qos-config": json.dumps({"clusterStrategy": {
+                        "lsClass": {"memoryLocality": {"policy": "bestEffort"}}}}),
+                    "colocation-config": json.dumps({"enable": True,
+                                                     "cpuReclaimThresholdPercent": 55})}}
+    h.kubectl("create", "-f", "-", input=json.dumps(own))
+    before = h.kubectl("get", "configmap", "-n", CONFIG_NS, CLUSTER_CM, "-o", "json").stdout
+    out = install_base(h)
+    after = h.kubectl("get", "configmap", "-n", CONFIG_NS, CLUSTER_CM, "-o", "json").stdout
+    check(after == before, f"ack-slo-config changed:\nbefore {before}\nafter  {after}")
+    check("configmap" not in out.lower(), f"apply touched a ConfigMap: {out}")
+    r = h.kubectl("get", "configmap", "-n", CONFIG_NS, POD_CM, check_rc=False)
+    check(r.returncode != 0, f"{POD_CM} exists after installing the base")
+    # Step 2 of the quick start, on a cluster without ConfigMaps of its own.
+    h.kubectl("delete", "configmap", "-n", CONFIG_NS, CLUSTER_CM)
+    install_examples(h)
     for name in (CLUSTER_CM, POD_CM):
         cm = h.kjson("get", "configmap", "-n", CONFIG_NS, name)
         check(cm["data"] == h.rendered_cm(name)["data"], f"{name} differs from the render")
-    # RBAC is exercised for real: the webhook and the applier run as their ServiceAccounts
-    # (impersonated), so a rule manifests/ forgets shows up as a failing scenario.
 
 
 def latency(h: Harness, tag: str, n: int = 100) -> dict:
@@ -720,11 +856,61 @@ def s_default_labels(h: Harness) -> None:
     check(resolved(pod)["qosClass"] == "BE", f"{resolved(pod)}")
 
 
-@scenario("BE pod with cpu/memory is stored with kubernetes.io/batch-cpu / batch-memory")
+def set_colocation(h: Harness, enable: bool) -> None:
+    """Sets colocation-config {"enable": ...} in the cluster ConfigMap and waits until the
+    webhook has reloaded it."""
+    before = reload_count(h, "cluster")
+    patch_cm(h, CLUSTER_CM, "colocation-config", json.dumps({"enable": enable}))
+    wait_metric_increase(h, "koord_webhook_config_reloads_total", before, config="cluster")
+
+
+def be_pod(name: str, **kw) -> dict:
+    return pod_manifest(name, NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
+                        limits={"cpu": "2", "memory": "512Mi"}, labels={QOS_LABEL: "BE"}, **kw)
+
+
+@scenario("colocation off (no colocation-config): a BE pod keeps its cpu/memory, and kubectl "
+          "prints the webhook's warning saying why")
+def s_batch_off(h: Harness) -> None:
+    r = h.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(be_pod("be-colocation-off")))
+    log(f"kubectl create said on stderr: {r.stderr.strip()}")
+    check(f"Warning: {BATCH_WARNING}" in r.stderr, f"no warning on stderr: {r.stderr!r}")
+    pod = h.get_pod(NS_QOS, "be-colocation-off")
+    res = pod["spec"]["containers"][0]["resources"]
+    check(quantity(res["requests"]["cpu"]) == 0.5 and quantity(res["limits"]["memory"]) == 512 * 2**20,
+          f"cpu/memory changed: {res}")
+    check(BATCH_CPU not in res.get("requests", {}) and BATCH_MEMORY not in res.get("limits", {}),
+          f"batch resources without colocation: {res}")
+    check(EXT_SPEC not in annotations(pod), f"{EXT_SPEC} written: {annotations(pod)}")
+    rq = resolved(pod)
+    check(rq["qosClass"] == "BE" and "batch" not in rq, f"resolved-qos: {rq}")
+    # The memory numbers are based on the memory the pod kept.
+    wmark = rq["memoryQOS"]["containers"]["app"]["memory.wmark_high"]
+    check(wmark == (512 * 2**20 // 4096 * 95 // 100) * 4096, f"memory.wmark_high {wmark}")
+    # `koord-webhook resolve` with the cluster's ConfigMap says the same, and why.
+    cc = h.dir / "cluster-cm-off.json"
+    cc.write_text(json.dumps(h.kjson("get", "configmap", "-n", CONFIG_NS, CLUSTER_CM)))
+    pf = h.dir / "be-off.json"
+    pf.write_text(json.dumps(be_pod("be-colocation-off")))
+    r = subprocess.run([h.webhook_bin, "resolve", "-f", str(pf), "--cluster-config", str(cc),
+                        "--explain", "-o", "json"], capture_output=True, text=True)
+    check(r.returncode == 0, f"resolve failed: {r.stderr}")
+    check("not translated: colocation is off" in r.stderr and BATCH_WARNING in r.stderr,
+          f"resolve --explain: {r.stderr}")
+    offline = [o for o in webhookcfg.parse_json_stream(r.stdout) if o.get("kind") == "Pod"][0]
+    check(annotations(offline).get(RESOLVED) == annotations(pod)[RESOLVED],
+          "resolve and the webhook disagree")
+
+
+@scenario("colocation on (colocation-config enable: true, read live): a BE pod with cpu/memory is "
+          "stored with kubernetes.io/batch-cpu / batch-memory")
 def s_batch(h: Harness) -> None:
-    pod = h.create_pod(pod_manifest(
-        "be-batch", NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
-        limits={"cpu": "2", "memory": "512Mi"}, labels={QOS_LABEL: "BE"}))
+    try:
+        set_colocation(h, True)
+        r = h.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(be_pod("be-batch")))
+        check("Warning" not in r.stderr, f"a warning with colocation on: {r.stderr!r}")
+    finally:
+        restore_configmaps(h)
     pod = h.get_pod(NS_QOS, "be-batch")  # what the apiserver persisted
     res = pod["spec"]["containers"][0]["resources"]
     check("cpu" not in res.get("requests", {}) and "memory" not in res.get("requests", {}),
@@ -991,10 +1177,14 @@ def s_applier(h: Harness) -> None:
                                     spec.get("serviceAccountName", "default"))
     h.apply({"apiVersion": "v1", "kind": "Node",
              "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
-    pod = h.create_pod(pod_manifest(
-        "be-on-node", NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
-        limits={"cpu": "1", "memory": "512Mi"}, labels={QOS_LABEL: "BE"},
-        container="ffmpeg", node=NODE))
+    try:
+        set_colocation(h, True)  # BE pods get batch resources only with colocation on
+        pod = h.create_pod(pod_manifest(
+            "be-on-node", NS_QOS, requests={"cpu": "500m", "memory": "256Mi"},
+            limits={"cpu": "1", "memory": "512Mi"}, labels={QOS_LABEL: "BE"},
+            container="ffmpeg", node=NODE))
+    finally:
+        restore_configmaps(h)
     rq = resolved(pod)
     check("batch" in rq, f"no batch section: {rq}")
     uid = pod["metadata"]["uid"]
@@ -1012,7 +1202,10 @@ def s_applier(h: Harness) -> None:
            "KOORD_SYS_ROOT": "/sys", "RUST_LOG": "info"}
     h.applier_metrics_port = free_port()
     env["KOORD_METRICS_ADDR"] = f"127.0.0.1:{h.applier_metrics_port}"
-    p = h.start_proc("applier", [h.applier_bin, "run"], env)
+    # The DaemonSet's args, plus the koordlet line the reference tells users to add.
+    args = spec["containers"][0].get("args", [])
+    check(args[:1] == ["run"], f"the DaemonSet's args must start with run: {args}")
+    p = h.start_proc("applier", [h.applier_bin, *args, *KOORDLET_LINE], env)
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     status = {"status": {
         "phase": "Running", "qosClass": qos, "hostIP": "127.0.0.1", "podIP": "10.0.0.10",
@@ -1057,6 +1250,8 @@ def s_applier(h: Harness) -> None:
         raise Check(f"{e}\n--- applier log ---\n{p.tail()}") from None
     events = desc[desc.index("Events:"):]
     log("kubectl describe pod be-on-node:\n" + events)
+    n = p.logfile.read_text(errors="replace").count(IGNORED_GATES_WARNING)
+    check(n == 1, f"the ignored-gates warning appears {n} times in the applier log:\n{p.tail()}")
     for knob in ("cpu.shares=512", "cpu.cfs_quota_us=100000",
                  f"memory.limit_in_bytes={512 * 2**20}"):
         check(knob in desc.replace("\n", " "), f"{knob} not in the Event:\n{events}")

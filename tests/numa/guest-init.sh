@@ -15,6 +15,7 @@ arg() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 MIB=$(arg hog_mib); MIB=${MIB:-128}
 ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
 
+echo # the firmware leaves escape sequences on the current line
 echo "GUEST kernel $(uname -r) nodes online $(cat /sys/devices/system/node/online)" \
   "node0 cpus $(cat /sys/devices/system/node/node0/cpulist)" \
   "node1 cpus $(cat /sys/devices/system/node/node1/cpulist 2>/dev/null)"

@@ -16,121 +16,60 @@
 #      same direction (node 0 -> 1), ROUNDS rounds each, plus one rate-limited move_pages pass.
 # The host parses the serial console and exits non-zero on any failure.
 #
-# Inputs are cached outside the repo, keyed by version:
-#   ${KOORD_NUMA_CACHE:-$HOME/.cache/koord-qos-numa}/<linux-image package>/vmlinuz
+# The kernel is cached outside the repo, keyed by version (tests/guest/lib.sh):
+#   ${KOORD_GUEST_CACHE:-$HOME/.cache/koord-qos-guest}/<linux-image package>/vmlinuz
 # Env: HOG_MIB (default 128), ROUNDS (3), KOORD_APPLIER_BIN (else cargo build, profile
 #      KOORD_APPLIER_PROFILE = dev (default) or release),
 #      QEMU_ACCEL (tcg|kvm; default tcg), GUEST_TIMEOUT (seconds, 600).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
-cache="${KOORD_NUMA_CACHE:-$HOME/.cache/koord-qos-numa}"
+GUEST_TAG=two-node
+# shellcheck source=tests/guest/lib.sh
+. "$here/../guest/lib.sh"
 HOG_MIB="${HOG_MIB:-128}"
 ROUNDS="${ROUNDS:-3}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
 started=$(date +%s)
 
-log() { echo "[two-node] $*" >&2; }
+guest_host_tools migratepages:numactl
+guest_kernel
 
-# --- host tools (Debian packages) ---------------------------------------------------------
-need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-# a static busybox with cpio (it goes into the initramfs as is)
-case "$( { ldd /bin/busybox >/dev/null 2>&1 || /bin/busybox --list; } 2>/dev/null)" in
-  *cpio*) ;;
-  *) need+=(busybox-static) ;;
-esac
-command -v migratepages >/dev/null || need+=(numactl)
-command -v gcc >/dev/null || need+=(gcc libc6-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
-
-# --- guest kernel: the current Debian linux-image-amd64, extracted (not installed) --------
-resolve_kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
-kpkg="$(resolve_kpkg)"
-if [ -z "$kpkg" ]; then apt-get update -qq || true; kpkg="$(resolve_kpkg)"; fi
-if [ -z "$kpkg" ]; then # offline: the newest cached kernel
-  kpkg="$(ls -1 "$cache" 2>/dev/null | grep '^linux-image-' | sort -V | tail -1 || true)"
-fi
-[ -n "$kpkg" ] || { log "FATAL: cannot resolve linux-image-amd64 and nothing cached in $cache"; exit 1; }
-kdir="$cache/$kpkg"
-if [ ! -s "$kdir/vmlinuz" ]; then
-  log "fetching $kpkg into $kdir"
-  mkdir -p "$kdir"
-  tmp="$(mktemp -d)"
-  (cd "$tmp" && apt-get download "$kpkg" >/dev/null)
-  dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" --wildcards './boot/vmlinuz-*'
-  cp "$tmp"/boot/vmlinuz-* "$kdir/vmlinuz.part" && mv "$kdir/vmlinuz.part" "$kdir/vmlinuz"
-  rm -rf "$tmp"
-fi
-
-# --- the applier and the hog ----------------------------------------------------------------
-if [ -n "${KOORD_APPLIER_BIN:-}" ]; then
-  applier="$KOORD_APPLIER_BIN"
-else
-  # The debug build is what `make test` already made (no second compile in CI); it is
-  # stripped below. KOORD_APPLIER_PROFILE=release for the README figures.
-  profile="${KOORD_APPLIER_PROFILE:-dev}"
-  log "building koord-applier (profile $profile)"
-  (cd "$repo" && cargo build --profile "$profile" -q -p koord-applier)
-  [ "$profile" = dev ] && profile=debug
-  applier="$repo/target/$profile/koord-applier"
-fi
 work="$(mktemp -d)"
-if [ -n "${KOORD_NUMA_KEEP:-}" ]; then log "keeping $work"; else trap 'rm -rf "$work"' EXIT; fi
+if [ -n "${KOORD_NUMA_KEEP:-}" ]; then glog "keeping $work"; else trap 'rm -rf "$work"' EXIT; fi
 root="$work/root"
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,lib,lib64,proc,sys,dev,tmp,etc}
+guest_root "$root"
 gcc -O2 -static -Wall -o "$root/bin/hog" "$here/hog.c"
+guest_applier "$work/koord-applier"
 
 # --- initramfs ----------------------------------------------------------------------------
-cp /bin/busybox "$root/bin/busybox"
-copy_with_libs() { # binary -> $root/usr/bin, plus every library ldd names, at the same path
-  local bin="$1"
-  cp "$bin" "$root/usr/bin/"
-  ldd "$bin" | awk '/=> \//{print $3} /^\t\//{print $1}' | while read -r lib; do
-    mkdir -p "$root$(dirname "$lib")"
-    cp -L "$lib" "$root$lib"
-  done
-}
-cp "$applier" "$work/koord-applier" && strip "$work/koord-applier"
-copy_with_libs "$work/koord-applier"
-copy_with_libs "$(command -v migratepages)"
+guest_add_binary "$root" "$work/koord-applier"
+guest_add_binary "$root" "$(command -v migratepages)"
 cp "$here/guest-init.sh" "$root/init"
 chmod +x "$root/init" "$root/bin/hog"
-(cd "$root" && find . | /bin/busybox cpio -o -H newc 2>/dev/null | gzip -1 > "$work/initrd.gz")
-log "initramfs $(du -h "$work/initrd.gz" | cut -f1), kernel $kpkg"
+guest_pack "$root" "$work/initrd.gz"
+glog "initramfs $(du -h "$work/initrd.gz" | cut -f1), kernel $GUEST_KPKG"
 
 # --- boot ---------------------------------------------------------------------------------
-# Software emulation by default: nested KVM on CI hosts is not dependable (on the dev VM the
-# guest kernel hangs right after decompression under KVM). QEMU_ACCEL=kvm to try it.
-accel="${QEMU_ACCEL:-tcg}"
-# -cpu host trips MSR checks under nested KVM; qemu64 boots everywhere.
-cpu="${QEMU_CPU:-max}"; [ "$accel" = kvm ] && cpu="${QEMU_CPU:-qemu64}"
-log "booting (accel=$accel, hog ${HOG_MIB} MiB, $ROUNDS rounds)"
+glog "booting (accel=${QEMU_ACCEL:-tcg}, hog ${HOG_MIB} MiB, $ROUNDS rounds)"
 out="$work/console.log"
 boot_start=$(date +%s)
 set +e
-timeout "$GUEST_TIMEOUT" qemu-system-x86_64 \
-  -accel "$accel" -cpu "$cpu" -smp 2 -m 512M \
+guest_boot "$work/initrd.gz" "$out" "$GUEST_TIMEOUT" \
+  "transparent_hugepage=never hog_mib=$HOG_MIB rounds=$ROUNDS" \
+  -smp 2 -m 512M \
   -object memory-backend-ram,id=m0,size=256M -object memory-backend-ram,id=m1,size=256M \
-  -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1 \
-  -kernel "$kdir/vmlinuz" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 rdinit=/init panic=-1 ${GUEST_CMDLINE:-quiet loglevel=3} transparent_hugepage=never hog_mib=$HOG_MIB rounds=$ROUNDS" \
-  -nographic -no-reboot -monitor none -serial "file:$out" </dev/null
+  -numa node,nodeid=0,cpus=0,memdev=m0 -numa node,nodeid=1,cpus=1,memdev=m1
 rc=$?
 set -e
 boot_secs=$(( $(date +%s) - boot_start ))
 tr -d '\r' < "$out" | grep -E '^(GUEST|RESULT|FAIL|EVENT|hog )' >&2 || true
 if [ $rc -ne 0 ]; then
-  log "qemu exited $rc (124 = timeout after ${GUEST_TIMEOUT}s); console tail:"
+  glog "qemu exited $rc (124 = timeout after ${GUEST_TIMEOUT}s); console tail:"
   tail -40 "$out" >&2
   exit 1
 fi
 if ! grep -q '^RESULT pass' <(tr -d '\r' < "$out"); then
-  log "FAIL: the guest did not report a pass; console tail:"
+  glog "FAIL: the guest did not report a pass; console tail:"
   tail -60 "$out" >&2
   exit 1
 fi
@@ -145,4 +84,4 @@ tr -d '\r' < "$out" | awk '
     printf "[two-node] throughput: koord-applier %.0f pages/s in migrate_pages (%.0f pages/s whole command), migratepages %.0f pages/s (whole command); applier/migratepages = %.2f\n",
       ap / as * 1e6, ap / aw * 1e6, mp / mw * 1e6, (ap / as) / (mp / mw)
   }' >&2
-log "PASS: guest ${boot_secs}s, total $(( $(date +%s) - started ))s (accel=$accel)"
+glog "PASS: guest ${boot_secs}s, total $(( $(date +%s) - started ))s (accel=${QEMU_ACCEL:-tcg})"

@@ -6,7 +6,7 @@
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use koord_runtime::LogFormat;
-use koord_webhook::policy::PolicyConfig;
+use koord_webhook::policy::{Colocation, PolicyConfig};
 use koord_webhook::server::admission::{ReviewContext, Reviewed, admission_span, review};
 
 fn compact(path: &str) -> Vec<u8> {
@@ -26,7 +26,11 @@ fn review_in_span(body: &[u8], ctx: &ReviewContext<'_>) -> Reviewed {
 fn bench(c: &mut Criterion) {
     koord_runtime::init_logging(LogFormat::Text, "info");
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
-    let config = PolicyConfig::default();
+    // Colocation on: the BE fixture's cpu/memory are translated, as before colocation gated it.
+    let config = PolicyConfig {
+        colocation: Colocation::Enabled,
+        ..PolicyConfig::default()
+    };
     let skip = |ns: &str| (ns == "kube-system").then_some("exempt");
     let ctx = ReviewContext {
         config: &config,
@@ -38,6 +42,16 @@ fn bench(c: &mut Criterion) {
             b.iter(|| review(black_box(&body), &ctx))
         });
     }
+    // Colocation off: the BE pod keeps its cpu/memory and the response carries a warning.
+    let off = PolicyConfig::default();
+    let off_ctx = ReviewContext {
+        config: &off,
+        skip_namespace: &skip,
+    };
+    let body = compact(&format!("{dir}pod-create-be.json"));
+    c.bench_function("review pod-create-be.json, colocation off", |b| {
+        b.iter(|| review(black_box(&body), &off_ctx))
+    });
     let body = compact(&format!("{dir}pod-create.json"));
     c.bench_function(
         "review pod-create.json in its admission span, level info",

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use koord_webhook::mutation::{apply_changes, json_patch};
-use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{Change, Operation, PodInput, ResolveContext, resolve_pod};
 use serde_json::Value;
 
@@ -35,6 +35,7 @@ fn bench(c: &mut Criterion) {
         namespaces: NamespaceQosConfig::parse(r#"{"enabledNamespaces":["allow-ns"],"disabledNamespaces":["block-ns"]}"#)
             .expect("config")
             .config,
+        colocation: Colocation::Enabled,
     };
     let ctx = ResolveContext {
         namespace: "shop",

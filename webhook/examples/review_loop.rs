@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Instructions per review = (refs at N=1200 - refs at N=200) / 1000, which cancels the set-up.
-//! Cases: `create`, `be`, `update` (the three fixtures of benches/admission.rs), `span` (`create`
+//! Cases: `create`, `be`, `update` (the three fixtures of benches/admission.rs; `be` with
+//! colocation on, so its cpu/memory are translated), `be-off` (the BE fixture with colocation off:
+//! resources kept, the admission warning written), `span` (`create`
 //! inside its admission span, as the handler runs it, logging at `info`), `resolve` (the
 //! two-container pod of benches/resolve.rs: view, engine, patch). Same allocator as the server.
 
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 
 use koord_runtime::LogFormat;
 use koord_webhook::mutation::json_patch;
-use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{Operation, PodInput, ResolveContext, resolve_pod};
 use koord_webhook::server::admission::{ReviewContext, admission_span, review};
 
@@ -34,18 +36,27 @@ fn compact(name: &str) -> anyhow::Result<Vec<u8>> {
 
 fn run(case: &str, n: usize) -> anyhow::Result<()> {
     koord_runtime::init_logging(LogFormat::Text, "info");
-    let config = PolicyConfig::default();
+    // Colocation on, so `be` measures the batch translation; `be-off` the pod kept as it is
+    // (colocation off) with its admission warning.
+    let on = PolicyConfig {
+        colocation: Colocation::Enabled,
+        ..PolicyConfig::default()
+    };
+    let off = PolicyConfig::default();
+    let config = if case == "be-off" { &off } else { &on };
     let skip = |ns: &str| (ns == "kube-system").then_some("exempt");
     let ctx = ReviewContext {
-        config: &config,
+        config,
         skip_namespace: &skip,
     };
     let fixture = match case {
         "create" | "span" => "pod-create.json",
-        "be" => "pod-create-be.json",
+        "be" | "be-off" => "pod-create-be.json",
         "update" => "pod-update.json",
         "resolve" => "admission-review-pod-create.json",
-        other => anyhow::bail!("unknown case {other:?} (create, be, update, span, resolve)"),
+        other => {
+            anyhow::bail!("unknown case {other:?} (create, be, be-off, update, span, resolve)")
+        }
     };
     let body = compact(fixture)?;
     match case {
@@ -63,6 +74,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
             let config = PolicyConfig {
                 cluster: ClusterQosConfig::parse(r#"{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true}},"beClass":{"memoryQOS":{"enable":true}}}}"#)?.config,
                 namespaces: NamespaceQosConfig::parse(r#"{"enabledNamespaces":["allow-ns"],"disabledNamespaces":["block-ns"]}"#)?.config,
+                colocation: Colocation::Enabled,
             };
             let ctx = ResolveContext {
                 namespace: "shop",

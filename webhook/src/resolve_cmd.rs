@@ -20,7 +20,8 @@ pub struct ResolveArgs {
     /// Pod manifest (YAML or JSON, multi-document; `-` reads stdin).
     #[arg(short = 'f', long = "filename", env = "KOORD_RESOLVE_FILE")]
     pub file: PathBuf,
-    /// ConfigMap manifest with `resource-qos-config` (ack-slo-config); default: embedded defaults.
+    /// ConfigMap manifest with `resource-qos-config` and/or `colocation-config` (ack-slo-config);
+    /// default: embedded defaults (colocation off).
     #[arg(long, env = "KOORD_CLUSTER_CONFIG_FILE")]
     pub cluster_config: Option<PathBuf>,
     /// ConfigMap manifest with `memory-qos` (ack-slo-pod-config); default: no namespace lists.
@@ -140,6 +141,10 @@ fn resolve_one(
         config,
     };
     let resolution = resolve_pod(&pod, &ctx).map_err(|e| e.to_string())?;
+    if let Some(w) = resolution.warning() {
+        // What kubectl would print for this pod.
+        let _ = writeln!(stderr, "Warning: pod {}: {w}", pod.display_name());
+    }
     if args.explain {
         explain(stderr, namespace, &pod.display_name(), &resolution);
     }
@@ -188,6 +193,17 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
         None => {
             let _ = writeln!(out, "  memoryLocality: not set");
         }
+    }
+    if let Some(why) = r.explanation.batch_withheld {
+        let _ = writeln!(
+            out,
+            "  batch resources: cpu/memory kept, not translated: colocation is off ({why})"
+        );
+    } else if r.explanation.batch_containers > 0 {
+        let _ = writeln!(
+            out,
+            "  batch resources: cpu/memory translated: colocation is on (colocation-config \"enable\": true)"
+        );
     }
     match &r.resolved.batch {
         Some(b) => {

@@ -1,10 +1,15 @@
 //! `kubectl kustomize manifests/` renders offline and every object parses as its Kubernetes
-//! type without losing a field (a typo'd key would vanish in the round trip).
+//! type without losing a field (a typo'd key would vanish in the round trip); the base installs
+//! no ConfigMap; the examples overlay, the CPI component, the monitoring kustomization; and the
+//! Helm chart: `helm lint` clean, and with default values `helm template` renders the same
+//! objects as `kubectl kustomize manifests/` (compared as parsed objects).
 //!
-//! They need `kubectl` (`kubectl.1.33` or `kubectl`) on PATH, so they are ignored by default
-//! and run with `cargo test -p koord-webhook --test manifests -- --ignored`; run that way
-//! without kubectl they fail, saying so.
+//! They need `kubectl` (`kubectl.1.33` or `kubectl`) on PATH, and the Helm tests `helm` (`$HELM`,
+//! else the binary `tests/e2e/helm.sh build` caches), so they are ignored by default and run
+//! with `cargo test -p koord-webhook --test manifests -- --ignored` (`make unit` does, after
+//! building Helm); run that way without them they fail, saying so.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -30,12 +35,16 @@ fn kubectl() -> Option<PathBuf> {
 }
 
 fn render(dir: &str) -> Vec<Value> {
+    render_path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir))
+}
+
+fn render_path(path: &Path) -> Vec<Value> {
+    let dir = path.display();
     let kubectl = kubectl()
         .unwrap_or_else(|| panic!("no kubectl (kubectl.1.33 or kubectl) on PATH to render {dir}"));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let out = Command::new(&kubectl)
         .arg("kustomize")
-        .arg(&path)
+        .arg(path)
         .output()
         .expect("run kubectl kustomize");
     assert!(
@@ -43,8 +52,11 @@ fn render(dir: &str) -> Vec<Value> {
         "kubectl kustomize {dir}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).expect("utf8");
-    serde_yaml::Deserializer::from_str(&text)
+    parse_stream(&String::from_utf8(out.stdout).expect("utf8"))
+}
+
+fn parse_stream(text: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).expect("yaml"))
         .filter(|v| !v.is_null())
         .collect()
@@ -92,6 +104,400 @@ fn every_rendered_object_parses_as_its_kubernetes_type() {
         }
     }
     assert!(objects.len() >= 14, "{} objects", objects.len());
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn the_base_installs_no_configmap_and_writes_nothing_in_kube_system_but_rbac() {
+    let objects = render("manifests");
+    for o in &objects {
+        assert_ne!(
+            o["kind"], "ConfigMap",
+            "the base must not ship a ConfigMap: {}",
+            o["metadata"]["name"]
+        );
+        if o["metadata"]["namespace"] == "kube-system" {
+            // Reading the cluster ConfigMaps needs a Role there; nothing else may land there,
+            // so applying the base cannot change a cluster's own ack-slo-config.
+            assert!(
+                o["kind"] == "Role" || o["kind"] == "RoleBinding",
+                "{} {} in kube-system",
+                o["kind"],
+                o["metadata"]["name"]
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn the_examples_overlay_is_the_two_reference_configmaps_and_they_parse() {
+    let objects = render("manifests/examples");
+    let names: Vec<_> = objects
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].clone(),
+                o["metadata"]["namespace"].clone(),
+                o["metadata"]["name"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (
+                "ConfigMap".into(),
+                "kube-system".into(),
+                "ack-slo-config".into()
+            ),
+            (
+                "ConfigMap".into(),
+                "kube-system".into(),
+                "ack-slo-pod-config".into()
+            ),
+        ]
+    );
+    // Byte for byte the reference's examples, and they parse as policy.
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples");
+    for (name, key) in [
+        ("ack-slo-config", "resource-qos-config"),
+        ("ack-slo-pod-config", "memory-qos"),
+    ] {
+        let cm: ConfigMap = round_trip(find(&objects, "ConfigMap", name));
+        let data = cm.data.expect("data");
+        let text = data.get(key).expect("key");
+        let file = std::fs::read_to_string(examples.join(format!("{name}.yaml"))).expect("read");
+        let from_file: ConfigMap = serde_yaml::from_str(&file).expect("yaml");
+        assert_eq!(from_file.data.expect("data").get(key), Some(text));
+        match key {
+            "memory-qos" => {
+                drop(koord_webhook::policy::NamespaceQosConfig::parse(text).expect("parses"))
+            }
+            _ => drop(koord_webhook::policy::ClusterQosConfig::parse(text).expect("parses")),
+        }
+    }
+}
+
+/// The capabilities and args of the applier DaemonSet's container.
+fn applier_caps_and_args(objects: &[Value]) -> (Vec<String>, Vec<String>) {
+    let ds: DaemonSet = round_trip(find(objects, "DaemonSet", "koord-applier"));
+    let c = &ds
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod")
+        .containers[0];
+    let caps = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.capabilities.as_ref())
+        .and_then(|c| c.add.clone())
+        .unwrap_or_default();
+    (caps, c.args.clone().unwrap_or_default())
+}
+
+/// Renders `manifests/` plus the CPI component through an overlay next to it (kustomize
+/// refuses an overlay inside the directory it builds on).
+fn render_with_cpi_component() -> Vec<Value> {
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../manifests")
+        .canonicalize()
+        .expect("manifests");
+    let overlay = tempfile::Builder::new()
+        .prefix("cpi-overlay")
+        .tempdir_in(manifests.parent().expect("repo").join("target"))
+        .or_else(|_| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")))
+        .expect("overlay dir");
+    let up = "../".repeat(
+        overlay
+            .path()
+            .strip_prefix(manifests.parent().expect("repo"))
+            .map(|p| p.components().count())
+            .unwrap_or(0),
+    );
+    assert!(
+        !up.is_empty(),
+        "the overlay must live inside the repository"
+    );
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!("resources: [{up}manifests]\ncomponents: [{up}manifests/components/cpi]\n"),
+    )
+    .expect("write overlay");
+    render_path(overlay.path())
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn cpi_capability_only_with_the_cpi_component() {
+    let base = render("manifests");
+    let (caps, args) = applier_caps_and_args(&base);
+    assert_eq!(
+        caps,
+        ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"],
+        "base: no PERFMON"
+    );
+    assert_eq!(args, ["run"], "base: collectors off");
+    let with = render_with_cpi_component();
+    let (caps, args) = applier_caps_and_args(&with);
+    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "PERFMON"]);
+    assert_eq!(args, ["run", "--feature-gates=CPICollector=true"]);
+    // Nothing else changes.
+    assert_eq!(base.len(), with.len());
+    for o in &base {
+        if o["kind"] != "DaemonSet" {
+            assert!(
+                with.contains(o),
+                "{} {} changed",
+                o["kind"],
+                o["metadata"]["name"]
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Helm chart
+// ---------------------------------------------------------------------------------------------
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn helm() -> PathBuf {
+    if let Some(h) = std::env::var_os("HELM") {
+        return PathBuf::from(h);
+    }
+    let out = Command::new(repo().join("tests/e2e/helm.sh"))
+        .arg("path")
+        .output()
+        .expect("run tests/e2e/helm.sh path");
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        path.is_file(),
+        "no helm: set HELM, or build it with tests/e2e/helm.sh build (expected {})",
+        path.display()
+    );
+    path
+}
+
+fn helm_template(set: &[&str]) -> Vec<Value> {
+    let mut cmd = Command::new(helm());
+    cmd.arg("template")
+        .arg("koord-qos")
+        .arg(repo().join("charts/koord-qos"));
+    for s in set {
+        cmd.arg("--set").arg(s);
+    }
+    let out = cmd.output().expect("run helm template");
+    assert!(
+        out.status.success(),
+        "helm template {set:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_stream(&String::from_utf8(out.stdout).expect("utf8"))
+}
+
+fn by_identity(objects: &[Value]) -> BTreeMap<String, &Value> {
+    objects
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{} {} {}/{}",
+                    o["apiVersion"].as_str().unwrap_or(""),
+                    o["kind"].as_str().unwrap_or(""),
+                    o["metadata"]["namespace"].as_str().unwrap_or(""),
+                    o["metadata"]["name"].as_str().unwrap_or("")
+                ),
+                o,
+            )
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs helm (tests/e2e/helm.sh build)"]
+fn helm_lint_is_clean() {
+    for set in [
+        &[][..],
+        &[
+            "featureGates=CPICollector=true,PSICollector=true",
+            "installExampleConfigMaps=true",
+        ][..],
+    ] {
+        let mut cmd = Command::new(helm());
+        cmd.arg("lint")
+            .arg("--strict")
+            .arg(repo().join("charts/koord-qos"));
+        for s in set {
+            cmd.arg("--set").arg(s);
+        }
+        let out = cmd.output().expect("run helm lint");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "helm lint {set:?}:\n{text}");
+        assert!(text.contains("0 chart(s) failed"), "{text}");
+        assert!(
+            !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs kubectl and helm (tests/e2e/helm.sh build)"]
+fn helm_template_with_default_values_renders_the_kustomize_objects() {
+    let kustomize = render("manifests");
+    let helm = helm_template(&[]);
+    let (k, h) = (by_identity(&kustomize), by_identity(&helm));
+    assert_eq!(
+        k.keys().collect::<Vec<_>>(),
+        h.keys().collect::<Vec<_>>(),
+        "the same objects"
+    );
+    for (id, want) in &k {
+        assert_eq!(
+            h[id], *want,
+            "{id} differs:\nhelm:      {}\nkustomize: {}",
+            h[id], want
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs kubectl and helm (tests/e2e/helm.sh build)"]
+fn helm_values_reach_the_objects() {
+    // The reference's own line, `--set featureGates="CPICollector=true,PSICollector=true"`,
+    // is this argument once the shell has removed the quotes; helm's --set splits it at the
+    // comma (featureGates=CPICollector=true, PSICollector=true), and the chart joins it back.
+    let objects = helm_template(&["featureGates=CPICollector=true,PSICollector=true"]);
+    let (caps, args) = applier_caps_and_args(&objects);
+    assert_eq!(
+        args,
+        ["run", "--feature-gates=CPICollector=true,PSICollector=true"]
+    );
+    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "PERFMON"]);
+    // Escaped the helm way, the same.
+    let (caps, args) = applier_caps_and_args(&helm_template(&[
+        "featureGates=CPICollector=true\\,PSICollector=true",
+    ]));
+    assert_eq!(
+        args,
+        ["run", "--feature-gates=CPICollector=true,PSICollector=true"]
+    );
+    assert!(caps.contains(&"PERFMON".to_owned()));
+    // PSI alone, or CPI turned off again: no capability.
+    let (caps, args) = applier_caps_and_args(&helm_template(&["featureGates=PSICollector=true"]));
+    assert_eq!(args, ["run", "--feature-gates=PSICollector=true"]);
+    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"]);
+    let (caps, _) = applier_caps_and_args(&helm_template(&[
+        "featureGates=CPICollector=true,CPICollector=false",
+    ]));
+    assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE"]);
+    // Older kernels: SYS_ADMIN instead; intervals.
+    let (caps, args) = applier_caps_and_args(&helm_template(&[
+        "featureGates=CPICollector=true",
+        "applierCpiCapability=SYS_ADMIN",
+        "collectors.cpiCollectorIntervalSeconds=30",
+        "collectors.psiCollectorIntervalSeconds=5",
+    ]));
+    assert_eq!(
+        caps,
+        ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "SYS_ADMIN"]
+    );
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--feature-gates=CPICollector=true",
+            "--cpi-collector-interval-seconds=30",
+            "--psi-collector-interval-seconds=5"
+        ]
+    );
+    // Webhook values.
+    let objects = helm_template(&[
+        "webhook.replicas=3",
+        "webhook.failurePolicy=Fail",
+        "webhook.image.repository=registry.example/koord-webhook",
+        "webhook.image.tag=9.9.9",
+        "applier.image.tag=1.2.3",
+        "webhook.resources.limits.memory=256Mi",
+        "webhook.namespaceSelector.matchLabels.team=a",
+    ]);
+    let d: Deployment = round_trip(find(&objects, "Deployment", "koord-webhook"));
+    let spec = d.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(3));
+    let c = &spec.template.spec.expect("pod").containers[0];
+    assert_eq!(
+        c.image.as_deref(),
+        Some("registry.example/koord-webhook:9.9.9")
+    );
+    let limits = c
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .expect("limits");
+    assert_eq!(limits["memory"].0, "256Mi");
+    let ds: DaemonSet = round_trip(find(&objects, "DaemonSet", "koord-applier"));
+    assert_eq!(
+        ds.spec
+            .expect("spec")
+            .template
+            .spec
+            .expect("pod")
+            .containers[0]
+            .image
+            .as_deref(),
+        Some("ghcr.io/koord-qos/koord-applier:1.2.3")
+    );
+    let m: MutatingWebhookConfiguration = round_trip(find(
+        &objects,
+        "MutatingWebhookConfiguration",
+        "koord-webhook",
+    ));
+    let w = &m.webhooks.expect("webhooks")[0];
+    assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+    let sel = w.namespace_selector.as_ref().expect("selector");
+    assert_eq!(
+        sel.match_labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
+        Some("a")
+    );
+    // ServiceMonitors: the monitoring kustomization's Service and ServiceMonitors, with the value.
+    let with_monitoring = helm_template(&["monitoring.serviceMonitors=true"]);
+    let monitoring = render("manifests/monitoring");
+    let mut n = 0;
+    for m in monitoring.iter().filter(|o| o["kind"] != "ConfigMap") {
+        n += 1;
+        assert!(
+            with_monitoring.contains(m),
+            "{} {} differs from manifests/monitoring",
+            m["kind"],
+            m["metadata"]["name"]
+        );
+    }
+    assert_eq!(n, 3, "applier Service, two ServiceMonitors");
+    // Example ConfigMaps: none by default (checked by the parity test), the two with the value,
+    // equal to the examples overlay.
+    let with_cms = helm_template(&["installExampleConfigMaps=true"]);
+    let cms: Vec<&Value> = with_cms
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .collect();
+    let examples = render("manifests/examples");
+    assert_eq!(cms.len(), 2);
+    for e in &examples {
+        assert!(
+            cms.contains(&e),
+            "{} differs from manifests/examples",
+            e["metadata"]["name"]
+        );
+    }
 }
 
 #[test]
@@ -162,22 +568,6 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
             .as_ref()
             .is_some_and(|n| n.len() == 2)
     );
-
-    // The example ConfigMaps parse as policy.
-    for (name, key) in [
-        ("ack-slo-config", "resource-qos-config"),
-        ("ack-slo-pod-config", "memory-qos"),
-    ] {
-        let cm: ConfigMap = round_trip(find(&objects, "ConfigMap", name));
-        let data = cm.data.expect("data");
-        let text = data.get(key).expect("key");
-        match key {
-            "memory-qos" => {
-                drop(koord_webhook::policy::NamespaceQosConfig::parse(text).expect("parses"))
-            }
-            _ => drop(koord_webhook::policy::ClusterQosConfig::parse(text).expect("parses")),
-        }
-    }
 }
 
 /// One RBAC rule as (apiGroups, resources, resourceNames, verbs).
@@ -328,4 +718,69 @@ fn monitoring_renders_a_service_monitor_for_the_metrics_port() {
     let sm = find(&objects, "ServiceMonitor", "koord-webhook");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+}
+
+/// The reference's koordlet Service + ServiceMonitor select on `koord-app: koordlet`, port
+/// `koordlet-service` 9316, `jobLabel: koord-app` (so job="koordlet"), every 30 s over http.
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn applier_monitoring_matches_the_references_job_and_port() {
+    let objects = render("manifests/monitoring");
+    let svc: Service = round_trip(find(&objects, "Service", "koord-applier-metrics"));
+    let labels = svc.metadata.labels.clone().expect("labels");
+    assert_eq!(
+        labels.get("koord-app").map(String::as_str),
+        Some("koordlet")
+    );
+    let spec = svc.spec.expect("spec");
+    assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+    let port = &spec.ports.expect("ports")[0];
+    assert_eq!(
+        (port.name.as_deref(), port.port),
+        (Some("koordlet-service"), 9316)
+    );
+    let sm = find(&objects, "ServiceMonitor", "koord-applier");
+    assert_eq!(sm["spec"]["jobLabel"], "koord-app");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"], "koordlet-service");
+    assert_eq!(ep["interval"], "30s");
+    assert_eq!(ep["scheme"], "http");
+    // The ServiceMonitor selects this Service, and the job label is its koord-app value.
+    let selector = sm["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    for (k, v) in selector {
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            v.as_str(),
+            "selector {k}"
+        );
+    }
+    assert_eq!(
+        labels
+            .get(sm["spec"]["jobLabel"].as_str().expect("jobLabel"))
+            .map(String::as_str),
+        Some("koordlet")
+    );
+    // The Service reaches the DaemonSet's pods on their 9316 port, and those pods carry the
+    // reference's pod label too.
+    let base = render("manifests");
+    let ds: DaemonSet = round_trip(find(&base, "DaemonSet", "koord-applier"));
+    let tpl = ds.spec.expect("spec").template;
+    let pod_labels = tpl.metadata.expect("meta").labels.expect("labels");
+    for (k, v) in spec.selector.expect("selector") {
+        assert_eq!(pod_labels.get(&k), Some(&v), "pod label {k}");
+    }
+    assert_eq!(
+        pod_labels.get("koord-app").map(String::as_str),
+        Some("koordlet")
+    );
+    let c = &tpl.spec.expect("pod").containers[0];
+    assert!(
+        c.ports
+            .as_ref()
+            .expect("ports")
+            .iter()
+            .any(|p| p.name.as_deref() == Some("metrics") && p.container_port == 9316)
+    );
 }

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use koord_webhook::manifest;
-use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig, load_policy};
+use koord_webhook::policy::{
+    ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig, load_policy,
+};
 use koord_webhook::reresolve::plan::{Verdict, plan_pod};
 use koord_webhook::server::admission::{Decision, ReviewContext, review};
 use serde_json::{Value, json};
@@ -45,6 +47,15 @@ fn inline(cluster: &str) -> PolicyConfig {
     PolicyConfig {
         cluster: ClusterQosConfig::parse(cluster).expect("cluster").config,
         namespaces: NamespaceQosConfig::default(),
+        colocation: Colocation::NotConfigured,
+    }
+}
+
+/// `config` with colocation on: BE pods are created with batch resources.
+fn colocation_on(config: PolicyConfig) -> PolicyConfig {
+    PolicyConfig {
+        colocation: Colocation::Enabled,
+        ..config
     }
 }
 
@@ -66,6 +77,13 @@ fn configs() -> Vec<(&'static str, PolicyConfig)> {
             file(Some("ack-slo-config.yaml"), Some("ack-slo-pod-config.yaml")),
         ),
         (
+            "ack-slo-config + ack-slo-pod-config, colocation on",
+            colocation_on(file(
+                Some("ack-slo-config.yaml"),
+                Some("ack-slo-pod-config.yaml"),
+            )),
+        ),
+        (
             "memory-locality-config",
             file(Some("memory-locality-config.yaml"), None),
         ),
@@ -74,6 +92,12 @@ fn configs() -> Vec<(&'static str, PolicyConfig)> {
             inline(
                 r#"{"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": false}}, "beClass": {"memoryQOS": {"enable": false}}}}"#,
             ),
+        ),
+        (
+            "all off, colocation on",
+            colocation_on(inline(
+                r#"{"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": false}}, "beClass": {"memoryQOS": {"enable": false}}}}"#,
+            )),
         ),
         (
             "throttling + cpu/resctrl",

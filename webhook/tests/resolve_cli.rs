@@ -117,6 +117,63 @@ fn explain_names_the_sources() {
     );
 }
 
+/// `--cluster-config` carries colocation-config: BE pods are translated only with it on, and
+/// `--explain` says which way it went and why.
+#[test]
+fn colocation_decides_the_batch_translation_and_explain_says_why() {
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"be","labels":{"koordinator.sh/qosClass":"BE"}},
+        "spec":{"containers":[{"name":"app","image":"x","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}"#;
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("be.json");
+    std::fs::write(&file, pod).expect("write");
+    let file = file.to_str().expect("utf8");
+
+    // No cluster ConfigMap, and the reference's example (no colocation-config): off.
+    for extra in [&[][..], &["--cluster-config", "ack-slo-config.yaml"][..]] {
+        let mut args = vec!["-f", file, "--explain", "-o", "json"];
+        args.extend_from_slice(extra);
+        let out = resolve(&args);
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("batch resources: cpu/memory kept, not translated: colocation is off"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "Warning: pod be: koord-qos: BE pod admitted with its cpu/memory unchanged"
+            ),
+            "{stderr}"
+        );
+        let pod: Value = serde_json::from_slice(&out.stdout).expect("pod");
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"],
+            serde_json::json!({"requests": {"cpu": "1", "memory": "1Gi"}})
+        );
+    }
+    let out = resolve(&[
+        "-f",
+        file,
+        "--explain",
+        "-o",
+        "json",
+        "--cluster-config",
+        "ack-slo-config-colocation.yaml",
+    ]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("batch resources: cpu/memory translated: colocation is on"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Warning"), "{stderr}");
+    let pod: Value = serde_json::from_slice(&out.stdout).expect("pod");
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"],
+        serde_json::json!({"requests": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "1Gi"}})
+    );
+}
+
 #[test]
 fn bad_input_exits_non_zero_with_one_line_and_no_stdout() {
     let cases: &[(&[&str], &str)] = &[
@@ -148,7 +205,7 @@ fn bad_input_exits_non_zero_with_one_line_and_no_stdout() {
                 "--cluster-config",
                 "redis-demo.yaml",
             ],
-            "no ConfigMap with data.resource-qos-config found",
+            "no ConfigMap with data.resource-qos-config or data.colocation-config found",
         ),
         (&["-f", "missing.yaml"], "missing.yaml: "),
         (&["-f", "ack-slo-config.yaml"], "no Pod found"),

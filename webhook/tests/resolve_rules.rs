@@ -780,7 +780,8 @@ fn update_rewrites_a_hand_edit_and_leaves_resources_alone() {
         json!({}),
         json!({"requests": {"cpu": "1"}}),
     );
-    let r = create(&p, &PolicyConfig::default());
+    // Colocation on, so the stored pod carries batch resources.
+    let r = create(&p, &config("", ""));
     let mut stored = mutated(&p, &r);
     let good = stored["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS].clone();
     stored["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS] =

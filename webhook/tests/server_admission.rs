@@ -11,8 +11,25 @@ fn request_object(review: &Value) -> Value {
     review["request"]["object"].clone()
 }
 
-/// Drives one fixture and checks the mutation against `resolve`.
+/// Drives one fixture and checks the mutation against `resolve` with the examples' ConfigMaps
+/// (`cluster`) or none.
 async fn assert_matches_resolve(running: &Running, name: &str, cluster: bool) -> Value {
+    let cfg = examples_dir();
+    assert_matches_resolve_with(
+        running,
+        name,
+        cluster.then(|| cfg.join("ack-slo-config.yaml")),
+        cluster.then(|| cfg.join("ack-slo-pod-config.yaml")),
+    )
+    .await
+}
+
+async fn assert_matches_resolve_with(
+    running: &Running,
+    name: &str,
+    cluster: Option<std::path::PathBuf>,
+    namespaces: Option<std::path::PathBuf>,
+) -> Value {
     let review = fixture_json(name);
     let reply = post(running, fixture(name)).await;
     let response = response_of(&reply);
@@ -22,15 +39,12 @@ async fn assert_matches_resolve(running: &Running, name: &str, cluster: bool) ->
     let patched = apply_response_patch(&response, &object);
     let update = review["request"]["operation"] == "UPDATE";
     let namespace = review["request"]["namespace"].as_str().unwrap_or("default");
-    let cfg = examples_dir();
     let expected = resolve_output(
         &object,
         namespace,
         update,
-        cluster.then(|| cfg.join("ack-slo-config.yaml")).as_deref(),
-        cluster
-            .then(|| cfg.join("ack-slo-pod-config.yaml"))
-            .as_deref(),
+        cluster.as_deref(),
+        namespaces.as_deref(),
     );
     assert_eq!(patched, expected, "patched pod differs from resolve output");
     response
@@ -60,11 +74,28 @@ async fn create_without_config_files_uses_embedded_defaults() {
     assert_matches_resolve(&running, "pod-create.json", false).await;
 }
 
+fn colocation_config() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/examples/ack-slo-config-colocation.yaml")
+}
+
 #[tokio::test]
-async fn create_be_pod_gets_batch_resources() {
-    let running = start(with_examples(), |_| {}).await;
+async fn create_be_pod_gets_batch_resources_with_colocation_on() {
+    let pod_config = examples_dir().join("ack-slo-pod-config.yaml");
+    let running = start(
+        standalone(Some(colocation_config()), Some(pod_config.clone())),
+        |_| {},
+    )
+    .await;
     let review = fixture_json("pod-create-be.json");
-    let response = assert_matches_resolve(&running, "pod-create-be.json", true).await;
+    let response = assert_matches_resolve_with(
+        &running,
+        "pod-create-be.json",
+        Some(colocation_config()),
+        Some(pod_config),
+    )
+    .await;
+    assert!(response.get("warnings").is_none(), "{response}");
     let patched = apply_response_patch(&response, &review["request"]["object"]);
     let res = &patched["spec"]["containers"][0]["resources"];
     // 2 cores = 2000 milli-cores; "2k" is the same quantity in canonical form.
@@ -73,6 +104,49 @@ async fn create_be_pod_gets_batch_resources() {
         .unwrap_or("");
     assert!(cpu == "2000" || cpu == "2k", "{res}");
     assert!(res["limits"].get("cpu").is_none(), "{res}");
+}
+
+#[tokio::test]
+async fn be_pod_keeps_cpu_memory_with_a_warning_when_colocation_is_off() {
+    // The examples' ack-slo-config has no colocation-config: off.
+    let running = start(with_examples(), |_| {}).await;
+    let review = fixture_json("pod-create-be.json");
+    let response = assert_matches_resolve(&running, "pod-create-be.json", true).await;
+    let warnings = response["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{response}");
+    let w = warnings[0].as_str().expect("str");
+    assert!(
+        w.starts_with(
+            "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off"
+        ),
+        "{w}"
+    );
+    assert!(
+        w.len() <= 256,
+        "kubectl may truncate warnings over 256 characters"
+    );
+    let object = &review["request"]["object"];
+    let patched = apply_response_patch(&response, object);
+    assert_eq!(
+        patched["spec"]["containers"][0]["resources"], object["spec"]["containers"][0]["resources"],
+        "resources unchanged"
+    );
+    assert_eq!(
+        patched["metadata"]["labels"]["koordinator.sh/qosClass"],
+        "BE"
+    );
+    let annotations = patched["metadata"]["annotations"].as_object().expect("map");
+    assert!(!annotations.contains_key("node.koordinator.sh/extended-resource-spec"));
+    let rq: Value = serde_json::from_str(
+        annotations["koordinator.sh/resolved-qos"]
+            .as_str()
+            .expect("str"),
+    )
+    .expect("json");
+    assert!(rq.get("batch").is_none(), "{rq}");
+    // A pod that is not BE gets no warning.
+    let response = assert_matches_resolve(&running, "pod-create.json", true).await;
+    assert!(response.get("warnings").is_none(), "{response}");
 }
 
 #[tokio::test]

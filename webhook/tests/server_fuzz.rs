@@ -258,7 +258,7 @@ proptest! {
         let shaped = json!({"enabledNamespaces": v.clone(), "disabledNamespaces": [v]});
         let _ = NamespaceQosConfig::parse(&shaped.to_string());
         let data: BTreeMap<String, String> = [("resource-qos-config".to_owned(), text.clone()), ("memory-qos".to_owned(), text)].into();
-        let _ = from_data::<ClusterQosConfig>(&data);
+        let _ = from_data::<koord_webhook::policy::ClusterConfigMap>(&data);
         let _ = from_data::<NamespaceQosConfig>(&data);
     }
 }

@@ -1,14 +1,17 @@
 //! `koord-applier once -f POD_FILE`: apply one manifest without an API server and print what
 //! happened as JSON. The manifest is read and parsed once; the one pod view feeds the
-//! memory/CPU QoS pass, the resctrl pass and memory locality, and any error of reading or
-//! parsing it ends the command with a message naming the file.
+//! memory/CPU QoS pass, the ancestors' memory protection, the resctrl pass and memory
+//! locality, and any error of reading or parsing it ends the command with a message naming the
+//! file.
 
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::manifest::{ManifestError, read_pod};
+use crate::ancestors::{AncestorsReport, MemoryAncestors};
 use crate::apply::Applier;
+use crate::cgroup::Outcome;
 use crate::cgroup::layout::Layout;
 use crate::cli::{Config, ConfigError};
 use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
@@ -19,11 +22,15 @@ use crate::pod_spec_view::{PodSpecView, PodSpecViewError};
 use crate::report::{PodReport, PodStatus};
 use crate::resctrl::ResctrlReport;
 
-/// The JSON report of `once`: the cgroup pass, then the locality and resctrl passes.
+/// The JSON report of `once`: the cgroup pass, the ancestors' memory protection, then the
+/// locality and resctrl passes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OnceReport {
     #[serde(flatten)]
     pub pod: PodReport,
+    /// `kubepods` and the QoS-class directories after the pod's pass (`--protect-ancestors`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ancestors: Option<AncestorsReport>,
     /// The memory locality pass (`run` reports it as Events instead).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locality: Option<LocalityReport>,
@@ -56,8 +63,11 @@ pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
         source,
     })?;
     let applier = Applier::new(layout.clone(), config.dry_run, None).with_caps(caps);
+    let pod = applier.apply(&view);
+    let ancestors = ancestors_pass(config, &layout, &pod);
     let mut report = OnceReport {
-        pod: applier.apply(&view),
+        pod,
+        ancestors,
         locality: None,
         resctrl: None,
     };
@@ -72,6 +82,25 @@ pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
         );
     }
     Ok(report)
+}
+
+/// The sums on `kubepods` and the QoS-class directories, read from the kernel (so right although
+/// `once` sees one pod), after a pass that applied the pod; a pod refused or not managed leaves
+/// the node's ancestors alone.
+fn ancestors_pass(config: &Config, layout: &Layout, pod: &PodReport) -> Option<AncestorsReport> {
+    let applied = matches!(
+        pod.status,
+        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Failed
+    );
+    (config.ancestors.enabled && applied).then(|| {
+        MemoryAncestors::new(
+            layout.clone(),
+            config.dry_run,
+            config.ancestors.kubelet_memory_qos,
+            None,
+        )
+        .reconcile()
+    })
 }
 
 /// The pod's resctrl class group, when resctrl is usable; a failure fails the report.
@@ -104,9 +133,14 @@ fn resctrl_pass(
 }
 
 /// 0 when the pod is as the annotation says (or unmanaged), 2 when it was refused or failed
-/// (a failed memory locality pass included).
+/// (a failed memory locality pass or ancestor write included: the protection would not hold).
 pub fn exit_code(report: &OnceReport) -> i32 {
-    if report.locality.as_ref().is_some_and(LocalityReport::failed) {
+    if report.locality.as_ref().is_some_and(LocalityReport::failed)
+        || report
+            .ancestors
+            .as_ref()
+            .is_some_and(|a| a.count(Outcome::Failed) > 0)
+    {
         return 2;
     }
     match report.pod.status {

@@ -12,6 +12,7 @@ use kube::runtime::reflector;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use crate::ancestors::MemoryAncestors;
 use crate::apply::Applier;
 use crate::cli::{Config, ConfigError, RunConfig};
 use crate::collectors::{CollectorConfig, GateError};
@@ -70,7 +71,7 @@ pub async fn run_with_client(
         metrics: Arc::new(Metrics::new()?),
     };
     start_features(&ctx, &config, &run)?;
-    let (applier, node_qos) = cgroup_passes(&ctx, &config);
+    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config);
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
     tokio::spawn(
@@ -86,6 +87,7 @@ pub async fn run_with_client(
     let watch = Watch {
         applier,
         node_qos: Some(node_qos),
+        ancestors,
         events: ctx.events.clone(),
         resync: run.resync,
         ready,
@@ -107,9 +109,12 @@ fn start_features(ctx: &RunContext, config: &Config, run: &RunConfig) -> Result<
     Ok(())
 }
 
-/// The per-pod pass and the node-level pass (QoS-class parents, resctrl), with the node's
-/// capabilities detected once.
-fn cgroup_passes(ctx: &RunContext, config: &Config) -> (Arc<Applier>, Arc<NodeQos>) {
+/// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's
+/// capabilities detected once, and the ancestors' memory protection (unless turned off).
+fn cgroup_passes(
+    ctx: &RunContext,
+    config: &Config,
+) -> (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>) {
     let caps = detect_caps(&ctx.layout, config.cpu_idle_fallback);
     let resctrl = detect_resctrl(&config.resctrl_root, Some(&ctx.metrics))
         .map(|s| (config.resctrl_root.clone(), s));
@@ -128,7 +133,30 @@ fn cgroup_passes(ctx: &RunContext, config: &Config) -> (Arc<Applier>, Arc<NodeQo
         )
         .with_caps(caps),
     );
-    (applier, node_qos)
+    let ancestors = config.ancestors.enabled.then(|| {
+        Arc::new(MemoryAncestors::new(
+            ctx.layout.clone(),
+            config.dry_run,
+            config.ancestors.kubelet_memory_qos,
+            Some(ctx.metrics.clone()),
+        ))
+    });
+    tracing::info!(
+        protect_ancestors = config.ancestors.enabled,
+        kubelet_memory_qos = config.ancestors.kubelet_memory_qos,
+        "QoS-level memory protection: {}",
+        match (
+            config.ancestors.enabled,
+            config.ancestors.kubelet_memory_qos
+        ) {
+            (false, _) =>
+                "off (pod-level memory.min/low are capped by kubepods and its QoS-class cgroups)",
+            (true, false) => "kubepods and its QoS-class cgroups get the sums of their children",
+            (true, true) =>
+                "sums of the children; the kubelet's values on kubepods and burstable are never lowered",
+        }
+    );
+    (applier, node_qos, ancestors)
 }
 
 /// Binds `/metrics`, `/healthz` and `/readyz` and serves them in the background.

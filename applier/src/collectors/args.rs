@@ -8,7 +8,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct CollectorArgs {
     /// Feature gates, `Name=bool,...`: `CPICollector`, `PSICollector` (both off by default;
-    /// on by default for `once --collect`). `Libpfm4` is accepted and has no effect.
+    /// on by default for `once --collect`). koordlet's other gates (`BECPUEvict`,
+    /// `CgroupReconcile`, `Libpfm4`, ...) are accepted with a warning and have no effect.
     #[arg(long, env = "KOORD_FEATURE_GATES", default_value = "", global = true)]
     pub feature_gates: String,
     /// Seconds between two CPI windows.
@@ -110,20 +111,64 @@ impl CollectorConfig {
 }
 
 /// The gates as given; `None` = not named.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Gates {
     pub cpi: Option<bool>,
     pub psi: Option<bool>,
+    /// koordlet gates that were named and that this product does not have, in the order
+    /// given (each once): accepted, so a koordlet DaemonSet's line works, and warned about.
+    pub ignored: Vec<&'static str>,
+}
+
+/// koordlet's feature gates (`pkg/features/koordlet_features.go`) other than the two
+/// collectors. Memory QoS (`CgroupReconcile`), BE suppression and the like are not gates
+/// here: they follow the annotation and the ConfigMap.
+pub const KOORDLET_GATES_NOT_IMPLEMENTED: &[&str] = &[
+    "Accelerators",
+    "AuditEvents",
+    "AuditEventsHTTPHandler",
+    "BECPUEvict",
+    "BECPUSuppress",
+    "BEMemoryEvict",
+    "BlkIOReconcile",
+    "CgroupReconcile",
+    "ColdPageCollector",
+    "CoreSched",
+    "CPUBurst",
+    "HugePageReport",
+    "Libpfm4",
+    "NodeTopologyReport",
+    "RdtResctrl",
+    "SystemConfig",
+];
+
+/// One warning naming the koordlet gates of `--feature-gates` this product does not have
+/// (logged once at start; nothing when there are none or the gates do not parse).
+pub fn warn_ignored_gates(args: &CollectorArgs) {
+    if let Some(text) = ignored_gates_warning(&args.feature_gates) {
+        tracing::warn!("{text}");
+    }
+}
+
+/// The text of [`warn_ignored_gates`].
+pub fn ignored_gates_warning(feature_gates: &str) -> Option<String> {
+    let gates = parse_gates(feature_gates).ok()?;
+    (!gates.ignored.is_empty()).then(|| {
+        format!(
+            "--feature-gates: koordlet gates not implemented by koord-applier, accepted and ignored: {}",
+            gates.ignored.join(", ")
+        )
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GateError {
     #[error(
-        "--feature-gates: {0:?} is not Name=true|false (known: CPICollector, PSICollector, Libpfm4)"
+        "--feature-gates: {0:?} is not Name=true|false (known: CPICollector, PSICollector and koordlet's other gates)"
     )]
     Syntax(String),
     #[error(
-        "--feature-gates: unrecognized feature gate {0:?} (known: CPICollector, PSICollector, Libpfm4)"
+        "--feature-gates: unrecognized feature gate {0:?} (known: CPICollector, PSICollector and koordlet's other gates)"
     )]
     Unknown(String),
     #[error("collector intervals and the CPI window must be at least 1 second")]
@@ -149,8 +194,15 @@ pub fn parse_gates(s: &str) -> Result<Gates, GateError> {
         match name.trim() {
             "CPICollector" => g.cpi = Some(value),
             "PSICollector" => g.psi = Some(value),
-            "Libpfm4" => {}
-            other => return Err(GateError::Unknown(other.to_owned())),
+            other => {
+                let known = KOORDLET_GATES_NOT_IMPLEMENTED
+                    .iter()
+                    .find(|k| **k == other)
+                    .ok_or_else(|| GateError::Unknown(other.to_owned()))?;
+                if !g.ignored.contains(known) {
+                    g.ignored.push(known);
+                }
+            }
         }
     }
     Ok(g)
@@ -167,14 +219,16 @@ mod tests {
             parse_gates("CPICollector=true,PSICollector=false").expect("valid"),
             Gates {
                 cpi: Some(true),
-                psi: Some(false)
+                psi: Some(false),
+                ignored: vec![]
             }
         );
         assert_eq!(
             parse_gates(" PSICollector=true , Libpfm4=true").expect("valid"),
             Gates {
                 cpi: None,
-                psi: Some(true)
+                psi: Some(true),
+                ignored: vec!["Libpfm4"]
             }
         );
         assert!(matches!(
@@ -189,6 +243,39 @@ mod tests {
             parse_gates("Foo=true"),
             Err(GateError::Unknown(_))
         ));
+        // A typo of a gate we have is refused, not ignored.
+        assert!(matches!(
+            parse_gates("CPICollectr=true"),
+            Err(GateError::Unknown(_))
+        ));
+    }
+
+    #[test]
+    fn the_reference_line_gives_one_warning_naming_the_ignored_gates() {
+        let line = "BECPUEvict=true,BEMemoryEvict=true,CgroupReconcile=true,Accelerators=true,CPICollector=true,PSICollector=true";
+        let g = parse_gates(line).expect("the reference's gates parse");
+        assert_eq!((g.cpi, g.psi), (Some(true), Some(true)));
+        assert_eq!(
+            g.ignored,
+            [
+                "BECPUEvict",
+                "BEMemoryEvict",
+                "CgroupReconcile",
+                "Accelerators"
+            ]
+        );
+        assert_eq!(
+            ignored_gates_warning(line).as_deref(),
+            Some(
+                "--feature-gates: koordlet gates not implemented by koord-applier, accepted and ignored: BECPUEvict, BEMemoryEvict, CgroupReconcile, Accelerators"
+            )
+        );
+        assert_eq!(ignored_gates_warning("CPICollector=true"), None);
+        assert_eq!(
+            ignored_gates_warning("Nope=true"),
+            None,
+            "an error, not a warning"
+        );
     }
 
     fn args(gates: &str, cpi: u64, window: u64, psi: u64) -> CollectorArgs {

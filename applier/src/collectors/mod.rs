@@ -27,7 +27,10 @@ use koord_runtime::metrics::MetricError;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-pub use args::{CollectorArgs, CollectorConfig, GateError, Gates, parse_gates};
+pub use args::{
+    CollectorArgs, CollectorConfig, GateError, Gates, KOORDLET_GATES_NOT_IMPLEMENTED,
+    ignored_gates_warning, parse_gates, warn_ignored_gates,
+};
 pub use collector::{Collector, CpiWindow, PsiRound, perf_dir, psi_dir};
 pub use loops::{SharedCollector, run_loops, text_source};
 pub use metrics::CollectorMetrics;

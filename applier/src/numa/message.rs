@@ -1,18 +1,21 @@
-//! The Event of a locality pass, worded as the reference shows it in `kubectl describe pod`:
+//! The Event of a locality pass, worded as the reference's memory-locality page shows it in
+//! `kubectl describe pod` (wording and punctuation kept, including the missing space in
+//! `...No such process,from remote numa`):
 //!
 //! ```text
 //! Normal  MemoryLocalityCompleted  Container redis completed: migrated memory from remote numa: 1 to local numa: 0
-//!   Total: 1 container(s) completed, 0 failed, 0 skipped; cur local memory ratio 100, rest remote memory pages 0
+//!   Container side completed: failed to migrate the following processes: failed pid: 111111, error: No such process,from remote numa: 0 to local numa: 1
+//!   Total: 2 container(s) completed, 0 failed, 0 skipped; cur local memory ratio 100, rest remote memory pages 0
 //! Normal  MemoryLocalitySkipped    no target numa
 //! ```
 //!
-//! Pure: built from the per-container outcomes.
+//! Node sets are joined with commas (`0,1`), as the reference joins them. Pure: built from the
+//! per-container outcomes.
 
 use std::fmt::Write as _;
 
 use super::container::{ContainerLocality, ContainerStatus, FailedPid};
 use super::topology::IdSet;
-use crate::cpu_list::format_list;
 use crate::pod_event::EventKind;
 
 pub const REASON_COMPLETED: &str = "MemoryLocalityCompleted";
@@ -75,23 +78,29 @@ pub fn event_text(containers: &[ContainerLocality]) -> Option<(EventKind, &'stat
     Some((kind, reason, lines.join("\n")))
 }
 
-/// A node set as the Event shows it: `-` when empty.
+/// A node set as the Event shows it: ids joined with commas, `-` when empty.
 fn nodes_text(nodes: &IdSet) -> String {
     if nodes.is_empty() {
-        "-".to_owned()
-    } else {
-        format_list(nodes)
+        return "-".to_owned();
     }
+    let ids: Vec<String> = nodes.iter().map(u32::to_string).collect();
+    ids.join(",")
 }
 
-fn failed_pids(pids: &[FailedPid]) -> String {
-    let parts: Vec<String> = pids
+/// `failed to migrate the following processes: failed pid: P, error: E; ...,from remote numa:
+/// R to local numa: L`: the reference's text for a container some of whose processes could not
+/// be migrated (no space before `,from`, as the reference prints it).
+fn failed_pids(c: &ContainerLocality) -> String {
+    let parts: Vec<String> = c
+        .failed_pids
         .iter()
-        .map(|f| format!("failed pid: {}, error: {}", f.pid, f.error))
+        .map(|f: &FailedPid| format!("failed pid: {}, error: {}", f.pid, f.error))
         .collect();
     format!(
-        "failed to migrate the following processes: {}",
-        parts.join("; ")
+        "failed to migrate the following processes: {},from remote numa: {} to local numa: {}",
+        parts.join("; "),
+        nodes_text(&c.remote_nodes),
+        nodes_text(&c.local_nodes)
     )
 }
 
@@ -99,6 +108,9 @@ fn failed_pids(pids: &[FailedPid]) -> String {
 pub fn container_line(c: &ContainerLocality) -> String {
     let mut s = format!("Container {}", c.name);
     match c.status {
+        ContainerStatus::Completed if !c.failed_pids.is_empty() => {
+            let _ = write!(s, " completed: {}", failed_pids(c));
+        }
         ContainerStatus::Completed => {
             let _ = write!(
                 s,
@@ -106,20 +118,16 @@ pub fn container_line(c: &ContainerLocality) -> String {
                 nodes_text(&c.remote_nodes),
                 nodes_text(&c.local_nodes)
             );
-            if !c.failed_pids.is_empty() {
-                let _ = write!(s, ", {}", failed_pids(&c.failed_pids));
-            }
         }
         ContainerStatus::Failed => {
-            if c.failed_pids.is_empty() {
-                let _ = write!(
-                    s,
-                    " failed: {}",
-                    c.reason.as_deref().unwrap_or("unknown error")
-                );
+            let why = if c.failed_pids.is_empty() {
+                c.reason
+                    .clone()
+                    .unwrap_or_else(|| "unknown error".to_owned())
             } else {
-                let _ = write!(s, " {}", failed_pids(&c.failed_pids));
-            }
+                failed_pids(c)
+            };
+            let _ = write!(s, " failed: {why}");
         }
         ContainerStatus::Skipped => {
             let _ = write!(

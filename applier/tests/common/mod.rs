@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::layout::{ContainerId, Layout};
+use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_applier::pod_spec_view::PodSpecView;
 
@@ -88,9 +88,36 @@ pub fn default_files(kernel: Kernel, controller: Controller) -> Vec<(&'static st
     }
 }
 
+/// The memory directories of `kubepods` and the two QoS-class directories, relative to the
+/// memory hierarchy (`kubepods/burstable`, or the systemd slices).
+pub fn ancestor_dirs(layout: &Layout) -> [PathBuf; 3] {
+    [
+        layout.qos_parent_dir(KubeQos::Burstable),
+        layout.qos_parent_dir(KubeQos::BestEffort),
+        layout.kubepods_dir(),
+    ]
+    .map(|rel| layout.dir(&rel, Controller::Memory).expect("dir"))
+}
+
+/// The kubelet's `kubepods` and QoS-class directories with the kernel's default memory files
+/// (those already there are left as they are).
+pub fn make_ancestors(layout: &Layout, kernel: Kernel) {
+    for dir in ancestor_dirs(layout) {
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (file, value) in default_files(kernel, Controller::Memory) {
+            let path = dir.join(file);
+            if file.starts_with("memory.") && !path.exists() {
+                std::fs::write(path, format!("{value}\n")).expect("seed");
+            }
+        }
+    }
+}
+
 /// Creates the pod's and its containers' directories (as the kubelet and runtime would) with
-/// the kernel's default files; returns every directory made.
+/// the kernel's default files, below the kubelet's `kubepods` and QoS-class directories (see
+/// [`make_ancestors`]); returns every pod and container directory made.
 pub fn make_pod_tree(layout: &Layout, kernel: Kernel, view: &PodSpecView) -> Vec<PathBuf> {
+    make_ancestors(layout, kernel);
     let pod_rel = layout.pod_dir(&view.uid, view.kube_qos).expect("pod dir");
     let mut rels = vec![pod_rel.clone()];
     for c in &view.containers {

@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use koord_api::colocation::COLOCATION_KEY;
 use koord_api::keys::{CLUSTER_CONFIGMAP_KEY, NAMESPACE_CONFIGMAP_KEY};
 
 use super::cluster::{ClusterQosConfig, ParseOutcome};
+use super::colocation::Colocation;
 use super::config::PolicyConfig;
 use super::fields::FieldError;
 use super::namespace::NamespaceQosConfig;
@@ -20,8 +22,11 @@ pub enum PolicyLoadError {
     Read(#[from] ReadError),
     #[error("{path}: {source}")]
     Manifest { path: String, source: ManifestError },
-    #[error("{path}: no ConfigMap with data.{key} found")]
-    NoConfigMap { path: String, key: &'static str },
+    #[error("{path}: no ConfigMap with data.{} found", .keys.join(" or data."))]
+    NoConfigMap {
+        path: String,
+        keys: &'static [&'static str],
+    },
     #[error("{path}: ConfigMap {name}: {source}")]
     Config {
         path: String,
@@ -30,32 +35,75 @@ pub enum PolicyLoadError {
     },
 }
 
-/// One of the two ConfigMaps: the `data` key it is read from, how its text parses, and which
-/// part of [`PolicyConfig`] it sets.
+/// One of the two ConfigMaps: the `data` keys it is read from, how they parse, and which part
+/// of [`PolicyConfig`] it sets.
 pub trait ConfigMapPolicy: Default + Sized {
-    /// `resource-qos-config` or `memory-qos`.
-    const KEY: &'static str;
-    fn parse_text(text: &str) -> Result<ParseOutcome<Self>, FieldError>;
+    /// The keys it reads (`resource-qos-config` and `colocation-config`, or `memory-qos`); a
+    /// ConfigMap manifest carrying none of them is not this one.
+    const KEYS: &'static [&'static str];
+    /// Parses the ConfigMap's data; `get` returns a key's text (`None`: absent).
+    fn parse_data<'d>(
+        get: &dyn Fn(&str) -> Option<&'d str>,
+    ) -> Result<ParseOutcome<Self>, FieldError>;
     fn store(self, policy: &mut PolicyConfig);
 }
 
-impl ConfigMapPolicy for ClusterQosConfig {
-    const KEY: &'static str = CLUSTER_CONFIGMAP_KEY;
+/// The cluster ConfigMap (`ack-slo-config`): `resource-qos-config` and `colocation-config`.
+/// A bad value in either keeps the last good ConfigMap as a whole (docs/contract.md §4).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterConfigMap {
+    pub qos: ClusterQosConfig,
+    pub colocation: Colocation,
+}
 
-    fn parse_text(text: &str) -> Result<ParseOutcome<Self>, FieldError> {
-        ClusterQosConfig::parse(text)
+impl ConfigMapPolicy for ClusterConfigMap {
+    const KEYS: &'static [&'static str] = &[CLUSTER_CONFIGMAP_KEY, COLOCATION_KEY];
+
+    fn parse_data<'d>(
+        get: &dyn Fn(&str) -> Option<&'d str>,
+    ) -> Result<ParseOutcome<Self>, FieldError> {
+        let qos = match get(CLUSTER_CONFIGMAP_KEY) {
+            Some(text) => ClusterQosConfig::parse(text)?,
+            None => ParseOutcome {
+                config: ClusterQosConfig::default(),
+                notes: vec![format!("no {CLUSTER_CONFIGMAP_KEY} key: defaults")],
+            },
+        };
+        let mut notes = qos.notes;
+        let colocation = Colocation::parse(get(COLOCATION_KEY))?;
+        if let Some(why) = colocation.off_reason() {
+            notes.push(format!(
+                "colocation is off ({why}): BE pods keep their cpu/memory"
+            ));
+        }
+        Ok(ParseOutcome {
+            config: ClusterConfigMap {
+                qos: qos.config,
+                colocation,
+            },
+            notes,
+        })
     }
 
     fn store(self, policy: &mut PolicyConfig) {
-        policy.cluster = self;
+        policy.cluster = self.qos;
+        policy.colocation = self.colocation;
     }
 }
 
 impl ConfigMapPolicy for NamespaceQosConfig {
-    const KEY: &'static str = NAMESPACE_CONFIGMAP_KEY;
+    const KEYS: &'static [&'static str] = &[NAMESPACE_CONFIGMAP_KEY];
 
-    fn parse_text(text: &str) -> Result<ParseOutcome<Self>, FieldError> {
-        NamespaceQosConfig::parse(text)
+    fn parse_data<'d>(
+        get: &dyn Fn(&str) -> Option<&'d str>,
+    ) -> Result<ParseOutcome<Self>, FieldError> {
+        match get(NAMESPACE_CONFIGMAP_KEY) {
+            Some(text) => NamespaceQosConfig::parse(text),
+            None => Ok(ParseOutcome {
+                config: NamespaceQosConfig::default(),
+                notes: vec![format!("no {NAMESPACE_CONFIGMAP_KEY} key: defaults")],
+            }),
+        }
     }
 
     fn store(self, policy: &mut PolicyConfig) {
@@ -71,7 +119,7 @@ pub fn load_policy(
     notes: &mut Vec<String>,
 ) -> Result<PolicyConfig, PolicyLoadError> {
     let mut config = PolicyConfig::default();
-    load_file::<ClusterQosConfig>(cluster, &mut config, notes)?;
+    load_file::<ClusterConfigMap>(cluster, &mut config, notes)?;
     load_file::<NamespaceQosConfig>(namespaces, &mut config, notes)?;
     Ok(config)
 }
@@ -91,7 +139,7 @@ fn load_file<C: ConfigMapPolicy>(
     Ok(())
 }
 
-/// Parses the first ConfigMap carrying `C::KEY` in a manifest stream read from `path`.
+/// Parses the first ConfigMap carrying one of `C::KEYS` in a manifest stream read from `path`.
 pub fn from_manifests<C: ConfigMapPolicy>(
     text: &str,
     path: &str,
@@ -103,27 +151,27 @@ pub fn from_manifests<C: ConfigMapPolicy>(
     let (name, data) = objects
         .iter()
         .filter(|o| manifest::kind(o) == "ConfigMap")
-        .find_map(|o| Some((manifest::name(o), o.get("data")?.get(C::KEY)?.as_str()?)))
+        .find_map(|o| {
+            let data = o.get("data")?;
+            C::KEYS
+                .iter()
+                .any(|k| data.get(k).is_some())
+                .then(|| (manifest::name(o), data))
+        })
         .ok_or_else(|| PolicyLoadError::NoConfigMap {
             path: path.to_owned(),
-            key: C::KEY,
+            keys: C::KEYS,
         })?;
-    C::parse_text(data).map_err(|source| PolicyLoadError::Config {
+    C::parse_data(&|key| data.get(key)?.as_str()).map_err(|source| PolicyLoadError::Config {
         path: path.to_owned(),
         name: name.to_owned(),
         source,
     })
 }
 
-/// ConfigMap `data` as the watch sees it; a missing key means the defaults.
+/// ConfigMap `data` as the watch sees it; a missing key means that key's defaults.
 pub fn from_data<C: ConfigMapPolicy>(
     data: &BTreeMap<String, String>,
 ) -> Result<ParseOutcome<C>, FieldError> {
-    match data.get(C::KEY) {
-        Some(text) => C::parse_text(text),
-        None => Ok(ParseOutcome {
-            config: C::default(),
-            notes: vec![format!("no {} key: defaults", C::KEY)],
-        }),
-    }
+    C::parse_data(&|key| data.get(key).map(String::as_str))
 }

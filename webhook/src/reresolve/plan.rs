@@ -104,7 +104,7 @@ pub fn plan_input(pod: &PodInput<'_>, pod_ref: &PodRef, config: &PolicyConfig) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{ClusterQosConfig, NamespaceQosConfig};
+    use crate::policy::ClusterQosConfig;
 
     fn config(ls_enabled: bool) -> PolicyConfig {
         let text = format!(
@@ -112,7 +112,7 @@ mod tests {
         );
         PolicyConfig {
             cluster: ClusterQosConfig::parse(&text).expect("cluster").config,
-            namespaces: NamespaceQosConfig::default(),
+            ..PolicyConfig::default()
         }
     }
 

@@ -47,6 +47,11 @@ impl EffectiveResources<'_, '_> {
             .iter()
             .any(|k| self.request(k).is_some() || self.limit(k).is_some())
     }
+
+    /// Whether the container carries `kubernetes.io/batch-memory` (request or limit).
+    pub fn has_batch_memory(&self) -> bool {
+        self.request(RESOURCE_BATCH_MEMORY).is_some() || self.limit(RESOURCE_BATCH_MEMORY).is_some()
+    }
 }
 
 /// One resource list with cpu -> batch-cpu (integer milli-cores rounded up, canonical form),
@@ -78,6 +83,19 @@ fn batch_list(list: &ResourceMap<'_>, field: &str) -> Result<OwnedResources, Fie
 
 fn has_cpu_or_memory(list: Option<&ResourceMap<'_>>) -> bool {
     list.is_some_and(|l| l.contains_key(RESOURCE_CPU) || l.contains_key(RESOURCE_MEMORY))
+}
+
+/// Whether a BE pod has cpu/memory that the translation would move (in a container, an init
+/// container or the overhead).
+pub fn has_movable_resources(pod: &PodInput<'_>) -> bool {
+    let container_has = |c: &ContainerInput<'_>| {
+        c.resources.as_ref().is_some_and(|r| {
+            has_cpu_or_memory(r.requests.as_ref()) || has_cpu_or_memory(r.limits.as_ref())
+        })
+    };
+    pod.spec.containers.iter().any(container_has)
+        || pod.spec.init_containers.iter().any(container_has)
+        || has_cpu_or_memory(pod.spec.overhead.as_ref())
 }
 
 /// A container's batch resources, or `None` when it has no cpu/memory to move.

@@ -70,6 +70,9 @@ pub struct Explanation {
     pub param_sources: [ParamSource; 9],
     /// Containers (regular and init) whose cpu/memory moved to batch resources.
     pub batch_containers: usize,
+    /// A BE pod at CREATE whose cpu/memory stayed as they were because colocation is off:
+    /// why (docs/contract.md §2, Batch resources).
+    pub batch_withheld: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +83,18 @@ pub struct Resolution {
     /// Changes to the incoming pod, in patch order; empty when the pod is already resolved.
     pub changes: Vec<Change>,
     pub explanation: Explanation,
+}
+
+/// The admission warning for a BE pod that kept its cpu/memory (kubectl prints it).
+pub const WARNING_BATCH_WITHHELD: &str = "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off, so no node offers kubernetes.io/batch-cpu/batch-memory (turn it on with colocation-config {\"enable\": true} in the cluster ConfigMap)";
+
+impl Resolution {
+    /// The warning to return with the admission, if any.
+    pub fn warning(&self) -> Option<&'static str> {
+        self.explanation
+            .batch_withheld
+            .map(|_| WARNING_BATCH_WITHHELD)
+    }
 }
 
 /// Resolves one pod (docs/contract.md §2).
@@ -113,7 +128,15 @@ pub fn resolve_pod_with_previous(
     let cpu_qos = cpu_qos::resolve_cpu_qos(pod, class.class, ctx.config)?;
     let resctrl_qos = resctrl_qos::resolve_resctrl_qos(class.class, ctx.config);
 
-    let to_batch = class.class == QosClass::Be && ctx.operation == Operation::Create;
+    // A BE pod's cpu/memory become batch resources at CREATE, and only when colocation is on:
+    // otherwise no node advertises them and the pod would never schedule.
+    let be_create = class.class == QosClass::Be && ctx.operation == Operation::Create;
+    let to_batch = be_create && ctx.config.colocation.is_enabled();
+    let batch_withheld = if be_create && !to_batch && batch_resources::has_movable_resources(pod) {
+        ctx.config.colocation.off_reason()
+    } else {
+        None
+    };
     let resources = PodResources::of(pod, to_batch)?;
     let named = resources.named_containers(pod);
     let (pod_knobs, container_knobs) = memory_knobs(&named, class.class, &decision.params)?;
@@ -148,25 +171,27 @@ pub fn resolve_pod_with_previous(
             class,
             param_sources: decision.param_sources,
             batch_containers,
+            batch_withheld,
         },
     })
 }
 
-/// The memory knobs of every container, and the pod's sums of min and low. A BE pod's basis is
-/// its batch-memory (docs/contract.md §2, Numbers).
+/// The memory knobs of every container, and the pod's sums of min and low. A BE container's
+/// basis is its batch-memory; one that kept its memory (colocation off) is based on that
+/// (docs/contract.md §2, Numbers).
 fn memory_knobs(
     named: &[(&str, &EffectiveResources<'_, '_>)],
     class: QosClass,
     params: &MemoryQosParams,
 ) -> Result<(PodMemoryKnobs, BTreeMap<String, ContainerMemoryKnobs>), FieldError> {
-    let memory_key = if class == QosClass::Be {
-        RESOURCE_BATCH_MEMORY
-    } else {
-        RESOURCE_MEMORY
-    };
     let mut containers = BTreeMap::new();
     let mut pod = PodMemoryKnobs { min: 0, low: 0 };
     for (i, (name, res)) in named.iter().enumerate() {
+        let memory_key = if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res)) {
+            RESOURCE_BATCH_MEMORY
+        } else {
+            RESOURCE_MEMORY
+        };
         let basis = memory_basis(res, memory_key, i)?;
         let knobs = container_memory_knobs(basis, params);
         pod.min = pod.min.saturating_add(knobs.min);
@@ -184,6 +209,10 @@ fn container_memory_knobs(basis: MemoryBasis, params: &MemoryQosParams) -> Conta
         knobs.wmark_high = koord_api::MaxOr::Max;
     }
     knobs
+}
+
+fn has_memory(res: &EffectiveResources<'_, '_>) -> bool {
+    res.request(RESOURCE_MEMORY).is_some() || res.limit(RESOURCE_MEMORY).is_some()
 }
 
 fn memory_basis(

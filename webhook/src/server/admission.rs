@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
-use super::response::{ResponseStatus, write_response};
+use super::response::{ResponseStatus, write_allowed_with_warning, write_response};
 use crate::pod_patch::{patch_pod, previous_resolved};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
@@ -345,13 +345,23 @@ fn resolve_and_answer(
     match patch_pod(pod, &out.namespace, operation, ctx.config, previous) {
         Ok(answer) => {
             out.qos_class = Some(answer.resolution.resolved.qos_class);
+            // A BE pod that kept its cpu/memory (colocation off) is told why.
+            let warning = answer.resolution.warning();
             let ops = answer.ops();
             match answer.patch {
-                None => out.body = write_response(&out.uid, true, None, None),
+                None => {
+                    out.body = match warning {
+                        Some(w) => write_allowed_with_warning(&out.uid, None, w),
+                        None => write_response(&out.uid, true, None, None),
+                    };
+                }
                 Some(patch) => {
                     // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
                     let patch = serde_json::to_vec(&patch).unwrap_or_default();
-                    out.body = write_response(&out.uid, true, Some(&patch), None);
+                    out.body = match warning {
+                        Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
+                        None => write_response(&out.uid, true, Some(&patch), None),
+                    };
                     out.decision = Decision::Mutated { ops };
                 }
             }

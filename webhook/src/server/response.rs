@@ -50,9 +50,31 @@ pub fn write_response(
     patch: Option<&[u8]>,
     status: Option<ResponseStatus<'_>>,
 ) -> Vec<u8> {
+    write_body(uid, allowed, patch, status, None)
+}
+
+/// Allowed, with a JSONPatch when there is one, and a warning the apiserver shows to the
+/// client (`kubectl` prints it as `Warning: ...`).
+pub fn write_allowed_with_warning(uid: &str, patch: Option<&[u8]>, warning: &str) -> Vec<u8> {
+    write_body(uid, true, patch, None, Some(warning))
+}
+
+/// Allowed, no patch, with a warning the apiserver shows to the client.
+pub fn write_response_with_warning(uid: &str, warning: &str) -> Vec<u8> {
+    write_body(uid, true, None, None, Some(warning))
+}
+
+fn write_body(
+    uid: &str,
+    allowed: bool,
+    patch: Option<&[u8]>,
+    status: Option<ResponseStatus<'_>>,
+    warning: Option<&str>,
+) -> Vec<u8> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let patch_len = patch.map_or(0, |p| p.len().div_ceil(3) * 4 + 40);
-    let mut out = Vec::with_capacity(HEAD.len() + uid.len() + patch_len + 64);
+    let warning_len = warning.map_or(0, |w| w.len() + 16);
+    let mut out = Vec::with_capacity(HEAD.len() + uid.len() + patch_len + warning_len + 64);
     out.extend_from_slice(HEAD);
     json_string(&mut out, uid);
     out.extend_from_slice(if allowed {
@@ -77,18 +99,12 @@ pub fn write_response(
         json_string(&mut out, s.message);
         out.push(b'}');
     }
+    if let Some(w) = warning {
+        out.extend_from_slice(br#","warnings":["#);
+        json_string(&mut out, w);
+        out.push(b']');
+    }
     out.extend_from_slice(b"}}");
-    out
-}
-
-/// Allowed, no patch, with a warning the apiserver shows to the client.
-pub fn write_response_with_warning(uid: &str, warning: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEAD.len() + uid.len() + warning.len() + 48);
-    out.extend_from_slice(HEAD);
-    json_string(&mut out, uid);
-    out.extend_from_slice(br#","allowed":true,"warnings":["#);
-    json_string(&mut out, warning);
-    out.extend_from_slice(b"]}}");
     out
 }
 
@@ -125,8 +141,27 @@ mod tests {
 
     #[test]
     fn warning_response_allows_without_patch() {
-        let out = parse(&write_response_with_warning("u", "slow \u{1F40C}"));
+        let bytes = write_response_with_warning("u", "slow \u{1F40C}");
+        let out = parse(&bytes);
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["warnings"][0], "slow \u{1F40C}");
+        assert_eq!(
+            String::from_utf8(bytes).expect("utf8"),
+            "{\"apiVersion\":\"admission.k8s.io/v1\",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":\"u\",\"allowed\":true,\"warnings\":[\"slow \u{1F40C}\"]}}"
+        );
+    }
+
+    #[test]
+    fn patch_with_warning_carries_both() {
+        let out = parse(&write_allowed_with_warning("u", Some(b"[]"), "why \"so\""));
+        assert_eq!(out["response"]["allowed"], true);
+        assert_eq!(out["response"]["patch"], "W10=");
+        assert_eq!(
+            out["response"]["warnings"],
+            serde_json::json!(["why \"so\""])
+        );
+        // Without a warning the body is what it always was: no warnings key.
+        let plain = parse(&write_response("u", true, Some(b"[]"), None));
+        assert!(plain["response"].get("warnings").is_none());
     }
 }

@@ -26,7 +26,7 @@ use super::reresolver::Triggers;
 use super::state::{AppState, Cache, has_opt_in_label};
 use crate::policy::load::from_data;
 use crate::policy::{
-    ClusterQosConfig, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
+    ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
 use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
 
@@ -50,7 +50,7 @@ fn apply_configmap(
     let data = data.unwrap_or(&empty);
     match source {
         ConfigSource::Cluster => {
-            apply_parsed(state, source, from_data::<ClusterQosConfig>(data), triggers)
+            apply_parsed(state, source, from_data::<ClusterConfigMap>(data), triggers)
         }
         ConfigSource::Namespace => apply_parsed(
             state,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use koord_webhook::mutation::apply_changes;
-use koord_webhook::policy::{ClusterQosConfig, NamespaceQosConfig, PolicyConfig};
+use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{
     Operation, PodInput, Resolution, ResolveContext, ResolveError, resolve_pod,
 };
@@ -37,8 +37,11 @@ pub fn mutated(pod: &Value, r: &Resolution) -> Value {
     out
 }
 
+/// The two ConfigMaps' texts (empty: the defaults), with colocation on so BE pods are
+/// translated; [`config_colocation_off`] for the other case.
 pub fn config(cluster: &str, namespaces: &str) -> PolicyConfig {
     PolicyConfig {
+        colocation: Colocation::Enabled,
         cluster: if cluster.is_empty() {
             ClusterQosConfig::default()
         } else {
@@ -51,6 +54,14 @@ pub fn config(cluster: &str, namespaces: &str) -> PolicyConfig {
                 .expect("namespaces")
                 .config
         },
+    }
+}
+
+/// [`config`] with colocation off (no `colocation-config`: the defaults).
+pub fn config_colocation_off(cluster: &str, namespaces: &str) -> PolicyConfig {
+    PolicyConfig {
+        colocation: Colocation::NotConfigured,
+        ..config(cluster, namespaces)
     }
 }
 

@@ -261,5 +261,5 @@ pub fn resolve_output(
 }
 
 pub fn examples_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/webhook")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples")
 }

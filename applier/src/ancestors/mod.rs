@@ -1,0 +1,67 @@
+//! Hierarchical memory protection: `kubepods` and the QoS-class directories below it get
+//! `memory.min`/`memory.low` = the sum of what their direct children hold, so the protection
+//! the pods' annotations decided is not capped to nothing by their ancestors (the kernel
+//! limits a cgroup's effective protection by every ancestor's). Arithmetic over values already
+//! decided: the applier stays policy-free. KEP-2570 (the kubelet's `MemoryQoS`) does the same
+//! with requests.
+//!
+//! `plan` is the pure arithmetic, `report` what a pass did (pure), `pass` the IO (one pass over
+//! the node). `run` calls the pass
+//! after the initial list, after each resync, and (coalesced) after pod deletions and pods
+//! whose protection changed; `once` after its pod's pass.
+
+pub mod pass;
+pub mod plan;
+pub mod report;
+
+pub use pass::MemoryAncestors;
+pub use report::{AncestorReport, AncestorsReport, ProtectedPod};
+
+use clap::{ArgAction, Args};
+
+/// Flags of hierarchical memory protection (global: `run` and `once`).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct AncestorArgs {
+    /// Set `memory.min`/`memory.low` of `kubepods` and of the QoS-class directories to the
+    /// sum of their direct children, so pod-level protection takes effect (the kernel caps it
+    /// by every ancestor's). `--protect-ancestors=false` leaves them alone.
+    #[arg(
+        long,
+        env = "KOORD_PROTECT_ANCESTORS",
+        action = ArgAction::Set,
+        default_value_t = true,
+        global = true
+    )]
+    pub protect_ancestors: bool,
+    /// The kubelet runs with its `MemoryQoS` feature gate on and writes the protection of
+    /// `kubepods` and `kubepods/burstable` itself (sums of requests): never lower
+    /// `memory.min`/`memory.low` there, only raise them to the sum when they hold less.
+    #[arg(long, env = "KOORD_KUBELET_MEMORY_QOS", global = true)]
+    pub kubelet_memory_qos: bool,
+}
+
+/// What the commands need of the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AncestorSettings {
+    pub enabled: bool,
+    pub kubelet_memory_qos: bool,
+}
+
+impl Default for AncestorSettings {
+    /// On, as the flag's default; the kubelet's gate off, as its default.
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            kubelet_memory_qos: false,
+        }
+    }
+}
+
+impl From<&AncestorArgs> for AncestorSettings {
+    fn from(a: &AncestorArgs) -> Self {
+        Self {
+            enabled: a.protect_ancestors,
+            kubelet_memory_qos: a.kubelet_memory_qos,
+        }
+    }
+}
