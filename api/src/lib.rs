@@ -5,10 +5,12 @@
 //! names, and Kubernetes quantity arithmetic. No IO, no async runtime.
 
 pub mod colocation;
+pub mod json_write;
 pub mod keys;
 pub mod knobs;
 pub mod quantity;
 pub mod resolved;
+mod resolved_json;
 
 pub use quantity::{Quantity, QuantityError};
 pub use resolved::*;

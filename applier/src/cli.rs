@@ -126,6 +126,10 @@ pub struct OnceArgs {
     /// until SIGTERM (benchmarks and demos without an API server).
     #[arg(long, requires = "collect", hide = true)]
     pub collect_serve: Option<String>,
+    /// Add a `timings` section to the report: where the command and the memory locality pass
+    /// spent their time, in microseconds.
+    #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
+    pub timings: bool,
 }
 
 /// Settings shared by every command.

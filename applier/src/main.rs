@@ -6,6 +6,9 @@ use koord_applier::cli::{Cli, Command, Config, RunConfig};
 use koord_applier::cmd;
 
 fn main() -> anyhow::Result<()> {
+    // `once --timings` reports the time from here; the rest of a whole command is the
+    // process's start and exit.
+    let started = std::time::Instant::now();
     // One rustls provider for the whole process (kube's client), installed before any TLS use.
     koord_runtime::install_crypto_provider();
     // koordlet-style flags (`-feature-gates=...`) work as the reference documents them.
@@ -34,7 +37,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Once(args) => {
-            let report = cmd::once::run(&config, &args.file)?;
+            let report = cmd::once::run(&config, &args.file, args.timings.then_some(started))?;
             let json = serde_json::to_string_pretty(&report).context("report to JSON")?;
             println!("{json}");
             std::process::exit(cmd::once::exit_code(&report));

@@ -11,7 +11,6 @@ use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
 use koord_applier::cgroup::layout::KubeQos;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::cli::{Config, LogFormat, RunConfig};
 use koord_applier::pod_spec_view::PodSpecView;
 use kube::client::Body;
 
@@ -34,28 +33,9 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
         )
         .expect("dir");
 
-    let config = Config {
-        cgroup_root: tmp.path().to_owned(),
-        cgroup_version: Some(CgroupVersion::V2),
-        cgroup_driver: Some(CgroupDriver::Systemd),
-        proc_root: "/proc".into(),
-        sys_root: "/sys".into(),
-        locality: Default::default(),
-        collectors: Default::default(),
-        dry_run: false,
-        log_format: LogFormat::Text,
-        cpu_idle_fallback: false,
-        resctrl_root: tmp.path().join("no-resctrl"),
-        ancestors: Default::default(),
-    };
-    let run = RunConfig {
-        node_name: "node-1".into(),
-        // Far away: what happens below is the list and the deletion, not a resync.
-        resync: Duration::from_secs(3600),
-        metrics_addr: "127.0.0.1:0".parse().expect("addr"),
-        event_window: Duration::from_secs(600),
-        colocation: Default::default(),
-    };
+    let config = common::run_config(tmp.path(), CgroupDriver::Systemd);
+    // Resync far away: what happens below is the list and the deletion, not a resync.
+    let run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
     let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::collectors::{cid, pod, series};
 use http::{Request, Response};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::cli::{Config, LogFormat, RunConfig};
+use koord_applier::cgroup::CgroupDriver;
+use koord_applier::cli::Config;
 use koord_applier::collectors::CollectorArgs;
 use kube::client::Body;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,31 +46,14 @@ async fn run_exposes_psi_and_drops_deleted_pods() {
         l.local_addr().expect("addr")
     };
     let config = Config {
-        cgroup_root: tmp.path().to_owned(),
-        cgroup_version: Some(CgroupVersion::V2),
-        cgroup_driver: Some(CgroupDriver::Cgroupfs),
-        proc_root: "/proc".into(),
-        sys_root: "/sys".into(),
-        locality: Default::default(),
-        dry_run: false,
-        log_format: LogFormat::Text,
-        cpu_idle_fallback: false,
-        // Never the host's /sys/fs/resctrl in tests.
-        resctrl_root: tmp.path().join("no-resctrl"),
-        ancestors: Default::default(),
         collectors: CollectorArgs {
             feature_gates: "PSICollector=true".into(),
             psi_collector_interval_seconds: 1,
             ..CollectorArgs::default()
         },
+        ..common::run_config(tmp.path(), CgroupDriver::Cgroupfs)
     };
-    let run = RunConfig {
-        node_name: "node-a".into(),
-        resync: Duration::from_secs(3600),
-        metrics_addr: addr,
-        event_window: Duration::from_secs(600),
-        colocation: Default::default(),
-    };
+    let run = common::watch_settings("node-a", addr);
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
     let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(

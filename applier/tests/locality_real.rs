@@ -61,11 +61,11 @@ fn syscalls_move_nothing_when_pages_are_already_there() {
     // migrate_pages from a node to itself, on ourselves and on a child: nothing left behind.
     let same: BTreeSet<u32> = [home as u32].into_iter().collect();
     let before =
-        NodeUsage::parse(&std::fs::read_to_string("/proc/self/numa_maps").expect("numa_maps"))
+        NodeUsage::parse(std::fs::read_to_string("/proc/self/numa_maps").expect("numa_maps"))
             .expect("parse");
     assert_eq!(migrate_pages(me, &same, &same), Ok(0));
     let after =
-        NodeUsage::parse(&std::fs::read_to_string("/proc/self/numa_maps").expect("numa_maps"))
+        NodeUsage::parse(std::fs::read_to_string("/proc/self/numa_maps").expect("numa_maps"))
             .expect("parse");
     assert_eq!(
         before.pages.keys().collect::<Vec<_>>(),
@@ -118,33 +118,51 @@ fn once_on_this_machine_reports_no_target_numa() {
     });
     let file = dir.path().join("pod.json");
     std::fs::write(&file, pod.to_string()).expect("pod file");
-    let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))
-        .args(["--cgroup-root"])
-        .arg(dir.path().join("cg"))
-        .args([
-            "--cgroup-version",
-            "v2",
-            "--cgroup-driver",
-            "cgroupfs",
-            "--proc-root",
-            "/proc",
-            "--sys-root",
-            "/sys",
-            "once",
-            "-f",
-        ])
-        .arg(&file)
-        .output()
-        .expect("run koord-applier");
+    let once = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))
+            .args(["--cgroup-root"])
+            .arg(dir.path().join("cg"))
+            .args([
+                "--cgroup-version",
+                "v2",
+                "--cgroup-driver",
+                "cgroupfs",
+                "--proc-root",
+                "/proc",
+                "--sys-root",
+                "/sys",
+                "once",
+            ])
+            .args(extra)
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .expect("run koord-applier");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "report JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, report)
+    };
+    let (out, report) = once(&[]);
+    let (_, timed) = once(&["--timings"]);
     child.kill().expect("kill");
     child.wait().expect("reap");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "report JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    assert!(report.get("timings").is_none(), "{report:#}");
+    assert!(report["locality"].get("timings").is_none(), "{report:#}");
+    assert!(
+        timed["timings"]["totalMicros"].as_u64() > Some(0),
+        "{timed:#}"
+    );
+    let pass = timed["locality"]["timings"]["passMicros"].as_u64();
+    assert!(
+        pass.is_some() && pass <= timed["timings"]["localityMicros"].as_u64(),
+        "{timed:#}"
+    );
+    assert!(timed["locality"]["containers"][0]["timings"]["cgroupMicros"].is_u64());
     let loc = &report["locality"];
     assert_eq!(
         loc["event"]["reason"], "MemoryLocalitySkipped",

@@ -267,6 +267,13 @@ fn already_local_moves_nothing() {
     let c = &r.containers[0];
     assert_eq!(c.method, None, "no syscall when nothing is remote");
     assert!(c.failed_pids.is_empty());
+    // Nothing moved: the one reading is both before and after (numa_maps is read once).
+    assert_eq!(c.before, c.after);
+    assert_eq!(
+        c.timings.expect("timed").numa_maps_after_micros,
+        0,
+        "no second numa_maps reading"
+    );
     assert_eq!(
         message(&r).2,
         "Container app completed: migrated memory from remote numa: 1 to local numa: 0\n\
@@ -343,4 +350,31 @@ fn only_best_effort_started_containers() {
         .is_none()
     );
     assert!(pod_locality(&pod("", true)).is_none());
+}
+
+#[test]
+fn every_pass_is_timed_and_the_default_report_leaves_it_out() {
+    let t = Tree::new(CgroupVersion::V2, &["0-1", "2-3"]);
+    t.container(&[GONE], Some("2-3"));
+    t.process(GONE, MAPS, "0-3", "0-1");
+    let r = t
+        .migrator(LocalityConfig::default())
+        .run_pod(&pod(BEST_EFFORT, true));
+    let pass = r.timings.expect("the pass is timed");
+    let c = r.containers[0].timings.expect("the container is timed");
+    let phases = pass.topology_micros
+        + c.cgroup_micros
+        + c.numa_maps_before_micros
+        + c.migrate_micros
+        + c.numa_maps_after_micros;
+    assert!(
+        phases <= pass.pass_micros,
+        "the phases ({phases} us) fit in the pass ({} us)",
+        pass.pass_micros
+    );
+    assert_eq!(c.migrate_micros, r.containers[0].migrate_micros);
+    let timed = serde_json::to_string(&r).expect("json");
+    assert!(timed.contains("\"passMicros\"") && timed.contains("\"numaMapsBeforeMicros\""));
+    let plain = serde_json::to_string(&r.without_timings()).expect("json");
+    assert!(!plain.contains("timings"), "{plain}");
 }

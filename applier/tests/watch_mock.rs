@@ -8,7 +8,6 @@ use std::time::Duration;
 use common::{Kernel, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::cli::{Config, LogFormat, RunConfig};
 use koord_applier::pod_spec_view::PodSpecView;
 use kube::client::Body;
 
@@ -26,28 +25,8 @@ async fn watches_node_pods_applies_and_posts_event() {
 
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
-    let config = Config {
-        cgroup_root: tmp.path().to_owned(),
-        cgroup_version: Some(CgroupVersion::V2),
-        cgroup_driver: Some(CgroupDriver::Systemd),
-        proc_root: "/proc".into(),
-        sys_root: "/sys".into(),
-        locality: Default::default(),
-        collectors: Default::default(),
-        dry_run: false,
-        log_format: LogFormat::Text,
-        cpu_idle_fallback: false,
-        // Never the host's /sys/fs/resctrl in tests.
-        resctrl_root: tmp.path().join("no-resctrl"),
-        ancestors: Default::default(),
-    };
-    let run = RunConfig {
-        node_name: "node-1".into(),
-        resync: Duration::from_secs(3600),
-        metrics_addr: "127.0.0.1:0".parse().expect("addr"),
-        event_window: Duration::from_secs(600),
-        colocation: Default::default(),
-    };
+    let config = common::run_config(tmp.path(), CgroupDriver::Systemd);
+    let run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
     let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
         config, run, client,
     ));

@@ -13,7 +13,7 @@ exec >/dev/ttyS0 2>&1
 fail() { echo "FAIL $*"; echo "RESULT fail"; sync; poweroff -f; }
 arg() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 MIB=$(arg hog_mib); MIB=${MIB:-128}
-ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-3}
+ROUNDS=$(arg rounds); ROUNDS=${ROUNDS:-5}
 
 echo # the firmware leaves escape sequences on the current line
 echo "GUEST kernel $(uname -r) nodes online $(cat /sys/devices/system/node/online)" \
@@ -46,6 +46,8 @@ POD
 pages() { awk -v n="N$2=" '{for(i=1;i<=NF;i++) if(index($i,n)==1) s+=substr($i,length(n)+1)} END{print s+0}' /proc/$1/numa_maps; }
 # microseconds of `hog time` output
 elapsed_us() { sed -n 's/^elapsed_ns=//p' "$1" | awk '{printf "%d", $1/1000}'; }
+# the first number named $1 in the pretty-printed report /tmp/r.json
+num() { sed -n "s/.*\"$1\": \([0-9]*\).*/\1/p" /tmp/r.json | head -1; }
 
 hog $MIB 0 > /tmp/hog.out &
 HOG=$!
@@ -68,20 +70,37 @@ grep -q "hog verify ok" /tmp/hog.out || fail "hog data check: $(cat /tmp/hog.out
 echo "RESULT local_pct $PCT"
 [ $PCT -ge 95 ] || fail "only $PCT% of the pages on node 1"
 grep -q '"MemoryLocalityCompleted"' /tmp/report.json || fail "no MemoryLocalityCompleted in the report"
+grep -q '"timings"' /tmp/report.json && fail "timings in the report without --timings"
 
 # --- throughput: same process, same direction (0 -> 1), alternating tools ---
+# Each side measured twice over: the whole thing and the migrate_pages syscall alone.
+#  koord-applier: `once --timings` gives the pass as `run`'s worker performs it (passMicros:
+#    topology, cgroup reads, numa_maps before and after, the syscall; no process start), the
+#    syscall (migrateMicros) and the in-process phases; `hog time` gives the whole command.
+#  migratepages: `hog time` gives the whole command; the syscall alone comes from a second
+#    run under `strace -T -e trace=migrate_pages` (the time between the syscall's entry and
+#    exit stops; strace slows the rest of that run, so its whole time is not used).
 reset0() { migratepages $HOG 1 0; }
 r=1
 while [ $r -le $ROUNDS ]; do
   reset0; P=$(pages $HOG 0)
-  hog time koord-applier --cgroup-root /sys/fs/cgroup once -f /tmp/pod.json >/tmp/r.json 2>/tmp/t
-  US=$(elapsed_us /tmp/t); MIG=$(sed -n 's/.*"migrateMicros": \([0-9]*\).*/\1/p' /tmp/r.json | head -1)
-  MOVED=$(sed -n 's/.*"pagesMigrated": \([0-9]*\).*/\1/p' /tmp/r.json | head -1)
-  echo "RESULT round $r applier pages $MOVED of $P wall_us $US syscall_us $MIG"
+  hog time koord-applier --cgroup-root /sys/fs/cgroup once --timings -f /tmp/pod.json >/tmp/r.json 2>/tmp/t
+  US=$(elapsed_us /tmp/t)
+  echo "RESULT round $r applier pages $(num pagesMigrated) of $P wall_us $US pass_us $(num passMicros) syscall_us $(num migrateMicros) in_process_us $(num totalMicros)"
+  echo "TIMINGS round $r applier setup_us $(num setupMicros) layout_us $(num layoutMicros)" \
+    "manifest_us $(num manifestMicros) cgroup_pass_us $(num cgroupPassMicros) resctrl_us $(num resctrlMicros)" \
+    "locality_us $(num localityMicros) topology_us $(num topologyMicros) cgroup_reads_us $(num cgroupMicros)" \
+    "numa_maps_before_us $(num numaMapsBeforeMicros) numa_maps_after_us $(num numaMapsAfterMicros)"
   reset0; P=$(pages $HOG 0)
   hog time migratepages $HOG 0 1 2>/tmp/t
   US=$(elapsed_us /tmp/t); M=$((P - $(pages $HOG 0)))
   echo "RESULT round $r migratepages pages $M of $P wall_us $US"
+  reset0; P=$(pages $HOG 0)
+  strace -T -e trace=migrate_pages -o /tmp/st migratepages $HOG 0 1 || fail "strace migratepages"
+  M=$((P - $(pages $HOG 0)))
+  SYS=$(sed -n 's/^migrate_pages(.*<\([0-9.]*\)>$/\1/p' /tmp/st | awk '{s += $1} END {printf "%d", s * 1e6}')
+  [ "${SYS:-0}" -gt 0 ] || fail "no migrate_pages in strace output: $(cat /tmp/st)"
+  echo "RESULT round $r migratepages_syscall pages $M of $P syscall_us $SYS"
   r=$((r+1))
 done
 # one rate-limited move_pages pass (batches, limit far above what the guest reaches)

@@ -14,35 +14,19 @@ use axum::routing::post;
 use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use koord_runtime::install_crypto_provider;
-use koord_webhook::server::response::write_response;
 use koord_webhook::server::tls::server_config;
-use serde::Deserialize;
+
+#[path = "common/floor_review.rs"]
+mod floor_review;
 
 /// Same allocator as the webhook binary, so the floor differs only in the handler.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[derive(Deserialize)]
-struct Review<'a> {
-    #[serde(borrow)]
-    request: Option<Request<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Request<'a> {
-    #[serde(borrow, default)]
-    uid: std::borrow::Cow<'a, str>,
-}
-
 async fn floor(body: Bytes) -> impl IntoResponse {
-    let uid = serde_json::from_slice::<Review<'_>>(&body)
-        .ok()
-        .and_then(|r| r.request)
-        .map(|r| r.uid.into_owned())
-        .unwrap_or_default();
     (
         [(header::CONTENT_TYPE, "application/json")],
-        write_response(&uid, true, None, None),
+        floor_review::floor_review(&body),
     )
 }
 

@@ -12,7 +12,9 @@
 //! colocation on, so its cpu/memory are translated), `be-off` (the BE fixture with colocation off:
 //! resources kept, the admission warning written), `span` (`create`
 //! inside its admission span, as the handler runs it, logging at `info`), `resolve` (the
-//! two-container pod of benches/resolve.rs: view, engine, patch). Same allocator as the server.
+//! two-container pod of benches/resolve.rs: view, engine, patch), `floor` (the floor server's
+//! handler body on the `create` fixture: parse for the uid, fixed answer). Same allocator as the
+//! server.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -22,6 +24,9 @@ use koord_webhook::mutation::json_patch;
 use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{Operation, PodInput, ResolveContext, resolve_pod};
 use koord_webhook::server::admission::{ReviewContext, admission_span, review};
+
+#[path = "common/floor_review.rs"]
+mod floor_review;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -50,12 +55,14 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
         skip_namespace: &skip,
     };
     let fixture = match case {
-        "create" | "span" => "pod-create.json",
+        "create" | "span" | "floor" => "pod-create.json",
         "be" | "be-off" => "pod-create-be.json",
         "update" => "pod-update.json",
         "resolve" => "admission-review-pod-create.json",
         other => {
-            anyhow::bail!("unknown case {other:?} (create, be, be-off, update, span, resolve)")
+            anyhow::bail!(
+                "unknown case {other:?} (create, be, be-off, update, span, resolve, floor)"
+            )
         }
     };
     let body = compact(fixture)?;
@@ -66,6 +73,11 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
                 let reviewed = span.in_scope(|| review(black_box(&body), &ctx));
                 reviewed.record_in(&span);
                 black_box(reviewed);
+            }
+        }
+        "floor" => {
+            for _ in 0..n {
+                black_box(floor_review::floor_review(black_box(&body)));
             }
         }
         "resolve" => {
@@ -84,7 +96,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
             for _ in 0..n {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&pod))?;
                 let r = resolve_pod(&view, &ctx)?;
-                black_box(serde_json::to_vec(&json_patch(&view, &r.changes))?);
+                black_box(json_patch(&view, &r.changes));
             }
         }
         _ => {

@@ -2,10 +2,13 @@
 //! (the `resolve` command) and as an RFC 6902 JSON patch (the admission response). Nothing here
 //! decides anything.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::resolve::PodInput;
 use crate::resolve::changes::{Change, OwnedResources};
+use koord_api::ResolvedQos;
+use koord_api::json_write;
+use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 
 fn resources_value(r: &OwnedResources) -> Value {
     Value::Object(
@@ -78,27 +81,69 @@ pub fn escape_pointer_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
-/// The RFC 6902 patch turning `pod` into the pod with `changes` applied. Missing `labels` /
-/// `annotations` maps are created first; `add` on an existing member replaces it.
-pub fn json_patch(pod: &PodInput<'_>, changes: &[Change]) -> Value {
-    let mut ops = Vec::with_capacity(changes.len() + 2);
+/// The RFC 6902 patch turning `pod` into the pod with `changes` applied, as JSON bytes.
+/// Missing `labels` / `annotations` maps are created first; `add` on an existing member
+/// replaces it.
+pub fn json_patch(pod: &PodInput<'_>, changes: &[Change]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(patch_capacity(changes));
+    write_json_patch(&mut out, pod, changes, None);
+    out
+}
+
+/// A capacity that holds the patch of `changes` without growing in the common cases.
+pub fn patch_capacity(changes: &[Change]) -> usize {
+    changes
+        .iter()
+        .map(|c| match c {
+            // The value is escaped once more: a quote becomes two bytes.
+            Change::SetLabel { value, .. } | Change::SetAnnotation { value, .. } => {
+                value.len() + value.len() / 4 + 128
+            }
+            Change::SetResources { .. } | Change::SetOverhead(_) => 256,
+        })
+        .sum::<usize>()
+        + 128
+}
+
+/// Appends the patch (see [`json_patch`]) to `out` without building a `serde_json::Value`:
+/// the members of each operation in the order serde_json writes them (`op`, `path`,
+/// `value`), strings escaped as serde_json escapes them, so the bytes are the same as
+/// `serde_json::to_vec` of the equivalent `Value`. Returns the number of operations.
+///
+/// `resolved`, when given, is the resolution whose annotation text the resolved-qos change
+/// carries: that value is then written straight from it, already escaped, instead of
+/// escaping the text afterwards (the largest string of every patch).
+pub fn write_json_patch(
+    out: &mut Vec<u8>,
+    pod: &PodInput<'_>,
+    changes: &[Change],
+    resolved: Option<&ResolvedQos>,
+) -> usize {
+    let mut ops = PatchWriter { out, ops: 0 };
     let mut has_labels = pod.metadata.labels.is_some();
     let mut has_annotations = pod.metadata.annotations.is_some();
+    ops.out.push(b'[');
     for change in changes {
         match change {
             Change::SetLabel { key, value } => {
                 if !has_labels {
-                    ops.push(json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+                    ops.add_empty_object("/metadata/labels");
                     has_labels = true;
                 }
-                ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", escape_pointer_token(key)), "value": value}));
+                ops.add_string("/metadata/labels/", key, value);
             }
             Change::SetAnnotation { key, value } => {
                 if !has_annotations {
-                    ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+                    ops.add_empty_object("/metadata/annotations");
                     has_annotations = true;
                 }
-                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape_pointer_token(key)), "value": value}));
+                match resolved.filter(|_| *key == ANNOTATION_RESOLVED_QOS) {
+                    Some(r) => {
+                        debug_assert_eq!(*value, r.to_annotation(), "the change carries this text");
+                        ops.add_resolved_qos(r);
+                    }
+                    None => ops.add_string("/metadata/annotations/", key, value),
+                }
             }
             Change::SetResources {
                 list,
@@ -107,15 +152,91 @@ pub fn json_patch(pod: &PodInput<'_>, changes: &[Change]) -> Value {
             } => {
                 let base = format!("/spec/{}/{index}/resources", list.field());
                 if let Some(r) = &resources.requests {
-                    ops.push(json!({"op": "add", "path": format!("{base}/requests"), "value": resources_value(r)}));
+                    ops.add_resources(&format!("{base}/requests"), r);
                 }
                 if let Some(l) = &resources.limits {
-                    ops.push(json!({"op": "add", "path": format!("{base}/limits"), "value": resources_value(l)}));
+                    ops.add_resources(&format!("{base}/limits"), l);
                 }
             }
-            Change::SetOverhead(o) => ops
-                .push(json!({"op": "add", "path": "/spec/overhead", "value": resources_value(o)})),
+            Change::SetOverhead(o) => ops.add_resources("/spec/overhead", o),
         }
     }
-    Value::Array(ops)
+    ops.out.push(b']');
+    ops.ops
+}
+
+/// [`escape_pointer_token`] of `key`, JSON-escaped, without the intermediate strings.
+fn escaped_pointer_token(out: &mut Vec<u8>, key: &str) {
+    let mut rest = key;
+    while let Some(i) = rest.find(['~', '/']) {
+        json_write::escaped(out, &rest[..i]);
+        out.extend_from_slice(if rest.as_bytes()[i] == b'~' {
+            b"~0"
+        } else {
+            b"~1"
+        });
+        rest = &rest[i + 1..];
+    }
+    json_write::escaped(out, rest);
+}
+
+/// Writes `add` operations, comma-separated.
+struct PatchWriter<'o> {
+    out: &'o mut Vec<u8>,
+    ops: usize,
+}
+
+impl PatchWriter<'_> {
+    /// `{"op":"add","path":` with the separator before every operation but the first.
+    fn begin(&mut self) {
+        if self.ops > 0 {
+            self.out.push(b',');
+        }
+        self.ops += 1;
+        self.out.extend_from_slice(br#"{"op":"add","path":"#);
+    }
+
+    fn add_empty_object(&mut self, path: &str) {
+        self.begin();
+        json_write::string(self.out, path);
+        self.out.extend_from_slice(br#","value":{}}"#);
+    }
+
+    /// `path` = `prefix` + the escaped pointer token of `key`; a string value.
+    fn add_string(&mut self, prefix: &str, key: &str, value: &str) {
+        self.begin();
+        self.out.push(b'"');
+        json_write::escaped(self.out, prefix);
+        escaped_pointer_token(self.out, key);
+        self.out.extend_from_slice(br#"","value":"#);
+        json_write::string(self.out, value);
+        self.out.push(b'}');
+    }
+
+    /// The resolved-qos annotation, its text written escaped straight from the resolution.
+    fn add_resolved_qos(&mut self, resolved: &ResolvedQos) {
+        self.begin();
+        self.out.push(b'"');
+        json_write::escaped(self.out, "/metadata/annotations/");
+        escaped_pointer_token(self.out, ANNOTATION_RESOLVED_QOS);
+        self.out.extend_from_slice(br#"","value":""#);
+        resolved.write_annotation_in_string(self.out);
+        self.out.extend_from_slice(br#""}"#);
+    }
+
+    /// A resource list as an object in key order (a `BTreeMap`, as serde_json's map).
+    fn add_resources(&mut self, path: &str, resources: &OwnedResources) {
+        self.begin();
+        json_write::string(self.out, path);
+        self.out.extend_from_slice(br#","value":{"#);
+        for (i, (name, quantity)) in resources.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            json_write::string(self.out, name);
+            self.out.push(b':');
+            json_write::string(self.out, quantity);
+        }
+        self.out.extend_from_slice(b"}}");
+    }
 }

@@ -8,7 +8,7 @@
 
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 
-use crate::mutation::json_patch;
+use crate::mutation::{patch_capacity, write_json_patch};
 use crate::policy::PolicyConfig;
 use crate::resolve::{Operation, PodInput, Resolution, ResolveContext, ResolveError};
 
@@ -16,18 +16,11 @@ use crate::resolve::{Operation, PodInput, Resolution, ResolveContext, ResolveErr
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPatch {
     pub resolution: Resolution,
-    /// The RFC 6902 patch (a JSON array); `None` when the pod already carries the result.
-    pub patch: Option<serde_json::Value>,
-}
-
-impl PodPatch {
-    /// Number of patch operations (0 without a patch).
-    pub fn ops(&self) -> usize {
-        self.patch
-            .as_ref()
-            .and_then(serde_json::Value::as_array)
-            .map_or(0, Vec::len)
-    }
+    /// The RFC 6902 patch as JSON bytes (an array); `None` when the pod already carries the
+    /// result.
+    pub patch: Option<Vec<u8>>,
+    /// Number of operations in `patch` (0 without one).
+    pub ops: usize,
 }
 
 /// The resolved-qos this webhook wrote before, which keeps the class source stable
@@ -62,8 +55,26 @@ pub fn patch_pod(
         config,
     };
     let resolution = crate::resolve::resolve_pod_with_previous(pod, &ctx, previous)?;
-    let patch = (!resolution.changes.is_empty()).then(|| json_patch(pod, &resolution.changes));
-    Ok(PodPatch { resolution, patch })
+    if resolution.changes.is_empty() {
+        return Ok(PodPatch {
+            resolution,
+            patch: None,
+            ops: 0,
+        });
+    }
+    // Written straight as bytes (no `serde_json::Value`): this is admission's hot path.
+    let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
+    let ops = write_json_patch(
+        &mut patch,
+        pod,
+        &resolution.changes,
+        Some(&resolution.resolved),
+    );
+    Ok(PodPatch {
+        resolution,
+        patch: Some(patch),
+        ops,
+    })
 }
 
 /// [`patch_pod`] for a pod as it is stored: an UPDATE whose old and new object are that pod.

@@ -5,6 +5,7 @@
 //! file.
 
 use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -17,6 +18,7 @@ use crate::cli::{Config, ConfigError};
 use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
 use crate::numa::locality::once_locality;
 use crate::numa::report::LocalityReport;
+use crate::numa::timings::micros_since;
 use crate::plan::NodeCaps;
 use crate::pod_spec_view::{PodSpecView, PodSpecViewError};
 use crate::report::{PodReport, PodStatus};
@@ -37,6 +39,31 @@ pub struct OnceReport {
     /// The resctrl pass (`run` does it per resync for the whole node).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resctrl: Option<ResctrlReport>,
+    /// `--timings`: where the command spent its time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<OnceTimings>,
+}
+
+/// The phases of `once` in microseconds, from `main`'s first instruction to the report (the
+/// locality pass's own phases are in `locality.timings`). What a whole command takes beyond
+/// `totalMicros` is the process's start (exec, dynamic loading) and exit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OnceTimings {
+    /// The rustls provider, the flags, logging.
+    pub setup_micros: u64,
+    /// The cgroup layout and the node's CPU QoS capabilities.
+    pub layout_micros: u64,
+    /// Reading and parsing the manifest into the pod view.
+    pub manifest_micros: u64,
+    /// The memory/CPU QoS cgroup pass and the QoS-class ancestors' protection.
+    pub cgroup_pass_micros: u64,
+    /// resctrl detection and its pass.
+    pub resctrl_micros: u64,
+    /// The memory locality pass, with the annotation check before it.
+    pub locality_micros: u64,
+    /// `main` to the report built.
+    pub total_micros: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,15 +80,31 @@ pub enum OnceError {
     },
 }
 
-/// Applies the pod in `file` and returns the report.
-pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
+/// Applies the pod in `file` and returns the report; with `timings` (when `main` started) the
+/// report says where the time went.
+pub fn run(
+    config: &Config,
+    file: &Path,
+    timings: Option<Instant>,
+) -> Result<OnceReport, OnceError> {
+    let mut t = OnceTimings::default();
+    let mut phase = Instant::now();
+    // Microseconds of the phase that ends now; the next one starts.
+    let mut lap = || {
+        let us = micros_since(phase);
+        phase = Instant::now();
+        us
+    };
+    t.setup_micros = timings.map_or(0, micros_since);
     let layout = config.layout()?;
     let caps = detect_caps(&layout, config.cpu_idle_fallback);
+    t.layout_micros = lap();
     let pod = read_pod(file)?;
     let view = PodSpecView::from_pod(&pod).map_err(|source| OnceError::Pod {
         path: file.display().to_string(),
         source,
     })?;
+    t.manifest_micros = lap();
     let applier = Applier::new(layout.clone(), config.dry_run, None).with_caps(caps);
     let pod = applier.apply(&view);
     let ancestors = ancestors_pass(config, &layout, &pod);
@@ -70,8 +113,11 @@ pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
         ancestors,
         locality: None,
         resctrl: None,
+        timings: None,
     };
+    t.cgroup_pass_micros = lap();
     resctrl_pass(config, &layout, caps, &view, &mut report);
+    t.resctrl_micros = lap();
     if !config.dry_run {
         report.locality = once_locality(
             layout,
@@ -80,6 +126,14 @@ pub fn run(config: &Config, file: &Path) -> Result<OnceReport, OnceError> {
             config.locality,
             &view,
         );
+    }
+    t.locality_micros = lap();
+    match timings {
+        Some(main_started) => {
+            t.total_micros = micros_since(main_started);
+            report.timings = Some(t);
+        }
+        None => report.locality = report.locality.map(LocalityReport::without_timings),
     }
     Ok(report)
 }

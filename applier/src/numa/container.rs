@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::numa_maps::Locality;
+use super::timings::ContainerTimings;
 use super::topology::IdSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,6 +54,9 @@ pub struct ContainerLocality {
     pub migrate_micros: u64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failed_pids: Vec<FailedPid>,
+    /// Where the pass spent its time (`once --timings`; `None` in the default report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<ContainerTimings>,
 }
 
 impl ContainerLocality {
@@ -71,6 +75,7 @@ impl ContainerLocality {
             pages_not_moved: 0,
             migrate_micros: 0,
             failed_pids: Vec::new(),
+            timings: None,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! [`super::migrate_sys`].
 
 use std::collections::BTreeMap;
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,8 @@ use super::migrate_sys::{self, MPOL_MF_MOVE, SysError};
 use super::numa_maps::{NodeUsage, VmaNodes, parse_vmas};
 use super::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityReport, Method};
 use super::target::{NO_TARGET_NUMA, Target, select};
-use super::topology::{IdSet, Topology};
+use super::timings::{ContainerTimings, PassTimings, micros, micros_since};
+use super::topology::{IdSet, Topology, TopologyError};
 use crate::cgroup::CgroupVersion;
 use crate::cgroup::Controller;
 use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
@@ -30,6 +32,9 @@ use crate::pod_spec_view::PodSpecView;
 const QUERY_CHUNK: usize = 4096;
 /// Upper bound of one `move_pages` batch (the mmap lock is held per call).
 const MAX_BATCH: u64 = 4096;
+/// First size of the buffer every `numa_maps` of a container pass is read into (a process
+/// with a few hundred VMAs fits; a larger one grows it once for the rest of the pass).
+const NUMA_MAPS_BUFFER: usize = 64 << 10;
 
 /// Where a container's processes and cpuset are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,22 +108,30 @@ fn read_pids(dir: &Path) -> Result<Vec<u32>, String> {
     Ok(pids)
 }
 
-/// `/proc/<pid>/status`, parsed by `procfs`; `None` when gone or unreadable.
-fn read_status(path: &Path) -> Option<Status> {
-    Status::from_file(path).ok()
+/// Reads the whole file into `buf` (cleared first), keeping its allocation.
+fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    buf.clear();
+    std::fs::File::open(path)?.read_to_end(buf).map(drop)
 }
 
-/// A kernel list of `Cpus_allowed_list`/`Mems_allowed_list` as `procfs` gives it (ranges), with
-/// the bound of [`crate::cpu_list::MAX_ID`] on hostile input.
-fn id_set(ranges: &[(u32, u32)]) -> Option<IdSet> {
-    let mut set = IdSet::new();
-    for &(a, b) in ranges {
-        if a > b || b > crate::cpu_list::MAX_ID {
-            return None;
-        }
-        set.extend(a..=b);
+/// `Cpus_allowed_list` and `Mems_allowed_list` of a `/proc/<pid>/status` text (`None` each
+/// when missing or not a kernel list). Only these two lines are looked at: the pass needs
+/// nothing else of the fifty-odd fields, so nothing is allocated for them.
+fn allowed_lists(status: &[u8]) -> (Option<IdSet>, Option<IdSet>) {
+    let (mut cpus, mut mems) = (None, None);
+    for line in status.split(|b| *b == b'\n') {
+        let slot = if let Some(v) = line.strip_prefix(b"Cpus_allowed_list:") {
+            (&mut cpus, v)
+        } else if let Some(v) = line.strip_prefix(b"Mems_allowed_list:") {
+            (&mut mems, v)
+        } else {
+            continue;
+        };
+        *slot.0 = std::str::from_utf8(slot.1)
+            .ok()
+            .and_then(|v| parse_list(v).ok());
     }
-    Some(set)
+    (cpus, mems)
 }
 
 impl Migrator {
@@ -156,16 +169,18 @@ impl Migrator {
         }
         let mut from_procs = IdSet::new();
         let mut mems: Option<IdSet> = None;
+        let mut buf = Vec::with_capacity(4096);
         for pid in pids {
-            let Some(status) = read_status(&self.proc_file(*pid, "status")) else {
+            if read_into(&self.proc_file(*pid, "status"), &mut buf).is_err() {
                 continue;
-            };
+            }
+            let (cpus_allowed, mems_allowed) = allowed_lists(&buf);
             if cpus.is_none()
-                && let Some(set) = status.cpus_allowed_list.as_deref().and_then(id_set)
+                && let Some(set) = cpus_allowed
             {
                 from_procs.extend(set);
             }
-            if let Some(set) = status.mems_allowed_list.as_deref().and_then(id_set) {
+            if let Some(set) = mems_allowed {
                 mems = Some(match mems {
                     None => set,
                     Some(m) => m.intersection(&set).copied().collect(),
@@ -184,36 +199,61 @@ impl Migrator {
         }
     }
 
-    /// Sum of the processes' numa_maps; a process that is gone contributes nothing.
-    fn measure(&self, pids: &[u32]) -> Result<NodeUsage, String> {
+    /// Sum of the processes' numa_maps, each read into `buf`; a process that is gone
+    /// contributes nothing.
+    fn measure(&self, pids: &[u32], buf: &mut Vec<u8>) -> Result<NodeUsage, String> {
         let mut total = NodeUsage::default();
         for pid in pids {
-            let Ok(text) = std::fs::read_to_string(self.proc_file(*pid, "numa_maps")) else {
+            if read_into(&self.proc_file(*pid, "numa_maps"), buf).is_err() {
                 continue;
-            };
-            let u = NodeUsage::parse(&text).map_err(|e| format!("pid {pid}: {e}"))?;
+            }
+            let u = NodeUsage::parse(&buf[..]).map_err(|e| format!("pid {pid}: {e}"))?;
             total.add(&u);
         }
         Ok(total)
     }
 
     /// One container: its processes and target nodes, a measurement, the migration, a second
-    /// measurement.
+    /// measurement (only when a syscall was made: otherwise nothing moved and the first
+    /// measurement is the result).
     pub fn run_container(
         &self,
         topo: &Topology,
+        pod: &PodSpecView,
         name: &str,
-        cg: &ContainerCgroup,
+        container_id: &str,
     ) -> ContainerLocality {
-        let failed =
-            |reason: String| ContainerLocality::new(name, ContainerStatus::Failed, Some(reason));
-        let (pids, local, remote) = match self.plan_container(topo, name, cg) {
-            Ok(p) => p,
-            Err(done) => return *done,
+        let mut timings = ContainerTimings::default();
+        let started = Instant::now();
+        let planned = match container_cgroup(&self.layout, pod, container_id) {
+            Ok(cg) => self.plan_container(topo, name, &cg),
+            Err(e) => Err(Box::new(ContainerLocality::new(
+                name,
+                ContainerStatus::Failed,
+                Some(e.to_string()),
+            ))),
         };
-        let before = match self.measure(&pids) {
+        timings.cgroup_micros = micros_since(started);
+        let (pids, local, remote) = match planned {
+            Ok(p) => p,
+            Err(mut done) => {
+                done.timings = Some(timings);
+                return *done;
+            }
+        };
+        let failed = |reason: String, timings| {
+            let mut c = ContainerLocality::new(name, ContainerStatus::Failed, Some(reason));
+            c.timings = Some(timings);
+            c
+        };
+        // One buffer for every numa_maps of the container, before and after.
+        let mut buf = Vec::with_capacity(NUMA_MAPS_BUFFER);
+        let started = Instant::now();
+        let before = self.measure(&pids, &mut buf);
+        timings.numa_maps_before_micros = micros_since(started);
+        let before = match before {
             Ok(u) => u.locality(&local),
-            Err(e) => return failed(e),
+            Err(e) => return failed(e, timings),
         };
         let mut c = ContainerLocality::new(name, ContainerStatus::Completed, None);
         c.local_nodes = local.clone();
@@ -222,18 +262,25 @@ impl Migrator {
         } else {
             before.remote_nodes.clone()
         };
-        c.pids = pids.clone();
-        if before.remote_pages > 0 {
+        let after = if before.remote_pages > 0 {
             self.migrate_processes(&mut c, &pids, &local, &remote);
-        }
-        let after = match self.measure(&pids) {
-            Ok(u) => u.locality(&local),
-            Err(e) => return failed(e),
+            timings.migrate_micros = c.migrate_micros;
+            let started = Instant::now();
+            let after = self.measure(&pids, &mut buf);
+            timings.numa_maps_after_micros = micros_since(started);
+            match after {
+                Ok(u) => u.locality(&local),
+                Err(e) => return failed(e, timings),
+            }
+        } else {
+            before.clone()
         };
         c.pages_migrated = before.remote_pages.saturating_sub(after.remote_pages);
         settle_failures(&mut c);
+        c.pids = pids;
         c.before = Some(before);
         c.after = Some(after);
+        c.timings = Some(timings);
         c
     }
 
@@ -293,7 +340,7 @@ impl Migrator {
                 Some(rate) => self.move_batched(*pid, local, remote, rate),
                 None => migrate_sys::migrate_pages(*pid, remote, local),
             };
-            c.migrate_micros += u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            c.migrate_micros = c.migrate_micros.saturating_add(micros(started.elapsed()));
             match r {
                 Ok(not_moved) => c.pages_not_moved += not_moved,
                 Err(e) => {
@@ -330,7 +377,7 @@ impl Migrator {
                 SysError(e.raw_os_error().unwrap_or(libc::EIO))
             }
         };
-        let numa_maps = std::fs::read_to_string(self.proc_file(pid, "numa_maps")).map_err(gone)?;
+        let numa_maps = std::fs::read(self.proc_file(pid, "numa_maps")).map_err(gone)?;
         let maps = std::fs::read_to_string(self.proc_file(pid, "maps")).map_err(gone)?;
         let ends = vma_ends(&maps);
         let vmas: Vec<VmaNodes> = parse_vmas(&numa_maps).map_err(|_| SysError(libc::EINVAL))?;
@@ -383,9 +430,25 @@ impl Migrator {
         Ok(not_moved)
     }
 
-    /// The pass over every started container of `pod`.
+    /// The pass over every started container of `pod`, with its timings.
     pub fn run_pod(&self, pod: &PodSpecView) -> LocalityReport {
-        let topo = match Topology::read(&self.sys_root) {
+        let started = Instant::now();
+        let topology = Topology::read(&self.sys_root);
+        let topology_micros = micros_since(started);
+        let mut report = self.run_containers(pod, topology);
+        report.timings = Some(PassTimings {
+            pass_micros: micros_since(started),
+            topology_micros,
+        });
+        report
+    }
+
+    fn run_containers(
+        &self,
+        pod: &PodSpecView,
+        topology: Result<Topology, TopologyError>,
+    ) -> LocalityReport {
+        let topo = match topology {
             Ok(t) => t,
             Err(e) => {
                 let containers = pod
@@ -408,12 +471,7 @@ impl Migrator {
             let Some(id) = c.container_id.as_deref() else {
                 continue;
             };
-            out.push(match container_cgroup(&self.layout, pod, id) {
-                Ok(cg) => self.run_container(&topo, &c.name, &cg),
-                Err(e) => {
-                    ContainerLocality::new(&c.name, ContainerStatus::Failed, Some(e.to_string()))
-                }
-            });
+            out.push(self.run_container(&topo, pod, &c.name, id));
         }
         LocalityReport::new(out)
     }
@@ -421,6 +479,9 @@ impl Migrator {
 
 /// A process that failed for another reason than exiting fails the container.
 fn settle_failures(c: &mut ContainerLocality) {
+    if c.failed_pids.is_empty() {
+        return;
+    }
     let exited = SysError(libc::ESRCH).to_string();
     if c.failed_pids.iter().any(|f| f.error != exited) {
         c.status = ContainerStatus::Failed;
@@ -461,4 +522,23 @@ pub fn once_locality(
     pod_locality(view)?;
     let m = Migrator::new(layout, proc_root.to_owned(), sys_root.to_owned(), config);
     Some(m.run_pod(view))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allowed_lists_come_from_their_two_lines_only() {
+        let status = b"Name:\tredis\nCpus_allowed:\tf\nCpus_allowed_list:\t0-3\n\
+                       Mems_allowed:\t00000003\nMems_allowed_list:\t0-1\nvoluntary_ctxt_switches:\t1\n";
+        let set = |s: &str| parse_list(s).expect("list");
+        assert_eq!(allowed_lists(status), (Some(set("0-3")), Some(set("0-1"))));
+        assert_eq!(allowed_lists(b"Name:\tx\n"), (None, None));
+        // Not a list, or above the bound: as if missing.
+        assert_eq!(
+            allowed_lists(b"Cpus_allowed_list:\tzz\nMems_allowed_list:\t99999999\n"),
+            (None, None)
+        );
+    }
 }

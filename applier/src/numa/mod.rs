@@ -10,6 +10,7 @@
 //! - [`locality`]: the pass over a pod's containers (IO).
 //! - [`schedule`]: when a pod is due (on start, on annotation change, every interval).
 //! - [`metrics`]: the metric families; [`worker`]: the pod cache scan inside `run`.
+//! - [`timings`]: where a pass spends its time (`once --timings`, the worker's debug log).
 //! - this file: the flag, the settings and [`start`].
 //!
 //! The agent needs `hostPID` (the syscalls take PIDs of the caller's namespace and the PIDs in
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod target;
 #[cfg(test)]
 mod test_pass;
+pub mod timings;
 pub mod topology;
 pub mod worker;
 

@@ -36,41 +36,78 @@ pub struct NumaMapsError {
 
 const DEFAULT_PAGE: u64 = 4096;
 
-/// Parses every VMA line. Lines with no page on any node are kept with empty `pages`.
-pub fn parse_vmas(text: &str) -> Result<Vec<VmaNodes>, NumaMapsError> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let err = |what: String| NumaMapsError { line: i + 1, what };
-        let mut tokens = line.split_ascii_whitespace();
-        let Some(start) = tokens.next() else {
+/// One line's address, page size and `N<node>=<pages>` counts (into `nodes`, cleared first);
+/// `None` for a blank line. Bytes, not `str`: a mapped file's name may be any bytes, and such a
+/// process still has pages to count.
+fn scan_line(
+    line: &[u8],
+    number: usize,
+    nodes: &mut Vec<(u32, u64)>,
+) -> Result<Option<(u64, u64)>, NumaMapsError> {
+    let err = |what: String| NumaMapsError { line: number, what };
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    nodes.clear();
+    let mut tokens = line
+        .split(u8::is_ascii_whitespace)
+        .filter(|t| !t.is_empty());
+    let Some(start) = tokens.next() else {
+        return Ok(None);
+    };
+    let start = std::str::from_utf8(start)
+        .ok()
+        .and_then(|s| u64::from_str_radix(s, 16).ok())
+        .ok_or_else(|| err(format!("start address {:?} is not hex", lossy(start))))?;
+    let mut page_size = DEFAULT_PAGE;
+    for tok in tokens {
+        let Some(eq) = tok.iter().position(|b| *b == b'=') else {
             continue;
         };
-        let start = u64::from_str_radix(start, 16)
-            .map_err(|_| err(format!("start address {start:?} is not hex")))?;
+        let (key, value) = (&tok[..eq], &tok[eq + 1..]);
+        if key == b"kernelpagesize_kB" {
+            let kb =
+                decimal(value).ok_or_else(|| err(format!("bad page size {:?}", lossy(tok))))?;
+            page_size = kb.saturating_mul(1024);
+        } else if let Some(node) = key.strip_prefix(b"N")
+            && !node.is_empty()
+            && node.iter().all(u8::is_ascii_digit)
+        {
+            let node = decimal(node)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| err(format!("bad node {:?}", lossy(tok))))?;
+            let n =
+                decimal(value).ok_or_else(|| err(format!("bad page count {:?}", lossy(tok))))?;
+            nodes.push((node, n));
+        }
+    }
+    Ok(Some((start, page_size)))
+}
+
+/// An unsigned decimal with no sign and no overflow.
+fn decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |acc, b| {
+        let d = b.checked_sub(b'0').filter(|d| *d < 10)?;
+        acc.checked_mul(10)?.checked_add(u64::from(d))
+    })
+}
+
+/// Parses every VMA line. Lines with no page on any node are kept with empty `pages`.
+pub fn parse_vmas(text: impl AsRef<[u8]>) -> Result<Vec<VmaNodes>, NumaMapsError> {
+    let mut out = Vec::new();
+    let mut nodes = Vec::new();
+    for (i, line) in text.as_ref().split(|b| *b == b'\n').enumerate() {
+        let Some((start, page_size)) = scan_line(line, i + 1, &mut nodes)? else {
+            continue;
+        };
         let mut vma = VmaNodes {
             start,
-            page_size: DEFAULT_PAGE,
+            page_size,
             pages: BTreeMap::new(),
         };
-        for tok in tokens {
-            let Some((key, value)) = tok.split_once('=') else {
-                continue;
-            };
-            if key == "kernelpagesize_kB" {
-                let kb: u64 = value
-                    .parse()
-                    .map_err(|_| err(format!("bad page size {tok:?}")))?;
-                vma.page_size = kb.saturating_mul(1024);
-            } else if let Some(node) = key.strip_prefix('N')
-                && !node.is_empty()
-                && node.bytes().all(|b| b.is_ascii_digit())
-            {
-                let node: u32 = node.parse().map_err(|_| err(format!("bad node {tok:?}")))?;
-                let n: u64 = value
-                    .parse()
-                    .map_err(|_| err(format!("bad page count {tok:?}")))?;
-                *vma.pages.entry(node).or_default() += n;
-            }
+        for &(node, n) in &nodes {
+            *vma.pages.entry(node).or_default() += n;
         }
         out.push(vma);
     }
@@ -82,16 +119,32 @@ impl NodeUsage {
         let mut u = Self::default();
         for v in vmas {
             for (node, n) in &v.pages {
-                *u.pages.entry(*node).or_default() += n;
-                *u.bytes.entry(*node).or_default() += n.saturating_mul(v.page_size);
+                u.count(*node, *n, v.page_size);
             }
         }
         u
     }
 
-    /// Parses a whole numa_maps file.
-    pub fn parse(text: &str) -> Result<Self, NumaMapsError> {
-        Ok(Self::from_vmas(&parse_vmas(text)?))
+    /// Parses a whole numa_maps file straight into the per-node sums: one pass over the
+    /// bytes, nothing kept per VMA (the locality pass reads it twice per process).
+    pub fn parse(text: impl AsRef<[u8]>) -> Result<Self, NumaMapsError> {
+        let mut u = Self::default();
+        let mut nodes = Vec::new();
+        for (i, line) in text.as_ref().split(|b| *b == b'\n').enumerate() {
+            if let Some((_, page_size)) = scan_line(line, i + 1, &mut nodes)? {
+                for &(node, n) in &nodes {
+                    u.count(node, n, page_size);
+                }
+            }
+        }
+        Ok(u)
+    }
+
+    fn count(&mut self, node: u32, pages: u64, page_size: u64) {
+        let p = self.pages.entry(node).or_default();
+        *p = p.saturating_add(pages);
+        let b = self.bytes.entry(node).or_default();
+        *b = b.saturating_add(pages.saturating_mul(page_size));
     }
 
     /// Adds another process's usage (a container is the sum of its processes).
@@ -250,6 +303,33 @@ mod tests {
         // Tokens that are not node counts are ignored.
         let u = NodeUsage::parse("1000 default Nx=3 mapmax=2 N=4 N0=1\n").expect("parses");
         assert_eq!(u.pages, BTreeMap::from([(0, 1)]));
+    }
+
+    #[test]
+    fn file_names_that_are_not_utf8_still_count() {
+        let mut text = b"1000 default file=/data/".to_vec();
+        text.extend_from_slice(&[0xff, 0xfe]);
+        text.extend_from_slice(b" mapped=2 N1=2 kernelpagesize_kB=4\n2000 default anon=1 N0=1\n");
+        let u = NodeUsage::parse(&text).expect("parses");
+        assert_eq!(u.pages, BTreeMap::from([(0, 1), (1, 2)]));
+        assert_eq!(
+            parse_vmas(&text).expect("parses")[0].pages,
+            BTreeMap::from([(1, 2)])
+        );
+    }
+
+    #[test]
+    fn the_summing_parser_agrees_with_the_vma_parser() {
+        let vmas = parse_vmas(SAMPLE).expect("parses");
+        assert_eq!(
+            NodeUsage::parse(SAMPLE).expect("parses"),
+            NodeUsage::from_vmas(&vmas)
+        );
+        assert_eq!(NodeUsage::parse("").expect("empty"), NodeUsage::default());
+        assert_eq!(
+            NodeUsage::parse("\n\n").expect("blank lines"),
+            NodeUsage::default()
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 pub use super::container::{ContainerLocality, ContainerStatus, FailedPid, Method};
+use super::timings::PassTimings;
 use crate::pod_event::EventKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,6 +22,9 @@ pub struct LocalityReport {
     pub containers: Vec<ContainerLocality>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<LocalityEvent>,
+    /// Where the pass spent its time (`once --timings`; `None` in the default report).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<PassTimings>,
 }
 
 impl LocalityReport {
@@ -34,7 +38,21 @@ impl LocalityReport {
                 reason,
                 message,
             });
-        Self { containers, event }
+        Self {
+            containers,
+            event,
+            timings: None,
+        }
+    }
+
+    /// The report without its timings (the default `once` report: the same JSON run to run
+    /// for the same outcome).
+    pub fn without_timings(mut self) -> Self {
+        self.timings = None;
+        for c in &mut self.containers {
+            c.timings = None;
+        }
+        self
     }
 
     /// Whether any container failed.

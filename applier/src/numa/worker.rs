@@ -84,6 +84,16 @@ pub async fn run(
                 continue;
             };
             tracing::info!(pod = %view.name, namespace = %view.namespace, ?trigger, event = ?report.event.as_ref().map(|e| e.reason), "memory locality pass");
+            if let Some(t) = report.timings {
+                // Fields are only built when debug is on.
+                tracing::debug!(
+                    pod = %view.name,
+                    pass_micros = t.pass_micros,
+                    topology_micros = t.topology_micros,
+                    containers = ?report.containers.iter().map(|c| (&c.name, c.timings)).collect::<Vec<_>>(),
+                    "memory locality pass timings"
+                );
+            }
             if let Some(m) = &metrics {
                 labels.insert(view.uid.clone(), m.observe(&view, &report));
             }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_applier::cli::{Config, LogFormat, RunConfig};
 use koord_applier::pod_spec_view::PodSpecView;
 
 pub fn fixture(name: &str) -> Pod {
@@ -211,4 +212,36 @@ pub fn meminfo(total: u64, available: u64) -> String {
         text.push_str(&format!("{field}: 0 kB\n"));
     }
     text
+}
+
+/// `run`'s settings for a v2 tree under `root` (never the host's /proc, /sys or resctrl
+/// beyond reading), every feature at its default: tests change the fields they exercise.
+pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
+    Config {
+        cgroup_root: root.to_owned(),
+        cgroup_version: Some(CgroupVersion::V2),
+        cgroup_driver: Some(driver),
+        proc_root: "/proc".into(),
+        sys_root: "/sys".into(),
+        locality: Default::default(),
+        collectors: Default::default(),
+        dry_run: false,
+        log_format: LogFormat::Text,
+        cpu_idle_fallback: false,
+        // Never the host's /sys/fs/resctrl in tests.
+        resctrl_root: root.join("no-resctrl"),
+        ancestors: Default::default(),
+    }
+}
+
+/// The watch loop's settings: resync far away (a test drives lists and watches, not the
+/// timer), metrics on an ephemeral port unless the test needs a known one.
+pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConfig {
+    RunConfig {
+        node_name: node.into(),
+        resync: std::time::Duration::from_secs(3600),
+        metrics_addr,
+        event_window: std::time::Duration::from_secs(600),
+        colocation: Default::default(),
+    }
 }

@@ -92,6 +92,10 @@ pub fn plan_input(pod: &PodInput<'_>, pod_ref: &PodRef, config: &PolicyConfig) -
     }
     let annotation = answer.resolution.annotation;
     let message = reresolved_message(pod.annotation(ANNOTATION_RESOLVED_QOS), &annotation);
+    // The bytes admission would return, read back to put the resourceVersion guard first.
+    let Ok(patch) = serde_json::from_slice::<Value>(&patch) else {
+        return Verdict::Invalid("the patch is not JSON".to_owned());
+    };
     let patch = with_precondition(patch, &pod_ref.resource_version);
     Verdict::Change(PlannedChange {
         // Serialising a Value into a Vec cannot fail (no maps with non-string keys).

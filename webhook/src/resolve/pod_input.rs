@@ -14,8 +14,46 @@ use serde::{Deserialize, Deserializer};
 
 use crate::policy::FieldError;
 
-/// String maps (labels, annotations) borrowing from the input where no escapes were present.
-pub type StrMap<'a> = BTreeMap<Text<'a>, Text<'a>>;
+/// A string map (labels, annotations) borrowing from the input where no escapes were present,
+/// kept in input order and looked up by a scan: a pod has tens of labels at most, and a
+/// `BTreeMap`'s inserts and node allocations cost more than the few lookups resolution makes.
+/// A key given twice means its last value, as in a map.
+#[derive(Debug, Default)]
+pub struct StrMap<'a>(Vec<(Text<'a>, Text<'a>)>);
+
+impl<'a> StrMap<'a> {
+    pub fn get(&self, key: &str) -> Option<&Text<'a>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_str() == key)
+            .map(|(_, v)| v)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Pairs<'a>(std::marker::PhantomData<Text<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for Pairs<'a> {
+            type Value = StrMap<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<StrMap<'a>, M::Error> {
+                // Room for a typical pod's labels or annotations without growing.
+                let mut pairs = Vec::with_capacity(m.size_hint().unwrap_or(16).min(64));
+                while let Some(pair) = m.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(StrMap(pairs))
+            }
+        }
+        d.deserialize_map(Pairs(std::marker::PhantomData))
+    }
+}
 /// A resource list: resource name -> quantity text.
 pub type ResourceMap<'a> = BTreeMap<Text<'a>, QuantityText<'a>>;
 
@@ -97,7 +135,7 @@ impl<'a> PodInput<'a> {
     pub fn display_name(&self) -> String {
         match (&self.metadata.name, &self.metadata.generate_name) {
             (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(g)) if !g.is_empty() => format!("{g}*"),
+            (_, Some(g)) if !g.is_empty() => [g.as_str(), "*"].concat(),
             _ => "<unnamed>".to_owned(),
         }
     }

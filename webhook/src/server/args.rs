@@ -85,6 +85,37 @@ pub struct ServeArgs {
     /// Per-request deadline; keep it under the webhook's timeoutSeconds (5s).
     #[arg(long, env = "KOORD_REQUEST_DEADLINE", default_value = "3s", value_parser = parse_duration)]
     pub request_deadline: Duration,
+    /// Connections open at once (an idle TLS connection costs ~21 KiB: 1,024 ~ 22 MiB). At the
+    /// limit, a new connection closes the oldest one that has not sent a request yet; if
+    /// every connection has, the new one is closed (before its TLS handshake) and the open
+    /// ones keep being served.
+    #[arg(long, env = "KOORD_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// A connection with no byte read or written for this long is closed (HTTP/1.1 and
+    /// HTTP/2). Keep it above the apiserver's own idle timeout for webhook connections (90s),
+    /// so the apiserver, not us, retires an idle connection and never sends on one we close.
+    #[arg(long, env = "KOORD_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// Time a new connection has, after its TLS handshake, to send the headers of its first
+    /// request (slow or silent clients are closed). Later HTTP/1.1 requests on the connection
+    /// must arrive within the idle timeout.
+    #[arg(long, env = "KOORD_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Time a new connection has to complete its TLS handshake.
+    #[arg(long, env = "KOORD_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub tls_handshake_timeout: Duration,
+    /// HTTP/2 streams a connection may have open at once (the apiserver opens another
+    /// connection beyond it).
+    #[arg(long, env = "KOORD_H2_MAX_CONCURRENT_STREAMS", default_value_t = 200)]
+    pub h2_max_concurrent_streams: u32,
+    /// HTTP/2 flow-control window of a stream: body bytes a client may send ahead of the
+    /// handler reading them.
+    #[arg(long, env = "KOORD_H2_STREAM_WINDOW_BYTES", default_value_t = 1024 * 1024)]
+    pub h2_stream_window_bytes: u32,
+    /// HTTP/2 flow-control window of a connection (all its streams): with the connection cap,
+    /// it bounds the body bytes buffered for clients that send faster than they are served.
+    #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 1024 * 1024)]
+    pub h2_connection_window_bytes: u32,
     /// Time given to in-flight requests on SIGTERM.
     #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,

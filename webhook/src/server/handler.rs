@@ -6,6 +6,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -15,6 +16,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
 
 use tracing::{Instrument as _, Span};
 
@@ -33,23 +35,51 @@ fn json(body: Vec<u8>) -> Response {
 }
 
 enum ReadError {
-    Deadline,
+    /// Waiting for a slot, then reading the body, took longer than the deadline.
+    Deadline {
+        had_slot: bool,
+    },
     Body(String),
 }
 
-async fn read_body(state: &AppState, req: Request) -> Result<Bytes, ReadError> {
-    let limit = state.limits.max_body_bytes;
-    tokio::time::timeout(state.limits.deadline, async {
-        axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|e| {
-                ReadError::Body(format!(
-                    "request body unreadable or above {limit} bytes: {e}"
-                ))
-            })
-    })
-    .await
-    .map_err(|_| ReadError::Deadline)?
+/// The body length the request announces (`Content-Length`), if any.
+fn declared_length(req: &Request) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Reads the body within `limit` bytes: a `Content-Length` above it is refused before a byte
+/// is read, and a body that streams past it (chunked, or a lying length) is cut off there, so
+/// no request buffers more than the limit.
+async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
+    let declared = declared_length(&req);
+    if let Some(length) = declared.filter(|l| *l > limit as u64) {
+        return Err(ReadError::Body(format!(
+            "request body of {length} bytes is above the {limit}-byte limit"
+        )));
+    }
+    // One buffer of the announced size: no growth, no final copy of the frames.
+    let capacity = declared.map_or(8 * 1024, |l| l as usize);
+    let mut body = req.into_body();
+    let mut buf = Vec::with_capacity(capacity);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ReadError::Body(format!(
+                "request body unreadable or above {limit} bytes: {e}"
+            ))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(ReadError::Body(format!(
+                    "request body unreadable or above {limit} bytes: length limit exceeded"
+                )));
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// Keeps `koord_webhook_inflight_admissions` right even when the client goes away and the
@@ -89,24 +119,60 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Res
     json(reviewed.body)
 }
 
-/// Waits for a slot, reads the body and reviews it, within the deadline.
-async fn admit(state: &AppState, req: Request, start: Instant, span: &Span) -> Reviewed {
+/// Waits for a slot and reads the body, both within the deadline (one timer for the two),
+/// then reviews it.
+async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span) -> Reviewed {
     // The bound keeps memory flat under a burst: each permit holds at most one body.
-    let permit = tokio::time::timeout(state.limits.deadline, state.permits.acquire()).await;
-    match permit {
-        Ok(Ok(_permit)) => match read_body(state, req).await {
-            Ok(body) => review_confirmed(state, &body, start, span).await,
-            Err(ReadError::Deadline) => unresolved("request not read before the deadline"),
-            Err(ReadError::Body(message)) => unresolved(&message),
-        },
-        _ => unresolved("too many concurrent admissions; not resolved before the deadline"),
+    let had_slot = AtomicBool::new(false);
+    let slot_and_body = async {
+        let permit = state.permits.acquire().await.ok();
+        // A large (or unannounced) body waits for the large-body lane before it is read, so
+        // one client streaming bodies at the limit holds one lane, not every worker.
+        let limit = state.limits.max_body_bytes as u64;
+        let large = declared_length(&req).is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit);
+        let lane = match large {
+            true => state.large_bodies.acquire().await.ok(),
+            false => None,
+        };
+        had_slot.store(true, Ordering::Relaxed);
+        let body = read_body(req, state.limits.max_body_bytes).await;
+        (permit, lane, body)
+    };
+    match tokio::time::timeout(state.limits.deadline, slot_and_body).await {
+        Ok((Some(_permit), lane, Ok(body))) => {
+            review_confirmed(state, body, lane.is_some(), start, span).await
+        }
+        Ok((_, _, Err(e))) => read_failed(e),
+        // The semaphores are never closed; answer as if no slot came free.
+        Ok((None, _, Ok(_))) => read_failed(ReadError::Deadline { had_slot: false }),
+        Err(_) => read_failed(ReadError::Deadline {
+            had_slot: had_slot.load(Ordering::Relaxed),
+        }),
+    }
+}
+
+fn read_failed(e: ReadError) -> Reviewed {
+    match e {
+        ReadError::Deadline { had_slot: true } => {
+            unresolved("request not read before the deadline")
+        }
+        ReadError::Deadline { had_slot: false } => {
+            unresolved("too many concurrent admissions; not resolved before the deadline")
+        }
+        ReadError::Body(message) => unresolved(&message),
     }
 }
 
 /// Reviews with the namespace cache; when the cache says "not opted in", asks the apiserver
 /// (the label may be seconds old) and reviews again if it is in fact opted in.
-async fn review_confirmed(state: &AppState, body: &[u8], start: Instant, span: &Span) -> Reviewed {
-    let reviewed = review_guarded(state, body, true);
+async fn review_confirmed(
+    state: &Arc<AppState>,
+    body: Bytes,
+    in_large_lane: bool,
+    start: Instant,
+    span: &Span,
+) -> Reviewed {
+    let reviewed = review_in_lane(state, &body, in_large_lane, true).await;
     reviewed.record_in(span);
     let not_opted_in = matches!(
         reviewed.decision,
@@ -123,7 +189,7 @@ async fn review_confirmed(state: &AppState, body: &[u8], start: Instant, span: &
     let api: Api<Namespace> = Api::all(client.clone());
     match tokio::time::timeout(budget, api.get_metadata_opt(&reviewed.namespace)).await {
         Ok(Ok(Some(ns))) if has_opt_in_label(ns.metadata.labels.as_ref()) => {
-            review_guarded(state, body, false)
+            review_in_lane(state, &body, in_large_lane, false).await
         }
         Ok(Ok(_)) => reviewed,
         Ok(Err(e)) => {
@@ -133,6 +199,28 @@ async fn review_confirmed(state: &AppState, body: &[u8], start: Instant, span: &
         }
         Err(_) => reviewed,
     }
+}
+
+/// Bodies above this are read one at a time (the large-body lane) and reviewed on a blocking
+/// thread: parsing a body near the size limit takes milliseconds, and on a runtime worker it
+/// would hold up every small admission queued behind it (webhook/README.md, "Abuse").
+const LARGE_BODY_BYTES: usize = 256 * 1024;
+
+/// Reviews `body`: inline on the worker, or, in the large-body lane (whose permit the caller
+/// holds), on a blocking thread.
+async fn review_in_lane(
+    state: &Arc<AppState>,
+    body: &Bytes,
+    in_large_lane: bool,
+    check_namespace_cache: bool,
+) -> Reviewed {
+    if !in_large_lane || body.len() <= LARGE_BODY_BYTES {
+        return review_guarded(state, body, check_namespace_cache);
+    }
+    let (state, body) = (state.clone(), body.clone());
+    tokio::task::spawn_blocking(move || review_guarded(&state, &body, check_namespace_cache))
+        .await
+        .unwrap_or_else(|_| unresolved("internal error while resolving the pod"))
 }
 
 /// The engine must not panic (fuzzed), but if it ever does the apiserver still gets an

@@ -46,6 +46,10 @@ pub struct Metrics {
     pub tls_reload_errors: IntCounter,
     pub inflight: IntGauge,
     pub reresolve: ReresolveMetrics,
+    pub connections_open: IntGauge,
+    pub connections_shed: IntCounter,
+    pub connections_evicted: IntCounter,
+    pub connections_idle_closed: IntCounter,
 }
 
 impl Metrics {
@@ -114,6 +118,25 @@ impl Metrics {
                 "Admission reviews being processed.",
             ),
         )?;
+        let connections_open = register(
+            &registry,
+            IntGauge::new(
+                "koord_webhook_connections_open",
+                "TLS connections open (admission listener).",
+            ),
+        )?;
+        let connections_shed = counter(
+            "koord_webhook_connections_shed_total",
+            "Connections closed on arrival because --max-connections were open.",
+        )?;
+        let connections_evicted = counter(
+            "koord_webhook_connections_evicted_total",
+            "Connections without a request yet, closed to admit a new one at --max-connections.",
+        )?;
+        let connections_idle_closed = counter(
+            "koord_webhook_connections_idle_closed_total",
+            "Connections closed after --idle-timeout without a byte either way.",
+        )?;
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);
@@ -131,6 +154,10 @@ impl Metrics {
             tls_reloads,
             tls_reload_errors,
             inflight,
+            connections_open,
+            connections_shed,
+            connections_evicted,
+            connections_idle_closed,
         })
     }
 
@@ -140,17 +167,26 @@ impl Metrics {
         class: Option<QosClass>,
         decision: &Decision,
     ) {
-        let op = OperationLabel::ALL
-            .iter()
-            .position(|o| *o == op)
-            .unwrap_or(2);
-        let class = class
-            .and_then(|c| CLASSES.iter().position(|n| *n == c.as_str()))
-            .unwrap_or(CLASSES.len() - 1);
-        let outcome = OUTCOMES
-            .iter()
-            .position(|o| *o == decision.outcome())
-            .unwrap_or(3);
+        // Indexes by match, not by comparing label strings: this runs once per admission.
+        let op = match op {
+            OperationLabel::Create => 0,
+            OperationLabel::Update => 1,
+            OperationLabel::Other => 2,
+        };
+        let class = match class {
+            Some(QosClass::Lse) => 0,
+            Some(QosClass::Lsr) => 1,
+            Some(QosClass::Ls) => 2,
+            Some(QosClass::Be) => 3,
+            Some(QosClass::System) => 4,
+            None => 5,
+        };
+        let outcome = match decision {
+            Decision::Mutated { .. } => 0,
+            Decision::Unchanged { .. } => 1,
+            Decision::Denied { .. } => 2,
+            Decision::Error { .. } => 3,
+        };
         if let Some(c) = self
             .admissions
             .get((op * CLASSES.len() + class) * OUTCOMES.len() + outcome)
@@ -181,6 +217,12 @@ impl Metrics {
 /// One counter handle per (operation, class, outcome), in [`Metrics::count_admission`]'s index
 /// order, so counting an admission is one atomic add.
 fn admission_counters(vec: &IntCounterVec) -> Vec<IntCounter> {
+    debug_assert_eq!(
+        OperationLabel::ALL.map(OperationLabel::as_str),
+        ["CREATE", "UPDATE", "other"]
+    );
+    debug_assert_eq!(OUTCOMES, ["mutated", "unchanged", "denied", "error"]);
+    debug_assert_eq!(CLASSES[..5], QosClass::ALL.map(QosClass::as_str));
     let mut out = Vec::with_capacity(OperationLabel::ALL.len() * CLASSES.len() * OUTCOMES.len());
     for op in OperationLabel::ALL {
         for class in CLASSES {

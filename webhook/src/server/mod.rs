@@ -6,6 +6,7 @@
 
 pub mod admission;
 mod args;
+pub mod connections;
 mod handler;
 pub mod metrics;
 pub mod reresolver;
@@ -22,7 +23,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use axum_server::Handle;
-use axum_server::accept::NoDelayAcceptor;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use k8s_openapi::api::core::v1::Namespace;
 use koord_runtime::metrics::MetricError;
@@ -33,6 +33,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 pub use args::{ServeArgs, parse_duration};
+use connections::{ConnectionLimits, FirstBytesAcceptor, GuardedAcceptor};
 use metrics::Metrics;
 use reresolver::{ReresolveConfig, ReresolveConfigError, Triggers};
 use state::{AppState, Limits, NamespaceGate, Readiness};
@@ -76,10 +77,33 @@ pub struct Config {
     /// Skip namespaces the cache knows without the opt-in label (cluster mode only).
     pub require_namespace_opt_in: bool,
     pub limits: Limits,
+    pub connections: ConnectionSettings,
     pub shutdown_grace: Duration,
     /// The re-resolver (cluster mode only; `None` standalone or with `--reresolve=false`).
     pub reresolve: Option<ReresolveConfig>,
 }
+
+/// How long and how many connections may be held (webhook/README.md, "Abuse").
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionSettings {
+    pub limits: ConnectionLimits,
+    /// New connection: the first request's headers within this, after the handshake.
+    pub header_read_timeout: Duration,
+    pub tls_handshake_timeout: Duration,
+    pub http2: Http2Settings,
+}
+
+/// HTTP/2 limits (webhook/README.md, the HTTP/2 tuning table under "Load benchmark").
+#[derive(Debug, Clone, Copy)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: u32,
+    pub stream_window_bytes: u32,
+    pub connection_window_bytes: u32,
+}
+
+/// Largest HTTP/1.1 read buffer (headers): a client that sends endless headers is cut off
+/// here instead of at hyper's default of ~400 KiB per connection.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -160,6 +184,19 @@ impl Config {
                 max_body_bytes: args.max_body_bytes,
                 max_concurrent: args.max_concurrent,
                 deadline: args.request_deadline,
+            },
+            connections: ConnectionSettings {
+                limits: ConnectionLimits {
+                    max_connections: args.max_connections,
+                    idle_timeout: args.idle_timeout,
+                },
+                header_read_timeout: args.header_read_timeout,
+                tls_handshake_timeout: args.tls_handshake_timeout,
+                http2: Http2Settings {
+                    max_concurrent_streams: args.h2_max_concurrent_streams,
+                    stream_window_bytes: args.h2_stream_window_bytes,
+                    connection_window_bytes: args.h2_connection_window_bytes,
+                },
             },
             shutdown_grace: args.shutdown_grace,
             reresolve,
@@ -338,12 +375,34 @@ impl WebhookServer {
         tasks.push(self.spawn_shutdown());
         let addr = self.listener.local_addr()?;
         tracing::info!(%addr, "serving /mutate-pod over TLS");
-        let acceptor = RustlsAcceptor::new(self.tls).acceptor(NoDelayAcceptor::new());
-        let result = axum_server::from_tcp(self.listener)?
+        let settings = self.config.connections;
+        let tls = RustlsAcceptor::new(self.tls)
+            .handshake_timeout(settings.tls_handshake_timeout)
+            .acceptor(GuardedAcceptor::new(
+                settings.limits,
+                self.state.metrics.clone(),
+            ));
+        let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout);
+        let mut server = axum_server::from_tcp(self.listener)?
             .acceptor(acceptor)
             .handle(self.handle)
-            .serve(router.into_make_service())
-            .await;
+            .first_request_timeout(settings.header_read_timeout);
+        // HTTP/1.1: between requests on a kept-alive connection, hyper waits for the next
+        // head at most the idle timeout; a head is at most MAX_HEADER_BYTES.
+        server
+            .http_builder()
+            .http1()
+            .header_read_timeout(settings.limits.idle_timeout)
+            .max_buf_size(MAX_HEADER_BYTES);
+        let h2 = settings.http2;
+        server
+            .http_builder()
+            .http2()
+            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_concurrent_streams(h2.max_concurrent_streams)
+            .initial_stream_window_size(h2.stream_window_bytes)
+            .initial_connection_window_size(h2.connection_window_bytes);
+        let result = server.serve(router.into_make_service()).await;
         for t in tasks {
             t.abort();
         }

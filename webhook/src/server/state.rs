@@ -156,6 +156,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub limits: Limits,
     pub permits: Semaphore,
+    /// One large body (see `handler::LARGE_BODY_BYTES`) reviewed at a time, off the workers.
+    pub large_bodies: Semaphore,
 }
 
 impl AppState {
@@ -178,6 +180,7 @@ impl AppState {
             readiness,
             metrics,
             permits: Semaphore::new(limits.max_concurrent.max(1)),
+            large_bodies: Semaphore::new(1),
             limits,
         })
     }

@@ -10,9 +10,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use koord_runtime::install_crypto_provider;
+use koord_webhook::server::connections::ConnectionLimits;
 use koord_webhook::server::state::Limits;
 use koord_webhook::server::tls::CertFiles;
-use koord_webhook::server::{Config, PolicySource, TlsSource, WebhookServer};
+use koord_webhook::server::{
+    Config, ConnectionSettings, Http2Settings, PolicySource, TlsSource, WebhookServer,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
@@ -56,6 +59,19 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
             max_body_bytes: 3 * 1024 * 1024,
             max_concurrent: 64,
             deadline: Duration::from_secs(3),
+        },
+        connections: ConnectionSettings {
+            limits: ConnectionLimits {
+                max_connections: 1000,
+                idle_timeout: Duration::from_secs(120),
+            },
+            header_read_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+            http2: Http2Settings {
+                max_concurrent_streams: 200,
+                stream_window_bytes: 1024 * 1024,
+                connection_window_bytes: 1024 * 1024,
+            },
         },
         shutdown_grace: Duration::from_secs(1),
         reresolve: None,

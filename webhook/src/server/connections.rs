@@ -1,0 +1,406 @@
+//! What a connection may hold and for how long, below TLS: a cap on open connections (a new
+//! one beyond it is closed at once, before its TLS handshake costs anything) and an idle
+//! timeout (no byte read or written for that long closes it, for HTTP/1.1 and HTTP/2 alike).
+//!
+//! Together with the TLS handshake timeout, the first-request timeout and the body limit
+//! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
+//! idle or half-sent connections from starving admissions (webhook/README.md, "Abuse").
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use futures::task::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+use super::metrics::Metrics;
+
+/// Limits of a connection, as configured.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Connections open at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// A connection with no byte read or written for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// The connection slots and the connections that may give theirs up: those that have not yet
+/// sent the first bytes of a request (in the TLS handshake, or silent after it), oldest
+/// first.
+struct Slots {
+    free: Arc<Semaphore>,
+    evictable: Mutex<VecDeque<Weak<ConnState>>>,
+    max: usize,
+}
+
+/// What the acceptor and a connection's stream share.
+#[derive(Default)]
+pub struct ConnState {
+    /// Set by the acceptor to close this connection for a newcomer.
+    evicted: AtomicBool,
+    /// The first request has arrived: never evicted.
+    in_use: AtomicBool,
+    /// Wakes the connection's task so it sees `evicted`.
+    waker: AtomicWaker,
+}
+
+impl Slots {
+    /// Asks the oldest connection that has not sent a request yet to close. False when there
+    /// is none (every slot serves requests).
+    fn evict_one(&self) -> bool {
+        let mut queue = self.evictable.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(weak) = queue.pop_front() {
+            let Some(conn) = weak.upgrade() else { continue };
+            if conn.in_use.load(Ordering::Acquire) {
+                continue;
+            }
+            conn.evicted.store(true, Ordering::Release);
+            conn.waker.wake();
+            return true;
+        }
+        false
+    }
+
+    fn register(&self, conn: &Arc<ConnState>) {
+        let mut queue = self.evictable.lock().unwrap_or_else(|e| e.into_inner());
+        // Connections that closed or went into use leave dead entries; sweep them now and
+        // then so the queue stays within the cap.
+        if queue.len() >= 2 * self.max {
+            queue.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|c| !c.in_use.load(Ordering::Acquire))
+            });
+        }
+        queue.push_back(Arc::downgrade(conn));
+    }
+}
+
+/// How long a newcomer waits for an evicted connection's slot before it is shed itself.
+const SLOT_WAIT: Duration = Duration::from_secs(1);
+
+/// The acceptor under TLS: takes a slot (at the cap, first by closing the oldest connection
+/// that has not sent a request, else the newcomer is shed), sets TCP_NODELAY, wraps the
+/// stream in the idle timer.
+#[derive(Clone)]
+pub struct GuardedAcceptor {
+    slots: Arc<Slots>,
+    idle_timeout: Duration,
+    metrics: Metrics,
+}
+
+impl GuardedAcceptor {
+    pub fn new(limits: ConnectionLimits, metrics: Metrics) -> Self {
+        let max = limits.max_connections.max(1);
+        GuardedAcceptor {
+            slots: Arc::new(Slots {
+                free: Arc::new(Semaphore::new(max)),
+                evictable: Mutex::new(VecDeque::new()),
+                max,
+            }),
+            idle_timeout: limits.idle_timeout,
+            metrics,
+        }
+    }
+}
+
+impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
+    type Stream = GuardedStream;
+    type Service = S;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(GuardedStream, S)>> + Send>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        let (slots, idle_timeout, metrics) =
+            (self.slots.clone(), self.idle_timeout, self.metrics.clone());
+        Box::pin(async move {
+            let slot = match slots.free.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    let waited = if slots.evict_one() {
+                        metrics.connections_evicted.inc();
+                        tokio::time::timeout(SLOT_WAIT, slots.free.clone().acquire_owned())
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    } else {
+                        None
+                    };
+                    let Some(slot) = waited else {
+                        // Dropping the stream closes it; the connections already open keep
+                        // being served.
+                        metrics.connections_shed.inc();
+                        return Err(io::Error::other("connection limit reached"));
+                    };
+                    slot
+                }
+            };
+            // Nagle + delayed ACK would add 40 ms to small HTTP/2 frames.
+            stream.set_nodelay(true)?;
+            let state = Arc::new(ConnState::default());
+            slots.register(&state);
+            metrics.connections_open.inc();
+            let stream = GuardedStream {
+                inner: stream,
+                idle_timeout,
+                last_activity: Instant::now(),
+                timer: Box::pin(tokio::time::sleep(idle_timeout)),
+                state,
+                _slot: slot,
+                metrics,
+            };
+            Ok((stream, service))
+        })
+    }
+}
+
+/// A TCP stream that holds a connection slot, fails with `TimedOut` once nothing has moved in
+/// either direction for the idle timeout, and with `ConnectionAborted` once evicted. The idle
+/// timer is not reset on every read or write (that would be a timer-wheel update per record):
+/// activity only records the time, and when the timer fires early it is pushed to the last
+/// activity plus the timeout.
+pub struct GuardedStream {
+    inner: TcpStream,
+    idle_timeout: Duration,
+    last_activity: Instant,
+    timer: Pin<Box<Sleep>>,
+    state: Arc<ConnState>,
+    _slot: OwnedSemaphorePermit,
+    metrics: Metrics,
+}
+
+impl Drop for GuardedStream {
+    fn drop(&mut self) {
+        self.metrics.connections_open.dec();
+    }
+}
+
+impl GuardedStream {
+    /// The first request has arrived: the connection keeps its slot.
+    pub fn mark_in_use(&self) {
+        self.state.in_use.store(true, Ordering::Release);
+    }
+
+    /// `Ready(err)` when the connection has been idle for the timeout or was evicted;
+    /// registers the timer (and, before the first request, the eviction waker) otherwise.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if !self.state.in_use.load(Ordering::Relaxed) {
+            self.state.waker.register(cx.waker());
+            if self.state.evicted.load(Ordering::Acquire) {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "closed for a new connection: no request yet and the connection limit reached",
+                ));
+            }
+        }
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let deadline = self.last_activity + self.idle_timeout;
+            if deadline <= Instant::now() {
+                self.metrics.connections_idle_closed.inc();
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle for longer than the idle timeout",
+                ));
+            }
+            self.timer.as_mut().reset(deadline);
+        }
+    }
+
+    fn touched<T>(&mut self, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.last_activity = Instant::now();
+        }
+        poll
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Pending => this.poll_idle(cx).map(Err),
+            ready => this.touched(ready),
+        }
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Pending => this.poll_idle(cx).map(Err),
+            ready => this.touched(ready),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
+            Poll::Pending => this.poll_idle(cx).map(Err),
+            ready => this.touched(ready),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// A stream that can say its connection's first request has arrived.
+pub trait MarkInUse {
+    fn mark_in_use(&self);
+}
+
+impl MarkInUse for tokio_rustls::server::TlsStream<GuardedStream> {
+    fn mark_in_use(&self) {
+        self.get_ref().0.mark_in_use();
+    }
+}
+
+/// The acceptor over TLS: after the handshake, waits (at most the header-read timeout) for the
+/// first bytes of a request before the connection gets its HTTP state. A connection that
+/// only holds a finished handshake then costs its TLS state and nothing else: hyper would
+/// otherwise allocate its 8 KiB read buffer at once, the largest part of an idle connection.
+#[derive(Clone)]
+pub struct FirstBytesAcceptor<A> {
+    inner: A,
+    timeout: Duration,
+}
+
+impl<A> FirstBytesAcceptor<A> {
+    pub fn new(inner: A, timeout: Duration) -> Self {
+        FirstBytesAcceptor { inner, timeout }
+    }
+}
+
+/// Bytes read ahead when the first request arrives (kept until hyper reads them).
+const FIRST_READ: usize = 256;
+
+impl<A, I, S> Accept<I, S> for FirstBytesAcceptor<A>
+where
+    A: Accept<I, S>,
+    A::Future: Send + 'static,
+    A::Stream: AsyncRead + MarkInUse + Unpin + Send + 'static,
+    A::Service: Send + 'static,
+{
+    type Stream = Prefixed<A::Stream>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let accepted = self.inner.accept(stream, service);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let (mut stream, service) = accepted.await?;
+            // A small array in the (boxed) future while waiting: the rest of a larger first
+            // record stays in the TLS layer's buffer for hyper to read.
+            let mut first = [0u8; FIRST_READ];
+            let n = tokio::time::timeout(timeout, stream.read(&mut first))
+                .await
+                .map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no request before the header-read timeout",
+                    )
+                })??;
+            if n > 0 {
+                stream.mark_in_use();
+            }
+            let stream = Prefixed {
+                prefix: first[..n].to_vec(),
+                at: 0,
+                inner: stream,
+            };
+            Ok((stream, service))
+        })
+    }
+}
+
+/// A stream that first yields the bytes already read from it.
+pub struct Prefixed<T> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: T,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.at < this.prefix.len() {
+            let rest = &this.prefix[this.at..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            this.at += n;
+            if this.at == this.prefix.len() {
+                this.prefix = Vec::new();
+                this.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
