@@ -1,5 +1,5 @@
 //! Posts [`PodEvent`]s to the API server (`events.k8s.io/v1`, shown by `kubectl describe pod`),
-//! after the [`Aggregator`] and a global rate cap.
+//! after [`EventDedup`] (identical Events once per window) and a global rate cap.
 //!
 //! kube-runtime's `Recorder` is not used: it keys its series on the reason without the note,
 //! so a changed `MemoryQOSApplied` would be recorded as a repeat of the old text.
@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
+use koord_runtime::EventDedup;
 use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
-use crate::events::Aggregator;
 use crate::metrics::Metrics;
 use crate::pod_event::{EventKind, PodEvent};
 
@@ -74,7 +74,7 @@ pub async fn publish(
     window: Duration,
     metrics: Arc<Metrics>,
 ) {
-    let mut agg = Aggregator::new(window);
+    let mut agg = EventDedup::new(window);
     let mut sent: std::collections::VecDeque<Instant> = Default::default();
     while let Some(msg) = rx.recv().await {
         let ev = match msg {
@@ -86,7 +86,7 @@ pub async fn publish(
         };
         let now = Instant::now();
         agg.expire(now);
-        if !agg.admit(&ev, now) {
+        if !agg.admit(&ev.uid, ev.reason, &ev.message, now) {
             metrics
                 .events
                 .with_label_values(&[ev.reason, "suppressed"])

@@ -1,15 +1,12 @@
-//! The memory QoS Events of a pass as `kubectl describe pod` shows them, and their aggregation.
+//! The memory QoS Events of a pass as `kubectl describe pod` shows them.
 //!
 //! Pure: [`event_for`] turns a pass's report into at most one Event (Normal
 //! `MemoryQOSApplied` only when something was written, i.e. one per change, never per resync,
 //! or on the first complete pass of a pod whose knobs this kernel has none of;
-//! Warning `MemoryQOSRefused` / `MemoryQOSFailed`), and [`Aggregator`] drops an Event identical
-//! to one already posted for the pod within a window, so a fight with another writer or a
-//! permanently failing knob cannot flood the API server.
+//! Warning `MemoryQOSRefused` / `MemoryQOSFailed`). Identical Events within a window are
+//! dropped by [`koord_runtime::EventDedup`] in the event sink.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
 use crate::ancestors::report::{AncestorsReport, ProtectedPod};
 use crate::cgroup::{CgroupVersion, Outcome};
@@ -181,67 +178,9 @@ pub fn ancestors_event(
     })
 }
 
-/// Remembers what was posted per pod so identical Events are posted once per window.
-#[derive(Debug)]
-pub struct Aggregator {
-    window: Duration,
-    seen: HashMap<(String, &'static str, String), Instant>,
-}
-
-impl Aggregator {
-    pub fn new(window: Duration) -> Self {
-        Self {
-            window,
-            seen: HashMap::new(),
-        }
-    }
-
-    /// Whether `ev` should be posted now (and records it if so).
-    pub fn admit(&mut self, ev: &PodEvent, now: Instant) -> bool {
-        let key = (ev.uid.clone(), ev.reason, ev.message.clone());
-        match self.seen.get(&key) {
-            Some(at) if now.duration_since(*at) < self.window => false,
-            _ => {
-                self.seen.insert(key, now);
-                true
-            }
-        }
-    }
-
-    /// Drops everything about a deleted pod.
-    pub fn forget(&mut self, uid: &str) {
-        self.seen.retain(|(u, _, _), _| u != uid);
-    }
-
-    /// Drops entries older than the window (bounded memory).
-    pub fn expire(&mut self, now: Instant) {
-        let window = self.window;
-        self.seen.retain(|_, at| now.duration_since(*at) < window);
-    }
-
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ev(uid: &str, msg: &str) -> PodEvent {
-        PodEvent {
-            namespace: "ns".into(),
-            name: "p".into(),
-            uid: uid.into(),
-            kind: EventKind::Normal,
-            reason: REASON_APPLIED,
-            message: msg.into(),
-        }
-    }
 
     fn ancestors_report(outcomes: [Outcome; 3], kept: bool) -> AncestorsReport {
         use crate::ancestors::plan::Level;
@@ -329,29 +268,5 @@ mod tests {
             ancestors_event(&ls, v2, &ancestors_report([W, F, U], false))
                 .is_some_and(|e| e.reason == REASON_APPLIED)
         );
-    }
-
-    #[test]
-    fn aggregator_dedupes_within_window() {
-        let mut agg = Aggregator::new(Duration::from_secs(600));
-        let t0 = Instant::now();
-        assert!(agg.admit(&ev("a", "x"), t0));
-        assert!(
-            !agg.admit(&ev("a", "x"), t0 + Duration::from_secs(60)),
-            "same event within the window"
-        );
-        assert!(
-            agg.admit(&ev("a", "y"), t0 + Duration::from_secs(60)),
-            "a changed message is a new event"
-        );
-        assert!(agg.admit(&ev("b", "x"), t0), "another pod");
-        assert!(
-            agg.admit(&ev("a", "x"), t0 + Duration::from_secs(601)),
-            "after the window"
-        );
-        agg.forget("a");
-        assert_eq!(agg.len(), 1);
-        agg.expire(t0 + Duration::from_secs(10_000));
-        assert!(agg.is_empty());
     }
 }

@@ -40,6 +40,7 @@ REPO = E2E.parents[1]
 sys.path.insert(0, str(E2E))
 sys.dont_write_bytecode = True  # no __pycache__ in the repo
 
+import reresolve_e2e  # noqa: E402
 import webhookcfg  # noqa: E402
 
 CONTROL_PLANE = E2E / "control-plane.sh"
@@ -357,13 +358,11 @@ class Harness:
     # -- cleanup -------------------------------------------------------------------------
 
     def cleanup(self, keep: bool) -> None:
-        for name in ("applier", "webhook"):
-            p = self.procs.get(name)
-            if p:
-                try:
-                    p.stop()
-                except Exception as e:  # noqa: BLE001
-                    log(f"stopping {name}: {e}")
+        for name, p in reversed(list(self.procs.items())):  # the applier, extra replicas first
+            try:
+                p.stop()
+            except Exception as e:  # noqa: BLE001
+                log(f"stopping {name}: {e}")
         if self.cp_started:
             r = subprocess.run([str(CONTROL_PLANE), "stop", str(self.cp_dir)],
                                capture_output=True, text=True)
@@ -516,7 +515,16 @@ def webhook_deployment(h: Harness) -> dict:
     return deps[0]
 
 
-def start_webhook(h: Harness) -> None:
+# The replicas' identities in the re-resolver's Lease (the Deployment sets KOORD_POD_NAME from
+# the pod name; a fieldRef is not a literal value, so the suite names them).
+WEBHOOK_ID = "koord-webhook-a"
+
+
+def start_webhook(h: Harness, name: str = "webhook", identity: str = WEBHOOK_ID,
+                  ports: tuple[int, int] | None = None, extra_env: dict | None = None) -> Proc:
+    """Starts `koord-webhook serve` in-cluster mode as the webhook ServiceAccount. The default
+    instance is the one the MutatingWebhookConfiguration calls (h.webhook_port); `ports`
+    (listen, metrics) start another replica beside it; `extra_env` adds flags' variables."""
     dep = webhook_deployment(h)
     if not h.ca_bundle:
         certs = h.dir / "certs"
@@ -530,24 +538,27 @@ def start_webhook(h: Harness) -> None:
         sa = dep["spec"]["template"]["spec"].get("serviceAccountName", "default")
         h.webhook_kubeconfig = h.impersonating_kubeconfig(
             "webhook", dep["metadata"]["namespace"], sa)
+    port, metrics_port = ports or (h.webhook_port, h.webhook_metrics_port)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", **workload_env(dep),
-           "KUBECONFIG": str(h.webhook_kubeconfig)}
+           "KUBECONFIG": str(h.webhook_kubeconfig), "KOORD_POD_NAME": identity,
+           **(extra_env or {})}
     certs = h.dir / "certs"
     argv = [h.webhook_bin, "serve",
-            "--listen", f"127.0.0.1:{h.webhook_port}",
-            "--metrics-listen", f"127.0.0.1:{h.webhook_metrics_port}",
+            "--listen", f"127.0.0.1:{port}",
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
             "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key")]
-    p = h.start_proc("webhook", argv, env)
+    p = h.start_proc(name, argv, env)
 
     def ready():
         if not p.alive():
             raise Fatal(f"koord-webhook serve exited ({p.popen.returncode}):\n{p.tail()}")
-        return h.http_get(h.webhook_metrics_port, "/readyz")[0] == 200
+        return h.http_get(metrics_port, "/readyz")[0] == 200
 
     try:
-        wait_until("koord-webhook /readyz", ready, 60, 0.2)
+        wait_until(f"{name} /readyz", ready, 60, 0.2)
     except Check as e:
-        raise Fatal(f"{e}\n--- webhook log ---\n{p.tail()}") from None
+        raise Fatal(f"{e}\n--- {name} log ---\n{p.tail()}") from None
+    return p
 
 
 def register_webhook(h: Harness) -> None:
@@ -1067,28 +1078,36 @@ def s_update_exact(h: Harness) -> None:
           f"  before: {before}\n  after:  {after}")
 
 
-@scenario("webhook stopped: pods still created (failurePolicy Ignore), its metrics count "
-          "nothing for them; after restart it serves again")
+@scenario("webhook stopped: pods still created (failurePolicy Ignore); the first re-resolution "
+          "pass after the restart labels and annotates them (reresolve_e2e.py)")
 def s_webhook_down(h: Harness) -> None:
-    fp = h.mwc["webhooks"][0].get("failurePolicy")
-    check(fp == "Ignore", f"rendered failurePolicy is {fp!r}, not Ignore")
-    h.procs["webhook"].stop()
-    t0 = time.monotonic()
-    pod = h.create_pod(burstable("while-down"))
-    dt = time.monotonic() - t0
-    log(f"pod created in {dt:.2f}s with the webhook down")
-    check(RESOLVED not in annotations(pod), "mutated while the webhook was down?")
-    check(QOS_LABEL not in labels(pod), "labelled while the webhook was down?")
-    start_webhook(h)
-    total = h.metric_sum(h.webhook_metrics_port, "koord_webhook_admissions_total")
-    check(total == 0, f"the restarted webhook counts {total} admissions before any new pod")
-    check(RESOLVED not in annotations(h.get_pod(NS_QOS, "while-down")), "while-down changed")
-    pod = h.create_pod(burstable("after-restart"))
-    check(labels(pod).get(QOS_LABEL) == "LS" and RESOLVED in annotations(pod),
-          "not mutated after the webhook restart")
-    created = h.metric_sum(h.webhook_metrics_port, "koord_webhook_admissions_total",
-                           operation="CREATE", outcome="mutated")
-    check(created >= 1, f"admissions_total{{CREATE,mutated}} = {created} after a mutated pod")
+    reresolve_e2e.down(h, sys.modules[__name__])
+
+
+@scenario("re-resolution: 100 pods, memoryQOS.enable true -> false -> true with two replicas: "
+          "only the Lease holder writes; SIGKILL of the holder, the other takes over "
+          "(reresolve_e2e.py)")
+def s_reresolve_flip(h: Harness) -> None:
+    reresolve_e2e.flip(h, sys.modules[__name__])
+
+
+@scenario("re-resolution at scale: 1,000 pods after one ConfigMap edit with the default limits "
+          "(< 30 s); an unchanged pass writes nothing (reresolve_e2e.py)")
+def s_reresolve_scale(h: Harness) -> None:
+    reresolve_e2e.scale(h, sys.modules[__name__])
+
+
+@scenario("re-resolution dry run: --reresolve-dry-run counts the pods it would patch and "
+          "writes nothing (reresolve_e2e.py)")
+def s_reresolve_dry_run(h: Harness) -> None:
+    reresolve_e2e.dry_run(h, sys.modules[__name__])
+
+
+if os.environ.get("KOORD_E2E_MEMORY") == "1":
+    @scenario("re-resolution memory: peak RSS of the holder with 1,000 and 5,000 pods vs a pod "
+              "reflector (KOORD_E2E_MEMORY=1)")
+    def s_reresolve_memory(h: Harness) -> None:
+        reresolve_e2e.memory(h, sys.modules[__name__])
 
 
 @scenario("kube-apiserver restarted under a running webhook: watches recover, the next config "
@@ -1296,11 +1315,9 @@ def main() -> int:
         return 130
     finally:
         if failed:
-            for name in ("webhook", "applier"):
-                p = h.procs.get(name)
-                if p:
-                    print(f"----- last lines of the {name} log ({p.logfile}) -----\n{p.tail(30)}",
-                          file=sys.stderr)
+            for name, p in h.procs.items():
+                print(f"----- last lines of the {name} log ({p.logfile}) -----\n{p.tail(30)}",
+                      file=sys.stderr)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish cleanup even on a second Ctrl-C
         keep = bool(failed) or os.environ.get("KOORD_E2E_KEEP") == "1"
         h.cleanup(keep=keep and not interrupted)
@@ -1308,6 +1325,11 @@ def main() -> int:
             print(f"latency ({h.figures.get('profile')} build): "
                   f"without webhook {h.figures.get('without_webhook')}, "
                   f"with webhook {h.figures.get('with_webhook')}", flush=True)
+        for key in ("reresolve_down_s", "reresolve_flip", "reresolve_takeover_s",
+                    "reresolve_scale", "reresolve_memory"):
+            if key in h.figures:
+                print(f"{key} ({h.figures.get('profile')} build): {json.dumps(h.figures[key])}",
+                      flush=True)
         print(f"suite time {time.monotonic() - t_start:.0f}s", file=sys.stderr)
         print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
 

@@ -700,7 +700,8 @@ def s_applier_restart(h: Harness) -> None:
 
 
 @scenario("webhook pods deleted: pods created meanwhile start untouched (failurePolicy Ignore); "
-          "the next pod after the webhook is back is mutated")
+          "the next pod after the webhook is back is mutated, and the re-resolver annotates the "
+          "one created meanwhile, which the applier then manages")
 def s_webhook_down(h: Harness) -> None:
     node = h.env["NODE_NAME"]
     fail_open_before = metric_sum(h.apiserver_metrics(), "apiserver_admission_webhook_fail_open_count",
@@ -752,10 +753,104 @@ def s_webhook_down(h: Harness) -> None:
         return p if RESOLVED in (p["metadata"].get("annotations") or {}) else None
     p = wait_until("the next pod to be mutated", mutated, 60, 1)
     check(p["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {p['metadata']['labels']}")
-    check(RESOLVED not in (h.pod(NS_QOS, "while-down")["metadata"].get("annotations") or {}),
-          "while-down changed afterwards")
+
+    # The pod admitted without the webhook: the pass of the replica that takes the Lease labels
+    # and annotates it, and the applier then manages it like any other.
+    def reresolved():
+        p = h.pod(NS_QOS, "while-down")
+        return p if RESOLVED in (p["metadata"].get("annotations") or {}) else None
+    p = wait_until("while-down to be re-resolved", reresolved, 60, 1)
+    check(p["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {p['metadata']['labels']}")
+    ev = reresolved_event(h, NS_QOS, p)
+    check("admitted while the webhook was unavailable" in ev["message"], ev["message"])
+    ev = applied_event(h, NS_QOS, p)
+    seen = knob_files_check(h, p, ev["message"])
+    log(f"while-down re-resolved; applier Event: {ev['message']}; files compared: "
+        f"{seen or 'none (see Event)'}")
     for name in ("while-down", "after-webhook-back"):
         h.kubectl("-n", NS_QOS, "delete", "pod", name, "--wait=false")
+
+
+RERESOLVED = "MemoryQOSReresolved"
+
+
+def reresolved_event(h: Harness, ns: str, pod: dict, timeout: float = 60) -> dict:
+    """The webhook's newest MemoryQOSReresolved Event on the pod."""
+    evs = wait_until(f"{RERESOLVED} Event on {ns}/{pod['metadata']['name']}",
+                     lambda: h.events(ns, pod["metadata"]["uid"], RERESOLVED), timeout, 1)
+    ev = max(evs, key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
+    check(ev.get("reportingComponent") == "koordinator.sh/koord-webhook",
+          f"{RERESOLVED} not from koord-webhook: {ev.get('reportingComponent')}")
+    return ev
+
+
+def set_ls_memory_qos(h: Harness, enable: bool) -> None:
+    cm = h.kjson("-n", "kube-system", "get", "configmap", "ack-slo-config")
+    cfg = json.loads(cm["data"]["resource-qos-config"])
+    cfg["clusterStrategy"]["lsClass"]["memoryQOS"]["enable"] = enable
+    h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-config", "--type=merge", "-p",
+              json.dumps({"data": {"resource-qos-config": json.dumps(cfg)}}))
+
+
+def ls_enabled(h: Harness, name: str) -> bool:
+    p = h.pod(NS_QOS, name)
+    return json.loads(p["metadata"]["annotations"][RESOLVED])["memoryQOS"]["enabled"]
+
+
+def newest(events: list[dict]) -> dict:
+    return max(events, key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
+
+
+@scenario("re-resolve: lsClass memoryQOS enable true -> false -> true in ack-slo-config reaches a "
+          "running LS pod's annotation (MemoryQOSReresolved), the applier takes each new "
+          "annotation (its pass's Event, knob files checked), the container is not restarted")
+def s_reresolve(h: Harness) -> None:
+    # No memoryQOS annotation of its own (redis-demo's `auto` would outrank the ConfigMap).
+    spec = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "flip-ls", "namespace": NS_QOS},
+            "spec": {"nodeName": h.env["NODE_NAME"], "terminationGracePeriodSeconds": 2,
+                     "containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"],
+                                     "command": ["pause"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                   "limits": {"memory": "64Mi"}}}]}}
+    h.apply_obj(spec)
+    try:
+        before = h.wait_running(NS_QOS, "flip-ls")
+        check(ls_enabled(h, "flip-ls"), "flip-ls does not start with memory QoS enabled")
+        applied_event(h, NS_QOS, before)
+        cid = h.container_id(before, "c")
+        for enable in (False, True):
+            applied = metric_sum(h.applier_metrics(), "koord_applier_events_total",
+                                 reason=APPLIED)
+            t0 = time.monotonic()
+            set_ls_memory_qos(h, enable)
+            wait_until(f"flip-ls to show memoryQOS.enabled={enable}",
+                       lambda: ls_enabled(h, "flip-ls") == enable, 60, 0.5)
+            took = time.monotonic() - t0
+            pod = h.pod(NS_QOS, "flip-ls")
+            old_new = (f"memoryQOS enabled={str(not enable).lower()} (cluster-config) -> "
+                       f"enabled={str(enable).lower()} (cluster-config)")
+            ev = wait_until(f"the {RERESOLVED} Event for enabled={enable}", lambda: next(
+                (e for e in h.events(NS_QOS, pod["metadata"]["uid"], RERESOLVED)
+                 if e["message"].startswith(old_new)), None), 60, 1)
+            check(ev.get("reportingComponent") == "koordinator.sh/koord-webhook", f"{ev}")
+            # The applier's first complete pass over this version of the pod: an Event, posted
+            # or (same text as one posted within its window) suppressed, both counted.
+            wait_until("the applier's pass over the new annotation", lambda: metric_sum(
+                h.applier_metrics(), "koord_applier_events_total", reason=APPLIED) > applied,
+                60, 1)
+            seen = knob_files_check(h, pod, newest(applied_events(h, NS_QOS, pod))["message"])
+            log(f"enable={enable}: flip-ls re-resolved {took:.1f}s after the edit; "
+                f"Event: {ev['message']}; files compared: {seen or 'none (see Event)'}")
+            h.figures.append(f"figure ack-slo-config edit (lsClass memoryQOS enable={enable}) -> "
+                             f"a running pod's annotation: {took:.1f} s")
+        after = h.pod(NS_QOS, "flip-ls")
+        check(h.container_id(after, "c") == cid
+              and after["metadata"]["uid"] == before["metadata"]["uid"],
+              "flip-ls was re-created or its container restarted")
+    finally:
+        set_ls_memory_qos(h, True)
+        h.kubectl("-n", NS_QOS, "delete", "pod", "flip-ls", "--wait=false", check_rc=False)
 
 
 @scenario("PSI: koordlet_container_psi / koordlet_pod_psi for the real containers, labelled with "

@@ -17,7 +17,9 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -566,6 +568,147 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
             .as_ref()
             .is_some_and(|n| n.len() == 2)
     );
+}
+
+/// One RBAC rule as (apiGroups, resources, resourceNames, verbs).
+type Rule = (Vec<String>, Vec<String>, Vec<String>, Vec<String>);
+
+/// The rules of a Role or ClusterRole.
+fn rules_of(rules: Option<Vec<PolicyRule>>) -> Vec<Rule> {
+    rules
+        .expect("rules")
+        .into_iter()
+        .map(|r| {
+            (
+                r.api_groups.unwrap_or_default(),
+                r.resources.unwrap_or_default(),
+                r.resource_names.unwrap_or_default(),
+                r.verbs,
+            )
+        })
+        .collect()
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn bound_to_the_webhook(subjects: Option<Vec<Subject>>) {
+    let subjects = subjects.expect("subjects");
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0].kind, "ServiceAccount");
+    assert_eq!(subjects[0].name, "koord-webhook");
+    assert_eq!(subjects[0].namespace.as_deref(), Some("koordinator-system"));
+}
+
+/// The `serve` flags' defaults, as the binary parses them.
+fn serve_defaults() -> koord_webhook::server::ServeArgs {
+    use clap::Parser as _;
+    let cli = koord_webhook::cli::Cli::try_parse_from(["koord-webhook", "serve"]).expect("parses");
+    match cli.command {
+        koord_webhook::cli::Command::Serve(args) => *args,
+        _ => unreachable!("serve"),
+    }
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn the_reresolver_gets_exactly_pods_events_and_its_lease() {
+    let objects = render("manifests");
+    // Pods cluster-wide (the opted-in namespaces change at run time): read and patch only;
+    // never create, update, delete or watch. Events: create only.
+    let cr: ClusterRole = round_trip(find(&objects, "ClusterRole", "koord-webhook-reresolver"));
+    assert_eq!(
+        rules_of(cr.rules),
+        vec![
+            (
+                strings(&[""]),
+                strings(&["pods"]),
+                vec![],
+                strings(&["get", "list", "patch"])
+            ),
+            (
+                strings(&["events.k8s.io"]),
+                strings(&["events"]),
+                vec![],
+                strings(&["create"])
+            ),
+        ]
+    );
+    let crb: ClusterRoleBinding = round_trip(find(
+        &objects,
+        "ClusterRoleBinding",
+        "koord-webhook-reresolver",
+    ));
+    assert_eq!(crb.role_ref.name, "koord-webhook-reresolver");
+    bound_to_the_webhook(crb.subjects);
+
+    // Its Lease, by the name the binary uses, in its own namespace; create cannot be limited
+    // by name, so it is a rule of its own.
+    let lease = serve_defaults().reresolve.leader_election_lease;
+    let role: Role = round_trip(find(&objects, "Role", "koord-webhook-leader-election"));
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("koordinator-system")
+    );
+    assert_eq!(
+        rules_of(role.rules),
+        vec![
+            (
+                strings(&["coordination.k8s.io"]),
+                strings(&["leases"]),
+                vec![lease],
+                strings(&["get", "update"])
+            ),
+            (
+                strings(&["coordination.k8s.io"]),
+                strings(&["leases"]),
+                vec![],
+                strings(&["create"])
+            ),
+        ]
+    );
+    let rb: RoleBinding = round_trip(find(
+        &objects,
+        "RoleBinding",
+        "koord-webhook-leader-election",
+    ));
+    assert_eq!(rb.metadata.namespace.as_deref(), Some("koordinator-system"));
+    assert_eq!(rb.role_ref.name, "koord-webhook-leader-election");
+    bound_to_the_webhook(rb.subjects);
+
+    // The webhook's other roles stay read-only.
+    for (kind, name) in [
+        ("Role", "koord-webhook-config-reader"),
+        ("ClusterRole", "koord-webhook-namespace-reader"),
+    ] {
+        let rules = find(&objects, kind, name)["rules"].clone();
+        let rules: Vec<PolicyRule> = serde_json::from_value(rules).expect("rules");
+        for r in rules {
+            assert!(
+                r.verbs
+                    .iter()
+                    .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+                "{kind} {name}: {:?}",
+                r.verbs
+            );
+        }
+    }
+
+    // Each replica's identity in the Lease is its pod name.
+    let d: Deployment = round_trip(find(&objects, "Deployment", "koord-webhook"));
+    let pod = d.spec.expect("spec").template.spec.expect("pod spec");
+    let env = pod.containers[0].env.clone().unwrap_or_default();
+    let pod_name = env
+        .iter()
+        .find(|e| e.name == "KOORD_POD_NAME")
+        .expect("KOORD_POD_NAME");
+    let field = pod_name
+        .value_from
+        .as_ref()
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.as_str());
+    assert_eq!(field, Some("metadata.name"));
 }
 
 #[test]

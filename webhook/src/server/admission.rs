@@ -13,10 +13,10 @@ use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
 use super::response::{ResponseStatus, write_allowed_with_warning, write_response};
-use crate::mutation::{patch_capacity, write_json_patch};
+use crate::pod_patch::{patch_pod, previous_resolved};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
-use crate::resolve::{Operation, PodInput, ResolveContext, resolve_pod_with_previous};
+use crate::resolve::{Operation, PodInput};
 
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 pub const ADMISSION_KIND: &str = "AdmissionReview";
@@ -326,17 +326,9 @@ impl RequestIn<'_> {
         }
     }
 
-    /// The resolved-qos annotation this webhook wrote before: the stored pod's on UPDATE (the
-    /// incoming one may be a hand edit; docs/contract.md §5), the pod's own on CREATE.
-    fn previous_resolved<'p>(
-        &'p self,
-        pod: &'p PodInput<'_>,
-        operation: Operation,
-    ) -> Option<&'p str> {
-        match operation {
-            Operation::Update => self.old_object.as_ref().and_then(OldObjectIn::resolved_qos),
-            Operation::Create => pod.annotation(ANNOTATION_RESOLVED_QOS),
-        }
+    /// The stored pod's resolved-qos (UPDATE only).
+    fn stored_resolved(&self) -> Option<&str> {
+        self.old_object.as_ref().and_then(OldObjectIn::resolved_qos)
     }
 }
 
@@ -352,35 +344,30 @@ fn resolve_and_answer(
     } else {
         Operation::Create
     };
-    let resolve_ctx = ResolveContext {
-        namespace: &out.namespace,
+    let previous = previous_resolved(
         operation,
-        config: ctx.config,
-    };
-    let previous = request.previous_resolved(pod, operation);
-    match resolve_pod_with_previous(pod, &resolve_ctx, previous) {
-        Ok(resolution) => {
-            out.qos_class = Some(resolution.resolved.qos_class);
+        request.stored_resolved(),
+        pod.annotation(ANNOTATION_RESOLVED_QOS),
+    );
+    match patch_pod(pod, &out.namespace, operation, ctx.config, previous) {
+        Ok(answer) => {
+            out.qos_class = Some(answer.resolution.resolved.qos_class);
             // A BE pod that kept its cpu/memory (colocation off) is told why.
-            let warning = resolution.warning();
-            if resolution.changes.is_empty() {
-                out.body = match warning {
-                    Some(w) => write_allowed_with_warning(&out.uid, None, w),
-                    None => write_response(&out.uid, true, None, None),
-                };
-            } else {
-                let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
-                let ops = write_json_patch(
-                    &mut patch,
-                    pod,
-                    &resolution.changes,
-                    Some(&resolution.resolved),
-                );
-                out.body = match warning {
-                    Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
-                    None => write_response(&out.uid, true, Some(&patch), None),
-                };
-                out.decision = Decision::Mutated { ops };
+            let warning = answer.resolution.warning();
+            match answer.patch {
+                None => {
+                    out.body = match warning {
+                        Some(w) => write_allowed_with_warning(&out.uid, None, w),
+                        None => write_response(&out.uid, true, None, None),
+                    };
+                }
+                Some(patch) => {
+                    out.body = match warning {
+                        Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
+                        None => write_response(&out.uid, true, Some(&patch), None),
+                    };
+                    out.decision = Decision::Mutated { ops: answer.ops };
+                }
             }
         }
         Err(e) => {

@@ -122,6 +122,8 @@ pub struct ServeArgs {
     /// Tokio worker threads (default: one per CPU).
     #[arg(long, env = "KOORD_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+    #[command(flatten)]
+    pub reresolve: super::reresolver::ReresolveArgs,
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use prometheus::{
 };
 
 use super::admission::{Decision, OperationLabel};
+use super::reresolver::metrics::ReresolveMetrics;
 
 const OUTCOMES: [&str; 4] = ["mutated", "unchanged", "denied", "error"];
 const CLASSES: [&str; 6] = ["LSE", "LSR", "LS", "BE", "SYSTEM", "none"];
@@ -44,6 +45,7 @@ pub struct Metrics {
     pub tls_reloads: IntCounter,
     pub tls_reload_errors: IntCounter,
     pub inflight: IntGauge,
+    pub reresolve: ReresolveMetrics,
     pub connections_open: IntGauge,
     pub connections_shed: IntCounter,
     pub connections_evicted: IntCounter,
@@ -140,7 +142,9 @@ impl Metrics {
             config_errors.with_label_values(&[source.label()]);
             config_valid.with_label_values(&[source.label()]).set(1);
         }
+        let reresolve = ReresolveMetrics::new(&registry)?;
         Ok(Metrics {
+            reresolve,
             registry,
             admission_duration,
             admissions: admission_counters(&admissions),

@@ -9,6 +9,7 @@ mod args;
 pub mod connections;
 mod handler;
 pub mod metrics;
+pub mod reresolver;
 pub mod response;
 pub mod state;
 pub mod tls;
@@ -34,6 +35,7 @@ use tracing::Instrument as _;
 pub use args::{ServeArgs, parse_duration};
 use connections::{ConnectionLimits, FirstBytesAcceptor, GuardedAcceptor};
 use metrics::Metrics;
+use reresolver::{ReresolveConfig, ReresolveConfigError, Triggers};
 use state::{AppState, Limits, NamespaceGate, Readiness};
 use tls::CertFiles;
 use watch::ConfigMapNames;
@@ -77,6 +79,8 @@ pub struct Config {
     pub limits: Limits,
     pub connections: ConnectionSettings,
     pub shutdown_grace: Duration,
+    /// The re-resolver (cluster mode only; `None` standalone or with `--reresolve=false`).
+    pub reresolve: Option<ReresolveConfig>,
 }
 
 /// How long and how many connections may be held (webhook/README.md, "Abuse").
@@ -124,6 +128,8 @@ pub enum ServeError {
     Metrics(#[from] MetricError),
     #[error("Kubernetes client: {0}")]
     Kube(#[from] kube::Error),
+    #[error("re-resolver: {0}")]
+    Reresolve(#[from] ReresolveConfigError),
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -157,6 +163,12 @@ impl Config {
                 pod: args.namespace_configmap,
             })
         };
+        let reresolve = match &policy {
+            PolicySource::Cluster(_) => {
+                ReresolveConfig::from_args(&args.reresolve, &args.own_namespace)?
+            }
+            PolicySource::Standalone { .. } => None,
+        };
         let mut exempt_namespaces = vec!["kube-system".to_owned(), args.own_namespace];
         exempt_namespaces.extend(args.exempt_namespaces);
         exempt_namespaces.dedup();
@@ -187,6 +199,7 @@ impl Config {
                 },
             },
             shutdown_grace: args.shutdown_grace,
+            reresolve,
         })
     }
 }
@@ -200,6 +213,8 @@ pub struct WebhookServer {
     tls: RustlsConfig,
     tls_current: tls::PemPair,
     namespace_writer: Option<Writer<PartialObjectMeta<Namespace>>>,
+    /// The Namespace cache (cluster mode): the opt-in check and the re-resolver read it.
+    namespace_store: Option<Store<PartialObjectMeta<Namespace>>>,
     client: Option<kube::Client>,
     handle: Handle<SocketAddr>,
 }
@@ -211,14 +226,17 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     Ok(l)
 }
 
+type NamespaceStore = Store<PartialObjectMeta<Namespace>>;
+type NamespaceWriter = Writer<PartialObjectMeta<Namespace>>;
+
 /// The policy a server starts with, and how it gets ready.
 struct InitialPolicy {
     policy: PolicyConfig,
     readiness: Readiness,
     /// The namespace cache the opt-in check reads (cluster mode with the check on).
-    opt_in: Option<Store<PartialObjectMeta<Namespace>>>,
-    /// What fills that cache (cluster mode).
-    namespace_writer: Option<Writer<PartialObjectMeta<Namespace>>>,
+    opt_in: Option<NamespaceStore>,
+    /// The namespace cache (cluster mode) and what fills it.
+    namespaces: Option<(NamespaceStore, NamespaceWriter)>,
 }
 
 impl InitialPolicy {
@@ -243,7 +261,7 @@ impl InitialPolicy {
                     policy,
                     readiness: Readiness::all_ready(),
                     opt_in: None,
-                    namespace_writer: None,
+                    namespaces: None,
                 })
             }
             PolicySource::Cluster(_) => {
@@ -251,8 +269,8 @@ impl InitialPolicy {
                 Ok(InitialPolicy {
                     policy: PolicyConfig::default(),
                     readiness: Readiness::default(),
-                    opt_in: config.require_namespace_opt_in.then_some(store),
-                    namespace_writer: Some(writer),
+                    opt_in: config.require_namespace_opt_in.then(|| store.clone()),
+                    namespaces: Some((store, writer)),
                 })
             }
         }
@@ -291,6 +309,7 @@ impl WebhookServer {
         );
         let listener = bind(config.listen)?;
         let metrics_listener = config.metrics_listen.map(bind).transpose()?;
+        let (namespace_store, namespace_writer) = initial.namespaces.unzip();
         Ok(WebhookServer {
             config,
             state,
@@ -298,7 +317,8 @@ impl WebhookServer {
             metrics_listener,
             tls,
             tls_current,
-            namespace_writer: initial.namespace_writer,
+            namespace_writer,
+            namespace_store,
             client: None,
             handle: Handle::new(),
         })
@@ -345,11 +365,11 @@ impl WebhookServer {
     }
 
     /// Serves until SIGTERM/SIGINT (or [`Self::handle`] shuts it down). Each background task
-    /// runs in a span naming it: `config-watch`, `namespace-watch`, `tls-reload`, `probes`,
-    /// `shutdown`.
+    /// runs in a span naming it: `config-watch`, `namespace-watch`, `leader-election`,
+    /// `reresolve`, `reresolve-events`, `tls-reload`, `probes`, `shutdown`.
     pub async fn run(mut self) -> Result<(), ServeError> {
         let router = self.router();
-        let mut tasks = self.spawn_watches().await?;
+        let (mut tasks, reresolver) = self.spawn_watches().await?;
         tasks.extend(self.spawn_tls_reload());
         tasks.extend(self.spawn_probes()?);
         tasks.push(self.spawn_shutdown());
@@ -386,28 +406,47 @@ impl WebhookServer {
         for t in tasks {
             t.abort();
         }
+        if let Some(r) = reresolver {
+            r.finish().await;
+        }
         Ok(result?)
     }
 
     /// In cluster mode, the ConfigMap and Namespace watches (and the client admission uses to
-    /// confirm a namespace's opt-in label).
-    async fn spawn_watches(&mut self) -> Result<Vec<JoinHandle<()>>, ServeError> {
-        let (PolicySource::Cluster(names), Some(writer)) =
-            (&self.config.policy, self.namespace_writer.take())
-        else {
-            return Ok(Vec::new());
+    /// confirm a namespace's opt-in label), and the re-resolver they trigger.
+    async fn spawn_watches(
+        &mut self,
+    ) -> Result<(Vec<JoinHandle<()>>, Option<reresolver::Running>), ServeError> {
+        let (PolicySource::Cluster(names), Some(writer), Some(store)) = (
+            &self.config.policy,
+            self.namespace_writer.take(),
+            self.namespace_store.take(),
+        ) else {
+            return Ok((Vec::new(), None));
         };
         let client = match self.client.take() {
             Some(c) => c,
             None => kube::Client::try_default().await?,
         };
         let _ = self.state.kube.set(client.clone());
-        Ok(watch::spawn_watches(
-            client,
+        let (triggers, reresolver) = match self.config.reresolve.clone() {
+            Some(config) => {
+                let (tx, rx) = reresolver::triggers();
+                (tx.clone(), Some((config, (tx, rx))))
+            }
+            None => (Triggers::default(), None),
+        };
+        let tasks = watch::spawn_watches(
+            client.clone(),
             self.state.clone(),
             names.clone(),
             writer,
-        ))
+            triggers,
+        );
+        let running = reresolver.map(|(config, channel)| {
+            reresolver::spawn(client, self.state.clone(), store, config, channel)
+        });
+        Ok((tasks, running))
     }
 
     /// With certificate files, the poller that swaps in a rotated pair.

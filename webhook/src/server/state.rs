@@ -101,6 +101,43 @@ impl Readiness {
     }
 }
 
+/// Which ConfigMaps have had a valid version (or were confirmed absent) since start. Until
+/// then the policy in force is the defaults rather than a last good configuration, and the
+/// re-resolver must not rewrite pods with it.
+#[derive(Debug, Default)]
+pub struct PolicyLoaded {
+    cluster: AtomicBool,
+    namespace: AtomicBool,
+}
+
+impl PolicyLoaded {
+    pub fn all_loaded() -> Self {
+        PolicyLoaded {
+            cluster: AtomicBool::new(true),
+            namespace: AtomicBool::new(true),
+        }
+    }
+
+    pub fn mark(&self, cache: Cache) {
+        match cache {
+            Cache::ClusterConfig => self.cluster.store(true, Ordering::Release),
+            Cache::NamespaceConfig => self.namespace.store(true, Ordering::Release),
+            Cache::Namespaces => {}
+        }
+    }
+
+    /// The first ConfigMap without a valid version yet, if any.
+    pub fn missing(&self) -> Option<&'static str> {
+        if !self.cluster.load(Ordering::Acquire) {
+            Some("cluster ConfigMap")
+        } else if !self.namespace.load(Ordering::Acquire) {
+            Some("namespace ConfigMap")
+        } else {
+            None
+        }
+    }
+}
+
 /// Request limits: the apiserver gives up after `timeoutSeconds`; we answer before that.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -115,6 +152,7 @@ pub struct AppState {
     pub kube: std::sync::OnceLock<kube::Client>,
     pub namespaces: NamespaceGate,
     pub readiness: Readiness,
+    pub policy_loaded: PolicyLoaded,
     pub metrics: Metrics,
     pub limits: Limits,
     pub permits: Semaphore,
@@ -134,6 +172,11 @@ impl AppState {
             policy: ArcSwap::from_pointee(policy),
             kube: std::sync::OnceLock::new(),
             namespaces,
+            policy_loaded: if readiness.pending().is_empty() {
+                PolicyLoaded::all_loaded()
+            } else {
+                PolicyLoaded::default()
+            },
             readiness,
             metrics,
             permits: Semaphore::new(limits.max_concurrent.max(1)),

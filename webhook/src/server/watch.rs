@@ -5,6 +5,8 @@
 //! snapshot; admission only ever loads an `Arc`. A ConfigMap that does not parse keeps the
 //! last good configuration, is logged and counted (docs/contract.md §4). A deleted ConfigMap
 //! means the defaults.
+//! A version that changes the policy, and a namespace gaining the opt-in label, are sent to the
+//! re-resolver as triggers (it then re-resolves the running pods with the same snapshot).
 //! The watchers re-list and re-watch with backoff, so they survive an apiserver restart.
 
 use std::collections::BTreeMap;
@@ -20,11 +22,13 @@ use kube::runtime::watcher::{self, Event, watcher};
 use tracing::Instrument as _;
 
 use super::metrics::ConfigSource;
-use super::state::{AppState, Cache};
+use super::reresolver::Triggers;
+use super::state::{AppState, Cache, has_opt_in_label};
 use crate::policy::load::from_data;
 use crate::policy::{
     ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
+use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
 
 /// Where the two ConfigMaps live.
 #[derive(Debug, Clone)]
@@ -40,30 +44,45 @@ fn apply_configmap(
     state: &AppState,
     source: ConfigSource,
     data: Option<&BTreeMap<String, String>>,
+    triggers: &Triggers,
 ) {
     let empty = BTreeMap::new();
     let data = data.unwrap_or(&empty);
     match source {
-        ConfigSource::Cluster => apply_parsed(state, source, from_data::<ClusterConfigMap>(data)),
-        ConfigSource::Namespace => {
-            apply_parsed(state, source, from_data::<NamespaceQosConfig>(data))
+        ConfigSource::Cluster => {
+            apply_parsed(state, source, from_data::<ClusterConfigMap>(data), triggers)
         }
+        ConfigSource::Namespace => apply_parsed(
+            state,
+            source,
+            from_data::<NamespaceQosConfig>(data),
+            triggers,
+        ),
     }
 }
 
 /// Swaps a parsed ConfigMap into the snapshot, or keeps the last good one when it did not parse.
+/// A swap that changes the policy asks the re-resolver for a pass.
 fn apply_parsed<C: ConfigMapPolicy + Clone>(
     state: &AppState,
     source: ConfigSource,
     parsed: Result<ParseOutcome<C>, FieldError>,
+    triggers: &Triggers,
 ) {
     match parsed {
         Ok(out) => {
-            state.policy.rcu(|old| {
+            let before = state.policy.rcu(|old| {
                 let mut next = PolicyConfig::clone(old);
                 out.config.clone().store(&mut next);
                 next
             });
+            state.policy_loaded.mark(match source {
+                ConfigSource::Cluster => Cache::ClusterConfig,
+                ConfigSource::Namespace => Cache::NamespaceConfig,
+            });
+            if let Some((trigger, scope)) = config_change(&before, &state.policy.load()) {
+                triggers.send(trigger, scope);
+            }
             state.metrics.config_parsed(source, true);
             for note in out.notes {
                 tracing::info!(note = %note, "configuration note");
@@ -91,6 +110,7 @@ async fn watch_configmap(
     name: String,
     source: ConfigSource,
     cache: Cache,
+    triggers: Triggers,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
@@ -119,22 +139,46 @@ async fn watch_configmap(
         if current.is_none() {
             tracing::info!(namespace = %namespace, "ConfigMap absent: defaults");
         }
-        apply_configmap(&state, source, current.and_then(|cm| cm.data.as_ref()));
+        apply_configmap(
+            &state,
+            source,
+            current.and_then(|cm| cm.data.as_ref()),
+            &triggers,
+        );
         applied = Some(version);
         state.readiness.mark_synced(cache);
     }
 }
 
-/// Feeds the namespace store (labels only) and marks it synced after the first list.
-async fn watch_namespaces<S>(stream: S, state: Arc<AppState>)
+/// Feeds the namespace store (labels only), marks it synced after the first list, and sends
+/// the re-resolver a trigger for a namespace that gains the opt-in label (also one that
+/// gained it while the watch was disconnected: the re-list shows it).
+async fn watch_namespaces<S>(stream: S, state: Arc<AppState>, triggers: Triggers)
 where
     S: Stream<Item = Result<Event<PartialObjectMeta<Namespace>>, watcher::Error>>,
 {
     let mut stream = std::pin::pin!(stream);
+    let mut opt_in = OptInTracker::default();
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::InitDone) => state.readiness.mark_synced(Cache::Namespaces),
-            Ok(_) => {}
+            Ok(Event::InitDone) => {
+                opt_in.listed();
+                state.readiness.mark_synced(Cache::Namespaces);
+            }
+            Ok(Event::Apply(ns) | Event::InitApply(ns)) => {
+                let Some(name) = ns.metadata.name.as_deref() else {
+                    continue;
+                };
+                if opt_in.observe(name, has_opt_in_label(ns.metadata.labels.as_ref())) {
+                    triggers.send(Trigger::NamespaceOptIn, Scope::one(name));
+                }
+            }
+            Ok(Event::Delete(ns)) => {
+                if let Some(name) = ns.metadata.name.as_deref() {
+                    opt_in.forget(name);
+                }
+            }
+            Ok(Event::Init) => {}
             Err(e) => tracing::warn!(error = %e, "Namespace watch error; retrying"),
         }
     }
@@ -155,6 +199,7 @@ pub fn spawn_watches(
     state: Arc<AppState>,
     names: ConfigMapNames,
     namespace_writer: reflector::store::Writer<PartialObjectMeta<Namespace>>,
+    triggers: Triggers,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let namespaces = reflector(
         namespace_writer,
@@ -175,6 +220,7 @@ pub fn spawn_watches(
                 names.cluster,
                 ConfigSource::Cluster,
                 Cache::ClusterConfig,
+                triggers.clone(),
             )
             .instrument(cluster_span),
         ),
@@ -186,11 +232,13 @@ pub fn spawn_watches(
                 names.pod,
                 ConfigSource::Namespace,
                 Cache::NamespaceConfig,
+                triggers.clone(),
             )
             .instrument(pod_span),
         ),
         tokio::spawn(
-            watch_namespaces(namespaces, state).instrument(tracing::info_span!("namespace-watch")),
+            watch_namespaces(namespaces, state, triggers)
+                .instrument(tracing::info_span!("namespace-watch")),
         ),
     ]
 }

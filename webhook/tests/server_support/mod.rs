@@ -74,6 +74,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
             },
         },
         shutdown_grace: Duration::from_secs(1),
+        reresolve: None,
     }
 }
 
