@@ -29,26 +29,10 @@ cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_se
 BIN=target/release/koord-webhook
 FLOOR=target/release/examples/floor_server
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. webhook/benches/lib.sh
 
-python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-  "$FIXTURE" > "$WORK/review.json"
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 never opened" >&2; return 1
-}
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+compact_review "$FIXTURE"
 
 start_server() { # start_server NAME PORT -> PID in $STARTED
   case $1 in

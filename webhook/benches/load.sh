@@ -26,33 +26,16 @@ cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_se
 BIN=target/release/koord-webhook
 FLOOR=target/release/examples/floor_server
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. webhook/benches/lib.sh
 
-# The body as kube-apiserver sends it: compact JSON.
-python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-  "$FIXTURE" > "$WORK/review.json"
+compact_review "$FIXTURE"
 cat > "$WORK/post.lua" <<LUA
 local f = io.open("$WORK/review.json", "rb")
 wrk.method = "POST"; wrk.body = f:read("*a"); f:close()
 wrk.headers["Content-Type"] = "application/json"
 if os.getenv("WRK_CLOSE") == "1" then wrk.headers["Connection"] = "close" end
 LUA
-
-wait_port() {
-  for _ in $(seq 1 100); do
-    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 never opened" >&2; return 1
-}
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 to_ms() { # wrk prints 850.00us / 1.20ms / 1.02s
   awk -v v="$1" 'BEGIN{ if (v ~ /us$/) {sub(/us$/,"",v); printf "%.2f", v/1000}

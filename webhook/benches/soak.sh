@@ -30,18 +30,11 @@ command -v h2load >/dev/null || { echo "h2load not found: apt-get install -y ngh
 cargo build --release -q -p koord-webhook --bin koord-webhook
 BIN=target/release/koord-webhook
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=lib.sh
+. webhook/benches/lib.sh
 
-python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-  "$FIXTURE" > "$WORK/review.json"
+compact_review "$FIXTURE"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 METRICS_PORT=$(free_port)
 "$BIN" serve --standalone --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$METRICS_PORT" \

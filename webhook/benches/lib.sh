@@ -1,0 +1,29 @@
+# Shared by the load, HTTP/2 and soak scripts (sourced, not run): the work directory and the
+# processes to stop on exit, the review body as kube-apiserver sends it, and small helpers.
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# compact_review FIXTURE: the body as kube-apiserver sends it (compact JSON) in $WORK/review.json.
+compact_review() {
+  python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
+    "$1" > "$WORK/review.json"
+}
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 never opened" >&2; return 1
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# CPU ticks (user + system) a process has used.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
