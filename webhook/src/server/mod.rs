@@ -7,6 +7,7 @@
 pub mod admission;
 mod args;
 pub mod connections;
+mod duration_arg;
 mod handler;
 pub mod metrics;
 pub mod reresolver;
