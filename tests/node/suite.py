@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.dont_write_bytecode = True
 
 import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
+from checks import Check, Fatal, check, quantity, wait_until  # noqa: E402  (shared with tests/e2e)
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"
@@ -62,35 +63,6 @@ APPLIER_CAPS = (1 << 1) | (1 << 19) | (1 << 23)
 
 def log(msg: str) -> None:
     print(f"[node {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class Fatal(Exception):
-    """Setup failed: nothing else can run."""
-
-
-class Check(AssertionError):
-    """A scenario's assertion failed."""
-
-
-def check(cond: object, msg: str) -> None:
-    if not cond:
-        raise Check(msg)
-
-
-def wait_until(what: str, fn: Callable[[], object], timeout: float, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
-        try:
-            v = fn()
-            if v:
-                return v
-        except (Check, subprocess.SubprocessError, OSError, ValueError, KeyError) as e:
-            last = e
-        if time.monotonic() > deadline:
-            raise Check(f"timed out after {timeout:.0f}s waiting for {what}"
-                        + (f" (last error: {last})" if last else ""))
-        time.sleep(interval)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -494,17 +466,6 @@ def node_batch(h: Harness) -> tuple[float, float]:
     alloc = h.kjson("get", "node", h.env["NODE_NAME"])["status"].get("allocatable", {})
     return (quantity(alloc.get(BATCH_CPU, "0")),
             quantity(alloc.get(BATCH_MEMORY, "0")))
-
-
-_SUFFIX = {"": 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-
-
-def quantity(q: str) -> float:
-    m = re.fullmatch(r"([0-9.]+)([a-zA-Z]*)", str(q))
-    if not m or m.group(2) not in _SUFFIX:
-        raise ValueError(f"unsupported quantity {q!r}")
-    return float(m.group(1)) * _SUFFIX[m.group(2)]
 
 
 def be_pod(name: str, ns: str, image: str, cpu: tuple[str, str] | None,
