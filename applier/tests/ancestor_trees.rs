@@ -402,16 +402,7 @@ fn refused_pod_leaves_the_ancestors_alone() {
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     node(&l, Kernel::MainlineV2);
-    let mut pod = fixture("ls-redis.json");
-    let ann = pod.metadata.annotations.as_mut().expect("annotations");
-    let forged = ann["koordinator.sh/resolved-qos"].replacen(
-        "\"memory.high\":83886080",
-        "\"memory.high\":999999999999",
-        1,
-    );
-    ann.insert("koordinator.sh/resolved-qos".into(), forged);
-    let file = tmp.path().join("forged.json");
-    std::fs::write(&file, serde_json::to_vec(&pod).expect("json")).expect("write");
+    let file = common::forged_pod_file(tmp.path());
     let before = snapshot(tmp.path());
     let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))
         .args([

@@ -78,16 +78,7 @@ fn once_reports_every_knob_and_dry_run_writes_nothing() {
 #[test]
 fn once_refuses_forged_pod_with_exit_code_2() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let mut pod = fixture("ls-redis.json");
-    let ann = pod.metadata.annotations.as_mut().expect("annotations");
-    let forged = ann["koordinator.sh/resolved-qos"].replacen(
-        "\"memory.high\":83886080",
-        "\"memory.high\":999999999999",
-        1,
-    );
-    ann.insert("koordinator.sh/resolved-qos".into(), forged);
-    let file = tmp.path().join("forged.json");
-    std::fs::write(&file, serde_json::to_vec(&pod).expect("json")).expect("write");
+    let file = common::forged_pod_file(tmp.path());
     let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))
         .args([
             "once",

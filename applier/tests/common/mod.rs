@@ -245,3 +245,19 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         colocation: Default::default(),
     }
 }
+
+/// `ls-redis.json` with a resolved-qos whose `memory.high` (999999999999) is above the pod's
+/// limit, written as JSON into `dir`: the pod every refusal test feeds the applier.
+pub fn forged_pod_file(dir: &Path) -> PathBuf {
+    let mut pod = fixture("ls-redis.json");
+    let ann = pod.metadata.annotations.as_mut().expect("annotations");
+    let forged = ann["koordinator.sh/resolved-qos"].replacen(
+        "\"memory.high\":83886080",
+        "\"memory.high\":999999999999",
+        1,
+    );
+    ann.insert("koordinator.sh/resolved-qos".into(), forged);
+    let file = dir.join("forged.json");
+    std::fs::write(&file, serde_json::to_vec(&pod).expect("json")).expect("write");
+    file
+}
