@@ -8,7 +8,6 @@
 //! and a plan that would touch them is refused rather than written.
 
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
-use serde_json::{Value, json};
 
 use super::message::reresolved_message;
 use super::stored_pod::{PodRef, StoredMeta};
@@ -47,18 +46,25 @@ pub struct UnreadablePod(pub String);
 
 /// The patch with the resourceVersion precondition in front (a JSON-patch `replace` of
 /// `/metadata/resourceVersion`: the API server rejects the write with 409 when the stored
-/// version differs). Without a version (a manifest, in tests) the patch is unchanged.
-pub fn with_precondition(patch: Value, resource_version: &str) -> Value {
+/// version differs), spliced into admission's patch bytes (a JSON array) without parsing
+/// them. Without a version (a manifest, in tests) the patch is unchanged.
+pub fn with_precondition(patch: &[u8], resource_version: &str) -> Vec<u8> {
+    let Some(rest) = patch.strip_prefix(b"[") else {
+        return patch.to_vec();
+    };
     if resource_version.is_empty() {
-        return patch;
+        return patch.to_vec();
     }
-    let mut ops = vec![
-        json!({"op": "replace", "path": "/metadata/resourceVersion", "value": resource_version}),
-    ];
-    if let Value::Array(rest) = patch {
-        ops.extend(rest);
+    let version = serde_json::Value::from(resource_version).to_string();
+    let mut out = Vec::with_capacity(patch.len() + version.len() + 64);
+    out.extend_from_slice(br#"[{"op":"replace","path":"/metadata/resourceVersion","value":"#);
+    out.extend_from_slice(version.as_bytes());
+    out.push(b'}');
+    if !rest.starts_with(b"]") {
+        out.push(b',');
     }
-    Value::Array(ops)
+    out.extend_from_slice(rest);
+    out
 }
 
 /// Plans one pod from its stored JSON. `namespace` is where it was listed.
@@ -92,14 +98,8 @@ pub fn plan_input(pod: &PodInput<'_>, pod_ref: &PodRef, config: &PolicyConfig) -
     }
     let annotation = answer.resolution.annotation;
     let message = reresolved_message(pod.annotation(ANNOTATION_RESOLVED_QOS), &annotation);
-    // The bytes admission would return, read back to put the resourceVersion guard first.
-    let Ok(patch) = serde_json::from_slice::<Value>(&patch) else {
-        return Verdict::Invalid("the patch is not JSON".to_owned());
-    };
-    let patch = with_precondition(patch, &pod_ref.resource_version);
     Verdict::Change(PlannedChange {
-        // Serialising a Value into a Vec cannot fail (no maps with non-string keys).
-        patch: serde_json::to_vec(&patch).unwrap_or_default(),
+        patch: with_precondition(&patch, &pod_ref.resource_version),
         annotation,
         message,
     })
@@ -108,6 +108,23 @@ pub fn plan_input(pod: &PodInput<'_>, pod_ref: &PodRef, config: &PolicyConfig) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
+
+    #[test]
+    fn the_precondition_goes_first_and_the_rest_is_untouched() {
+        let patch = br#"[{"op":"add","path":"/a","value":1}]"#;
+        let out: Value = serde_json::from_slice(&with_precondition(patch, "4\"2")).expect("json");
+        assert_eq!(
+            out,
+            json!([
+                {"op": "replace", "path": "/metadata/resourceVersion", "value": "4\"2"},
+                {"op": "add", "path": "/a", "value": 1}
+            ])
+        );
+        let only: Value = serde_json::from_slice(&with_precondition(b"[]", "7")).expect("json");
+        assert_eq!(only.as_array().map(Vec::len), Some(1));
+        assert_eq!(with_precondition(patch, ""), patch.to_vec());
+    }
     use crate::policy::ClusterQosConfig;
 
     fn config(ls_enabled: bool) -> PolicyConfig {
