@@ -101,10 +101,17 @@ impl Quantity {
 
     /// The value scaled by `10^extra_dec`, rounded up to an integer; `None` past i64.
     fn scaled_ceil(&self, extra_dec: i32) -> Option<i64> {
+        let exp = self.dec_exp + extra_dec;
+        // The usual quantity fits an i64 all the way: no 128-bit arithmetic (a 128-bit
+        // division is a library call).
+        if let Ok(digits) = i64::try_from(self.digits)
+            && let Some(scaled) = Self::scaled_ceil_i64(digits, self.bin_exp, exp)
+        {
+            return Some(scaled);
+        }
         let mut n = self
             .digits
             .checked_mul(1024i128.checked_pow(self.bin_exp)?)?;
-        let exp = self.dec_exp + extra_dec;
         if exp >= 0 {
             n = n.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?;
         } else {
@@ -112,6 +119,18 @@ impl Quantity {
             n = n.div_euclid(div) + i128::from(n.rem_euclid(div) != 0);
         }
         i64::try_from(n).ok()
+    }
+
+    /// [`Quantity::scaled_ceil`] in i64 arithmetic; `None` when a step leaves i64 (the
+    /// caller then redoes it in i128, which also decides whether the result fits).
+    fn scaled_ceil_i64(digits: i64, bin_exp: u32, exp: i32) -> Option<i64> {
+        let n = digits.checked_mul(1024i64.checked_pow(bin_exp)?)?;
+        if exp >= 0 {
+            n.checked_mul(10i64.checked_pow(u32::try_from(exp).ok()?)?)
+        } else {
+            let div = 10i64.checked_pow(u32::try_from(-exp).ok()?)?;
+            Some(n.div_euclid(div) + i64::from(n.rem_euclid(div) != 0))
+        }
     }
 
     /// The integer value rounded up (bytes for memory), like Go's `q.Value()`.
@@ -220,6 +239,21 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// The i64 shortcut, when it answers, answers as 128-bit arithmetic does.
+        #[test]
+        fn i64_scaling_as_in_i128(digits in proptest::prelude::any::<i64>(), bin_exp in 0u32..7, exp in -25i32..25) {
+            if let Some(fast) = Quantity::scaled_ceil_i64(digits, bin_exp, exp) {
+                let n = i128::from(digits) * 1024i128.pow(bin_exp);
+                let want = if exp >= 0 {
+                    n * 10i128.pow(exp as u32)
+                } else {
+                    let div = 10i128.pow((-exp) as u32);
+                    n.div_euclid(div) + i128::from(n.rem_euclid(div) != 0)
+                };
+                proptest::prop_assert_eq!(i128::from(fast), want);
+            }
+        }
+
         /// The plain-form shortcut gives what the general grammar gives, and declines the rest.
         #[test]
         fn plain_form_as_the_general_grammar_reads_it(

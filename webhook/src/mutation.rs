@@ -8,7 +8,7 @@ use crate::resolve::changes::{Change, OwnedResources};
 use crate::resolve::{PodInput, Resolution};
 use koord_api::ResolvedQos;
 use koord_api::json_write;
-use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use koord_api::keys::{ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RESOLVED_QOS, LABEL_QOS_CLASS};
 
 fn resources_value(r: &OwnedResources) -> Value {
     Value::Object(
@@ -169,9 +169,23 @@ pub fn write_json_patch(out: &mut Vec<u8>, pod: &PodInput<'_>, resolution: &Reso
     ops.ops
 }
 
-/// [`escape_pointer_token`] of `key`, JSON-escaped, without the intermediate strings. Keys
-/// are short (a label or annotation name): one pass over the bytes.
+/// The pointer tokens of the keys the engine writes, spelled out (a test holds them to
+/// [`escape_pointer_token`]): every admission writes two of them.
+fn known_pointer_token(key: &str) -> Option<&'static str> {
+    match key {
+        LABEL_QOS_CLASS => Some("koordinator.sh~1qosClass"),
+        ANNOTATION_RESOLVED_QOS => Some("koordinator.sh~1resolved-qos"),
+        ANNOTATION_EXTENDED_RESOURCE_SPEC => Some("node.koordinator.sh~1extended-resource-spec"),
+        _ => None,
+    }
+}
+
+/// [`escape_pointer_token`] of `key`, JSON-escaped, without the intermediate strings.
 fn escaped_pointer_token(out: &mut Vec<u8>, key: &str) {
+    if let Some(token) = known_pointer_token(key) {
+        out.extend_from_slice(token.as_bytes());
+        return;
+    }
     let mut plain = 0;
     for (i, &byte) in key.as_bytes().iter().enumerate() {
         let pointer_escape: &[u8] = match byte {
@@ -249,5 +263,33 @@ impl PatchWriter<'_> {
             json_write::string(self.out, quantity);
         }
         self.out.extend_from_slice(b"}}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_tokens_are_escaped_then_json_escaped() {
+        for key in [
+            LABEL_QOS_CLASS,
+            ANNOTATION_RESOLVED_QOS,
+            ANNOTATION_EXTENDED_RESOURCE_SPEC,
+            "plain",
+            "a/b~c",
+            "~/~/",
+            "q\"uote\\back\u{1}",
+            "",
+        ] {
+            let mut direct = Vec::new();
+            escaped_pointer_token(&mut direct, key);
+            let want = serde_json::to_string(&escape_pointer_token(key)).expect("json");
+            assert_eq!(
+                String::from_utf8(direct).expect("utf-8"),
+                want[1..want.len() - 1],
+                "{key:?}"
+            );
+        }
     }
 }

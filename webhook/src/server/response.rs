@@ -48,9 +48,9 @@ fn base64_into(out: &mut Vec<u8>, input: &[u8]) {
 const HEAD: &[u8] =
     br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#;
 
+/// `s` as a JSON string, escaped as serde_json escapes it.
 fn json_string(out: &mut Vec<u8>, s: &str) {
-    // Writing a &str into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
+    koord_api::json_write::string(out, s);
 }
 
 /// The response body: `uid` echoed, `allowed`, and either a JSONPatch or a status.
