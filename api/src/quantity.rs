@@ -147,23 +147,24 @@ impl Quantity {
 /// The decimal and binary exponents of a suffix: binary SI (`Ki` .. `Ei`) or decimal SI (`n`
 /// .. `E`, or none); `None` for an exponent (`e3`) or anything else.
 fn suffix_exponents(suffix: &str) -> Option<(i32, u32)> {
-    Some(match suffix {
-        "" => (0, 0),
-        "n" => (-9, 0),
-        "u" => (-6, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 1),
-        "Mi" => (0, 2),
-        "Gi" => (0, 3),
-        "Ti" => (0, 4),
-        "Pi" => (0, 5),
-        "Ei" => (0, 6),
+    // Byte patterns: compared in registers, not string by string.
+    Some(match suffix.as_bytes() {
+        [] => (0, 0),
+        [b'n'] => (-9, 0),
+        [b'u'] => (-6, 0),
+        [b'm'] => (-3, 0),
+        [b'k'] => (3, 0),
+        [b'M'] => (6, 0),
+        [b'G'] => (9, 0),
+        [b'T'] => (12, 0),
+        [b'P'] => (15, 0),
+        [b'E'] => (18, 0),
+        [b'K', b'i'] => (0, 1),
+        [b'M', b'i'] => (0, 2),
+        [b'G', b'i'] => (0, 3),
+        [b'T', b'i'] => (0, 4),
+        [b'P', b'i'] => (0, 5),
+        [b'E', b'i'] => (0, 6),
         _ => return None,
     })
 }

@@ -216,7 +216,11 @@ fn write_memory_qos<const S: bool>(mut o: Object<'_, S>, m: &ResolvedMemoryQos) 
     o.text(next!("source"), source(*s));
     write_params(o.object(next!("params")), params);
     write_pod_knobs(o.object(next!("pod")), pod);
-    write_map(o.object(next!("containers")), containers, write_container_knobs);
+    write_map(
+        o.object(next!("containers")),
+        containers,
+        write_container_knobs,
+    );
     o.close();
 }
 

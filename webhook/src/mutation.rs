@@ -8,7 +8,9 @@ use crate::resolve::changes::{Change, OwnedResources};
 use crate::resolve::{PodInput, Resolution};
 use koord_api::ResolvedQos;
 use koord_api::json_write;
-use koord_api::keys::{ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RESOLVED_QOS, LABEL_QOS_CLASS};
+use koord_api::keys::{
+    ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RESOLVED_QOS, LABEL_QOS_CLASS,
+};
 
 fn resources_value(r: &OwnedResources) -> Value {
     Value::Object(
@@ -41,7 +43,7 @@ pub fn apply_changes(pod: &mut Value, resolution: &Resolution) {
             Change::SetLabel { key, value } => {
                 let meta = object_at(pod, "metadata");
                 object_entry(meta, "labels")
-                    .insert((*key).to_owned(), Value::String(value.clone()));
+                    .insert((*key).to_owned(), Value::String((*value).to_owned()));
             }
             Change::SetAnnotation { key, value } => {
                 let meta = object_at(pod, "metadata");
@@ -103,9 +105,8 @@ pub fn patch_capacity(changes: &[Change]) -> usize {
         .iter()
         .map(|c| match c {
             // The value is escaped once more: a quote becomes two bytes.
-            Change::SetLabel { value, .. } | Change::SetAnnotation { value, .. } => {
-                value.len() + value.len() / 4 + 128
-            }
+            Change::SetLabel { value, .. } => value.len() + 128,
+            Change::SetAnnotation { value, .. } => value.len() + value.len() / 4 + 128,
             // A two-container pod's resolved-qos, escaped, is about 1 KB.
             Change::SetResolvedQos => 1536,
             Change::SetResources { .. } | Change::SetOverhead(_) => 256,

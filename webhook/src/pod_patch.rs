@@ -49,6 +49,27 @@ pub fn patch_pod(
     config: &PolicyConfig,
     previous: Option<&str>,
 ) -> Result<PodPatch, ResolveError> {
+    let mut patch = Vec::new();
+    let (resolution, ops) =
+        patch_pod_into(pod, namespace, operation, config, previous, &mut patch)?;
+    Ok(PodPatch {
+        resolution,
+        patch: (ops > 0).then_some(patch),
+        ops,
+    })
+}
+
+/// [`patch_pod`] with the patch appended to `out` (nothing appended when the pod already
+/// carries the result); returns the resolution and the number of operations. Admission
+/// writes the patch into the buffer its response is then written into.
+pub fn patch_pod_into(
+    pod: &PodInput<'_>,
+    namespace: &str,
+    operation: Operation,
+    config: &PolicyConfig,
+    previous: Option<&str>,
+    out: &mut Vec<u8>,
+) -> Result<(Resolution, usize), ResolveError> {
     let ctx = ResolveContext {
         namespace,
         operation,
@@ -56,20 +77,12 @@ pub fn patch_pod(
     };
     let resolution = crate::resolve::resolve_pod_with_previous(pod, &ctx, previous)?;
     if resolution.changes.is_empty() {
-        return Ok(PodPatch {
-            resolution,
-            patch: None,
-            ops: 0,
-        });
+        return Ok((resolution, 0));
     }
     // Written straight as bytes (no `serde_json::Value`): this is admission's hot path.
-    let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
-    let ops = write_json_patch(&mut patch, pod, &resolution);
-    Ok(PodPatch {
-        resolution,
-        patch: Some(patch),
-        ops,
-    })
+    out.reserve(patch_capacity(&resolution.changes));
+    let ops = write_json_patch(out, pod, &resolution);
+    Ok((resolution, ops))
 }
 
 /// [`patch_pod`] for a pod as it is stored: an UPDATE whose old and new object are that pod.

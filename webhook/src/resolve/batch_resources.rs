@@ -141,12 +141,18 @@ fn batch_overhead(pod: &PodInput<'_>) -> Result<Option<OwnedResources>, FieldErr
     }
 }
 
-/// Batch cgroup values, present only when the pod carries batch resources.
+/// Whether any of the containers carries batch resources.
+pub fn any_has_batch(containers: &[(&str, &EffectiveResources<'_, '_>)]) -> bool {
+    containers.iter().any(|(_, r)| r.has_batch())
+}
+
+/// Batch cgroup values, present only when the pod carries batch resources (`pod_has_batch`:
+/// a container, an init container or the overhead).
 pub fn batch_knobs(
     containers: &[(&str, &EffectiveResources<'_, '_>)],
-    init_or_overhead_has_batch: bool,
+    pod_has_batch: bool,
 ) -> Result<Option<ResolvedBatch>, FieldError> {
-    if !init_or_overhead_has_batch && !containers.iter().any(|(_, r)| r.has_batch()) {
+    if !pod_has_batch {
         return Ok(None);
     }
     let mut out = ResolvedBatch {
@@ -199,10 +205,15 @@ pub fn batch_knobs(
 }
 
 /// `node.koordinator.sh/extended-resource-spec`: the batch entries of each container, in
-/// Koordinator's shape (`limits` before `requests`, sorted keys); `None` when no container has any.
+/// Koordinator's shape (`limits` before `requests`, sorted keys); `None` when no container has
+/// any (`containers_have_batch`, from [`any_has_batch`]).
 pub fn extended_resource_spec(
     containers: &[(&str, &EffectiveResources<'_, '_>)],
+    containers_have_batch: bool,
 ) -> Option<String> {
+    if !containers_have_batch {
+        return None;
+    }
     type Entry<'a> = BTreeMap<&'static str, BTreeMap<&'static str, &'a str>>;
     let mut spec: BTreeMap<&str, Entry<'_>> = BTreeMap::new();
     for (name, res) in containers {

@@ -34,9 +34,10 @@ impl ContainerList {
 /// One change to the incoming pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
+    /// A label the engine writes: its key and value are constants (a QoS class name).
     SetLabel {
         key: &'static str,
-        value: String,
+        value: &'static str,
     },
     SetAnnotation {
         key: &'static str,

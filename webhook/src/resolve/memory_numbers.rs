@@ -71,7 +71,11 @@ mod tests {
             (0, 100, 0),
             (i64::MAX, 100, i64::MAX),
             (i64::MAX, 50, i64::MAX / 2),
-            (i64::MAX / 3, 99, (i128::from(i64::MAX / 3) * 99 / 100) as i64),
+            (
+                i64::MAX / 3,
+                99,
+                (i128::from(i64::MAX / 3) * 99 / 100) as i64,
+            ),
         ] {
             assert_eq!(percent(value, pct), want, "{value} * {pct}%");
         }

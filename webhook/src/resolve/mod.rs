@@ -143,8 +143,12 @@ pub fn resolve_pod_with_previous(
     let resources = PodResources::of(pod, to_batch)?;
     let named = resources.named_containers(pod);
     let (pod_knobs, container_knobs) = memory_knobs(&named, class.class, &decision.params)?;
-    let batch = batch_resources::batch_knobs(&named, resources.init_or_overhead_has_batch(pod))?;
-    let extended_spec = batch_resources::extended_resource_spec(&named);
+    let containers_have_batch = batch_resources::any_has_batch(&named);
+    let batch = batch_resources::batch_knobs(
+        &named,
+        containers_have_batch || resources.init_or_overhead_has_batch(pod),
+    )?;
+    let extended_spec = batch_resources::extended_resource_spec(&named, containers_have_batch);
 
     let resolved = ResolvedQos {
         version: RESOLVED_QOS_VERSION,
@@ -240,14 +244,15 @@ fn pod_changes(
     extended_spec: Option<String>,
     resolved: &ResolvedQos,
 ) -> (Vec<Change>, usize) {
-    let mut changes = Vec::new();
+    // The label and the annotation at most, for all but BE pods.
+    let mut changes = Vec::with_capacity(4);
     if let Some(label) = class
         .write_label
         .filter(|c| pod.label(LABEL_QOS_CLASS) != Some(c.as_str()))
     {
         changes.push(Change::SetLabel {
             key: LABEL_QOS_CLASS,
-            value: label.as_str().to_owned(),
+            value: label.as_str(),
         });
     }
     let batch_containers = push_resource_changes(

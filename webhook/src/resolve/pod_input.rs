@@ -68,7 +68,8 @@ impl<'de: 'a, 'a, V: Deserialize<'de>> Deserialize<'de> for PairMap<'a, V> {
                 self,
                 mut m: M,
             ) -> Result<PairMap<'a, V>, M::Error> {
-                // Room for a typical pod's labels or annotations without growing.
+                // serde_json gives no size hint: room for a typical pod's labels or
+                // annotations without growing.
                 let mut pairs = Vec::with_capacity(m.size_hint().unwrap_or(16).min(64));
                 while let Some(pair) = m.next_entry()? {
                     pairs.push(pair);
@@ -156,10 +157,15 @@ impl<'a> PodInput<'a> {
 
     /// The name for messages: `name`, else `generateName` + `*`, else `<unnamed>`.
     pub fn display_name(&self) -> String {
+        self.display_name_parts().concat()
+    }
+
+    /// [`PodInput::display_name`] in two parts, for callers that write it somewhere.
+    pub fn display_name_parts(&self) -> [&str; 2] {
         match (&self.metadata.name, &self.metadata.generate_name) {
-            (Some(n), _) if !n.is_empty() => n.to_string(),
-            (_, Some(g)) if !g.is_empty() => [g.as_str(), "*"].concat(),
-            _ => "<unnamed>".to_owned(),
+            (Some(n), _) if !n.is_empty() => [n.as_str(), ""],
+            (_, Some(g)) if !g.is_empty() => [g.as_str(), "*"],
+            _ => ["<unnamed>", ""],
         }
     }
 }

@@ -12,8 +12,9 @@ use serde_json::value::RawValue;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
-use super::response::{ResponseStatus, write_allowed_with_warning, write_response};
-use crate::pod_patch::{patch_pod, previous_resolved};
+use super::response::{PatchFirst, ResponseStatus, write_body_after_patch, write_response};
+use super::review_names::ReviewNames;
+use crate::pod_patch::{patch_pod_into, previous_resolved};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
 use crate::resolve::{Operation, PodInput};
@@ -163,10 +164,9 @@ impl Decision {
 /// One answered review: the response body plus what logs and metrics need.
 #[derive(Debug, Clone)]
 pub struct Reviewed {
-    pub uid: String,
+    /// The request's uid, namespace and pod name (see [`Reviewed::uid`] and the others).
+    pub names: ReviewNames,
     pub operation: OperationLabel,
-    pub namespace: String,
-    pub pod: String,
     pub dry_run: bool,
     pub qos_class: Option<QosClass>,
     pub decision: Decision,
@@ -175,14 +175,28 @@ pub struct Reviewed {
 }
 
 impl Reviewed {
+    pub fn uid(&self) -> &str {
+        self.names.uid()
+    }
+
+    /// The request's namespace, else the pod's.
+    pub fn namespace(&self) -> &str {
+        self.names.namespace()
+    }
+
+    /// The request's name, else the pod's display name.
+    pub fn pod(&self) -> &str {
+        self.names.pod()
+    }
+
     /// Fills the fields of an [`admission_span`] once the body has been read.
     pub fn record_in(&self, span: &tracing::Span) {
         if span.is_disabled() {
             return;
         }
-        span.record("uid", self.uid.as_str());
-        span.record("namespace", self.namespace.as_str());
-        span.record("pod", self.pod.as_str());
+        span.record("uid", self.uid());
+        span.record("namespace", self.namespace());
+        span.record("pod", self.pod());
         span.record("operation", self.operation.as_str());
     }
 }
@@ -256,12 +270,9 @@ fn review_parsed(review: ReviewIn<'_, RequestIn<'_>>, ctx: &ReviewContext<'_>) -
     if uid.is_empty() {
         return error_reviewed(uid, operation, "request.uid is missing".into());
     }
-    let namespace = request.namespace();
     let mut out = Reviewed {
-        uid: uid.to_owned(),
+        names: ReviewNames::new(uid, request.namespace(), &request.pod_name()),
         operation,
-        namespace: namespace.to_owned(),
-        pod: request.pod_name(),
         dry_run: request.dry_run.unwrap_or(false),
         qos_class: None,
         decision: Decision::Unchanged { reason: None },
@@ -299,12 +310,13 @@ impl RequestIn<'_> {
             .unwrap_or("")
     }
 
-    /// The request's name, else the pod's display name.
-    fn pod_name(&self) -> String {
+    /// The request's name, else the pod's display name, in parts (see
+    /// [`PodInput::display_name`]).
+    fn pod_name(&self) -> [&str; 2] {
         match (&self.object, &self.name) {
-            (_, Some(n)) if !n.is_empty() => n.to_string(),
-            (Some(pod), _) => pod.display_name(),
-            _ => String::new(),
+            (_, Some(n)) if !n.is_empty() => [n.as_str(), ""],
+            (Some(pod), _) => pod.display_name_parts(),
+            _ => ["", ""],
         }
     }
 
@@ -349,31 +361,30 @@ fn resolve_and_answer(
         request.stored_resolved(),
         pod.annotation(ANNOTATION_RESOLVED_QOS),
     );
-    match patch_pod(pod, &out.namespace, operation, ctx.config, previous) {
-        Ok(answer) => {
-            out.qos_class = Some(answer.resolution.resolved.qos_class);
-            // A BE pod that kept its cpu/memory (colocation off) is told why.
-            let warning = answer.resolution.warning();
-            match answer.patch {
-                None => {
-                    out.body = match warning {
-                        Some(w) => write_allowed_with_warning(&out.uid, None, w),
-                        None => write_response(&out.uid, true, None, None),
-                    };
-                }
-                Some(patch) => {
-                    out.body = match warning {
-                        Some(w) => write_allowed_with_warning(&out.uid, Some(&patch), w),
-                        None => write_response(&out.uid, true, Some(&patch), None),
-                    };
-                    out.decision = Decision::Mutated { ops: answer.ops };
-                }
+    // The patch goes into the buffer the response is then written into: one allocation.
+    let mut buffer = PatchFirst::new();
+    let answer = patch_pod_into(
+        pod,
+        out.namespace(),
+        operation,
+        ctx.config,
+        previous,
+        buffer.buffer(),
+    );
+    match answer {
+        Ok((resolution, ops)) => {
+            out.qos_class = Some(resolution.resolved.qos_class);
+            if ops > 0 {
+                buffer.patch_written();
+                out.decision = Decision::Mutated { ops };
             }
+            // A BE pod that kept its cpu/memory (colocation off) is told why.
+            out.body = write_body_after_patch(buffer, out.uid(), resolution.warning());
         }
         Err(e) => {
-            let message = format!("pod {}: {e}", out.pod);
+            let message = format!("pod {}: {e}", out.pod());
             out.body = write_response(
-                &out.uid,
+                out.uid(),
                 false,
                 None,
                 Some(ResponseStatus::invalid(&message)),
@@ -407,10 +418,8 @@ fn review_unreadable(body: &[u8], first_error: &serde_json::Error) -> Reviewed {
     if !is_pod && !uid.is_empty() {
         // Not ours to read (the object of another kind does not fit the Pod view): allow.
         return Reviewed {
-            uid: uid.to_owned(),
+            names: ReviewNames::uid_only(uid),
             operation,
-            namespace: String::new(),
-            pod: String::new(),
             dry_run: false,
             qos_class: None,
             decision: Decision::Unchanged {
@@ -431,10 +440,8 @@ fn review_unreadable(body: &[u8], first_error: &serde_json::Error) -> Reviewed {
 
 fn error_reviewed(uid: &str, operation: OperationLabel, message: String) -> Reviewed {
     Reviewed {
-        uid: uid.to_owned(),
+        names: ReviewNames::uid_only(uid),
         operation,
-        namespace: String::new(),
-        pod: String::new(),
         dry_run: false,
         qos_class: None,
         body: write_response(

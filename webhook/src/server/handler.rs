@@ -23,6 +23,7 @@ use tracing::{Instrument as _, Span};
 use super::admission::{
     Decision, OperationLabel, ReviewContext, Reviewed, admission_span, allow_unresolved, review,
 };
+use super::review_names::ReviewNames;
 use super::state::{AppState, NOT_OPTED_IN, has_opt_in_label};
 
 fn json(body: Vec<u8>) -> Response {
@@ -187,13 +188,13 @@ async fn review_confirmed(
         .saturating_sub(start.elapsed())
         .min(Duration::from_secs(1));
     let api: Api<Namespace> = Api::all(client.clone());
-    match tokio::time::timeout(budget, api.get_metadata_opt(&reviewed.namespace)).await {
+    match tokio::time::timeout(budget, api.get_metadata_opt(reviewed.namespace())).await {
         Ok(Ok(Some(ns))) if has_opt_in_label(ns.metadata.labels.as_ref()) => {
             review_in_lane(state, &body, in_large_lane, false).await
         }
         Ok(Ok(_)) => reviewed,
         Ok(Err(e)) => {
-            tracing::warn!(uid = %reviewed.uid, namespace = %reviewed.namespace, error = %e,
+            tracing::warn!(uid = %reviewed.uid(), namespace = %reviewed.namespace(), error = %e,
                 "could not confirm the namespace opt-in label; trusting the cache");
             reviewed
         }
@@ -239,10 +240,8 @@ fn review_guarded(state: &AppState, body: &[u8], check_namespace_cache: bool) ->
 /// Allowed without a patch (as `failurePolicy: Ignore` would), counted as an error.
 fn unresolved(message: &str) -> Reviewed {
     Reviewed {
-        uid: String::new(),
+        names: ReviewNames::default(),
         operation: OperationLabel::Other,
-        namespace: String::new(),
-        pod: String::new(),
         dry_run: false,
         qos_class: None,
         decision: Decision::Error {
@@ -259,19 +258,19 @@ fn log(r: &Reviewed) {
     // more than the admission itself. Denials and errors are rare and always visible.
     match &r.decision {
         Decision::Mutated { ops } => tracing::debug!(
-            uid = %r.uid, namespace = %r.namespace, pod = %r.pod, operation, dry_run = r.dry_run,
+            uid = %r.uid(), namespace = %r.namespace(), pod = %r.pod(), operation, dry_run = r.dry_run,
             qos_class, decision = "mutated", patch_ops = ops, "admission"
         ),
         Decision::Unchanged { reason } => tracing::debug!(
-            uid = %r.uid, namespace = %r.namespace, pod = %r.pod, operation, dry_run = r.dry_run,
+            uid = %r.uid(), namespace = %r.namespace(), pod = %r.pod(), operation, dry_run = r.dry_run,
             qos_class, decision = "unchanged", reason = reason.unwrap_or(""), "admission"
         ),
         Decision::Denied { message } => tracing::info!(
-            uid = %r.uid, namespace = %r.namespace, pod = %r.pod, operation, dry_run = r.dry_run,
+            uid = %r.uid(), namespace = %r.namespace(), pod = %r.pod(), operation, dry_run = r.dry_run,
             decision = "denied", message = %message, "admission"
         ),
         Decision::Error { message } => tracing::warn!(
-            uid = %r.uid, namespace = %r.namespace, pod = %r.pod, operation,
+            uid = %r.uid(), namespace = %r.namespace(), pod = %r.pod(), operation,
             decision = "error", message = %message, "admission"
         ),
     }

@@ -12,6 +12,7 @@ mod handler;
 pub mod metrics;
 pub mod reresolver;
 pub mod response;
+pub mod review_names;
 pub mod state;
 pub mod tls;
 pub mod watch;

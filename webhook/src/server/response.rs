@@ -33,18 +33,6 @@ impl<'m> ResponseStatus<'m> {
     }
 }
 
-/// Appends standard base64 (with padding) of `input`, as Go's `encoding/json` writes a
-/// `[]byte`. The patch is the largest thing an admission encodes: base64-simd encodes it
-/// with the CPU's vector instructions (detected at run time, scalar otherwise), a tenth of the
-/// instructions of a table-driven loop (webhook/README.md, "Per-review CPU").
-fn base64_into(out: &mut Vec<u8>, input: &[u8]) {
-    let start = out.len();
-    let engine = base64_simd::STANDARD;
-    out.resize(start + engine.encoded_length(input.len()), 0);
-    // Fills exactly the slice given (its length is the encoded length).
-    let _ = engine.encode(input, base64_simd::Out::from_slice(&mut out[start..]));
-}
-
 const HEAD: &[u8] =
     br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#;
 
@@ -60,30 +48,96 @@ pub fn write_response(
     patch: Option<&[u8]>,
     status: Option<ResponseStatus<'_>>,
 ) -> Vec<u8> {
-    write_body(uid, allowed, patch, status, None)
+    write_body(with_patch(patch), uid, allowed, status, None)
 }
 
 /// Allowed, with a JSONPatch when there is one, and a warning the apiserver shows to the
 /// client (`kubectl` prints it as `Warning: ...`).
 pub fn write_allowed_with_warning(uid: &str, patch: Option<&[u8]>, warning: &str) -> Vec<u8> {
-    write_body(uid, true, patch, None, Some(warning))
+    write_body(with_patch(patch), uid, true, None, Some(warning))
 }
 
 /// Allowed, no patch, with a warning the apiserver shows to the client.
 pub fn write_response_with_warning(uid: &str, warning: &str) -> Vec<u8> {
-    write_body(uid, true, None, None, Some(warning))
+    write_body(PatchFirst::none(), uid, true, None, Some(warning))
+}
+
+/// A buffer holding the JSONPatch at its front (possibly none) that the response body is
+/// written into: admission writes the patch there first, so one allocation serves the patch
+/// and the body (the patch is moved out of the way once it has been encoded).
+pub struct PatchFirst {
+    buf: Vec<u8>,
+    patch_len: usize,
+}
+
+impl PatchFirst {
+    /// An empty buffer with room for a typical patch and its response.
+    pub fn new() -> Self {
+        PatchFirst {
+            buf: Vec::with_capacity(4096),
+            patch_len: 0,
+        }
+    }
+
+    fn none() -> Self {
+        PatchFirst {
+            buf: Vec::new(),
+            patch_len: 0,
+        }
+    }
+
+    /// The buffer to append the patch to (call [`PatchFirst::patch_written`] after).
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Everything in the buffer so far is the patch.
+    pub fn patch_written(&mut self) {
+        self.patch_len = self.buf.len();
+    }
+}
+
+impl Default for PatchFirst {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn with_patch(patch: Option<&[u8]>) -> PatchFirst {
+    let mut p = PatchFirst::none();
+    if let Some(patch) = patch {
+        p.buf.reserve(patch.len() * 7 / 3 + 256);
+        p.buf.extend_from_slice(patch);
+        p.patch_written();
+    }
+    p
+}
+
+/// The body for an answer whose patch (if any) is in `patch`; `patch` without one answers
+/// without `patchType`/`patch`.
+pub fn write_body_after_patch(patch: PatchFirst, uid: &str, warning: Option<&str>) -> Vec<u8> {
+    write_body(patch, uid, true, None, warning)
 }
 
 fn write_body(
+    patch: PatchFirst,
     uid: &str,
     allowed: bool,
-    patch: Option<&[u8]>,
     status: Option<ResponseStatus<'_>>,
     warning: Option<&str>,
 ) -> Vec<u8> {
-    let patch_len = patch.map_or(0, |p| p.len().div_ceil(3) * 4 + 40);
+    let PatchFirst {
+        buf: mut out,
+        patch_len,
+    } = patch;
+    let engine = base64_simd::STANDARD;
+    let encoded_len = if patch_len > 0 {
+        engine.encoded_length(patch_len)
+    } else {
+        0
+    };
     let warning_len = warning.map_or(0, |w| w.len() + 16);
-    let mut out = Vec::with_capacity(HEAD.len() + uid.len() + patch_len + warning_len + 64);
+    out.reserve(HEAD.len() + uid.len() + encoded_len + warning_len + 96);
     out.extend_from_slice(HEAD);
     json_string(&mut out, uid);
     out.extend_from_slice(if allowed {
@@ -91,9 +145,20 @@ fn write_body(
     } else {
         br#","allowed":false"#
     });
-    if let Some(patch) = patch {
+    if patch_len > 0 {
         out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
-        base64_into(&mut out, patch);
+        // Standard base64 with padding, as Go's `encoding/json` writes a `[]byte`, from the
+        // patch at the front of the buffer into the room after it. base64-simd encodes with
+        // the CPU's vector instructions (detected at run time, scalar otherwise): the patch
+        // is the largest thing an admission encodes (webhook/README.md, "Per-review CPU").
+        let start = out.len();
+        out.resize(start + encoded_len, 0);
+        let (patch_bytes, rest) = out.split_at_mut(patch_len);
+        // Fills exactly the slice given (its length is the encoded length).
+        let _ = engine.encode(
+            patch_bytes,
+            base64_simd::Out::from_slice(&mut rest[start - patch_len..]),
+        );
         out.push(b'"');
     }
     if let Some(s) = status {
@@ -111,6 +176,8 @@ fn write_body(
         out.push(b']');
     }
     out.extend_from_slice(b"}}");
+    // The patch has been encoded: the body moves to the front.
+    out.drain(..patch_len);
     out
 }
 
@@ -147,13 +214,35 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn base64_as_the_base64_crate_writes_it(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        fn patch_is_base64_as_the_base64_crate_writes_it(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..3000)) {
             use base64::Engine as _;
-            let mut out = b"x".to_vec();
-            base64_into(&mut out, &bytes);
+            let out = parse(&write_response("u", true, Some(&bytes), None));
             let expected = base64::engine::general_purpose::STANDARD.encode(&bytes);
-            proptest::prop_assert_eq!(&out[1..], expected.as_bytes());
+            proptest::prop_assert_eq!(out["response"]["patch"].as_str(), Some(expected.as_str()));
         }
+    }
+
+    #[test]
+    fn patch_written_first_gives_the_same_body() {
+        let patch = br#"[{"op":"add","path":"/a","value":"b"}]"#;
+        for warning in [None, Some("why")] {
+            let mut first = PatchFirst::new();
+            first.buffer().extend_from_slice(patch);
+            first.patch_written();
+            let body = write_body_after_patch(first, "u\"1", warning);
+            let copied = match warning {
+                Some(w) => write_allowed_with_warning("u\"1", Some(patch), w),
+                None => write_response("u\"1", true, Some(patch), None),
+            };
+            assert_eq!(body, copied);
+            // Nothing of the patch is left in front of the body.
+            assert!(body.starts_with(HEAD));
+        }
+        // A buffer without a patch answers without one.
+        assert_eq!(
+            write_body_after_patch(PatchFirst::new(), "u", None),
+            write_response("u", true, None, None)
+        );
     }
 
     #[test]
