@@ -137,7 +137,13 @@ fn write_body(
         0
     };
     let warning_len = warning.map_or(0, |w| w.len() + 16);
-    out.reserve(HEAD.len() + uid.len() + encoded_len + warning_len + 96);
+    let room = HEAD.len() + uid.len() + encoded_len + warning_len + 96;
+    if out.capacity() == 0 {
+        // No patch buffer: allocate outright rather than grow an empty vector.
+        out = Vec::with_capacity(room);
+    } else {
+        out.reserve(room);
+    }
     out.extend_from_slice(HEAD);
     json_string(&mut out, uid);
     out.extend_from_slice(if allowed {
@@ -176,8 +182,10 @@ fn write_body(
         out.push(b']');
     }
     out.extend_from_slice(b"}}");
-    // The patch has been encoded: the body moves to the front.
-    out.drain(..patch_len);
+    if patch_len > 0 {
+        // The patch has been encoded: the body moves to the front.
+        out.drain(..patch_len);
+    }
     out
 }
 
