@@ -84,6 +84,7 @@ pub fn escaped(out: &mut Vec<u8>, s: &str) {
 }
 
 /// An integer as serde_json writes it.
+#[inline]
 pub fn integer(out: &mut Vec<u8>, value: i64) {
     // Most numbers of an annotation are small (0, percentages, flags).
     if let Ok(small) = u8::try_from(value)

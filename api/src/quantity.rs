@@ -24,6 +24,17 @@ impl Quantity {
     /// Parses the Kubernetes quantity grammar: `<signed decimal><suffix>` where the suffix is a
     /// binary SI (`Ki Mi Gi Ti Pi Ei`), decimal SI (`n u m "" k M G T P E`) or exponent (`e3`).
     pub fn parse(input: &str) -> Result<Self, QuantityError> {
+        // Nearly every quantity a pod carries is plain (`512Mi`, `2`, `500m`): read those
+        // without the general grammar's passes over the text (it was a tenth of an
+        // admission's own work).
+        match Self::parse_plain(input) {
+            Some(q) => Ok(q),
+            None => Self::parse_general(input),
+        }
+    }
+
+    /// The whole grammar.
+    fn parse_general(input: &str) -> Result<Self, QuantityError> {
         let s = input.trim();
         let syntax = || QuantityError::Syntax(input.to_owned());
         let (negative, rest) = match s.as_bytes().first() {
@@ -47,31 +58,16 @@ impl Quantity {
                 .ok_or_else(|| QuantityError::TooLarge(input.to_owned()))?;
         }
         let frac_len = i32::try_from(frac_part.len()).map_err(|_| syntax())?;
-        let (dec_exp, bin_exp) = match suffix {
-            "" => (0, 0),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            "Ki" => (0, 1),
-            "Mi" => (0, 2),
-            "Gi" => (0, 3),
-            "Ti" => (0, 4),
-            "Pi" => (0, 5),
-            "Ei" => (0, 6),
-            exp if exp.starts_with(['e', 'E']) => {
-                let e: i32 = exp[1..].parse().map_err(|_| syntax())?;
+        let (dec_exp, bin_exp) = match suffix_exponents(suffix) {
+            Some(e) => e,
+            None if suffix.starts_with(['e', 'E']) => {
+                let e: i32 = suffix[1..].parse().map_err(|_| syntax())?;
                 if !(-30..=30).contains(&e) {
                     return Err(QuantityError::TooLarge(input.to_owned()));
                 }
                 (e, 0)
             }
-            _ => return Err(syntax()),
+            None => return Err(syntax()),
         };
         Ok(Quantity {
             digits: if negative { -digits } else { digits },
@@ -80,12 +76,42 @@ impl Quantity {
         })
     }
 
+    /// `<1 to 18 digits><suffix>` (no sign, no fraction, no exponent, no spaces): the same
+    /// value [`Quantity::parse`]'s general path gives, or `None` for anything else.
+    fn parse_plain(input: &str) -> Option<Self> {
+        let bytes = input.as_bytes();
+        let end = bytes
+            .iter()
+            .position(|c| !c.is_ascii_digit())
+            .unwrap_or(bytes.len());
+        if end == 0 || end > 18 {
+            return None;
+        }
+        // 18 digits fit an i64.
+        let digits = bytes[..end]
+            .iter()
+            .fold(0i64, |n, c| n * 10 + i64::from(c - b'0'));
+        let (dec_exp, bin_exp) = suffix_exponents(&input[end..])?;
+        Some(Quantity {
+            digits: i128::from(digits),
+            dec_exp,
+            bin_exp,
+        })
+    }
+
     /// The value scaled by `10^extra_dec`, rounded up to an integer; `None` past i64.
     fn scaled_ceil(&self, extra_dec: i32) -> Option<i64> {
+        let exp = self.dec_exp + extra_dec;
+        // The usual quantity fits an i64 all the way: no 128-bit arithmetic (a 128-bit
+        // division is a library call).
+        if let Ok(digits) = i64::try_from(self.digits)
+            && let Some(scaled) = Self::scaled_ceil_i64(digits, self.bin_exp, exp)
+        {
+            return Some(scaled);
+        }
         let mut n = self
             .digits
             .checked_mul(1024i128.checked_pow(self.bin_exp)?)?;
-        let exp = self.dec_exp + extra_dec;
         if exp >= 0 {
             n = n.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?;
         } else {
@@ -93,6 +119,18 @@ impl Quantity {
             n = n.div_euclid(div) + i128::from(n.rem_euclid(div) != 0);
         }
         i64::try_from(n).ok()
+    }
+
+    /// [`Quantity::scaled_ceil`] in i64 arithmetic; `None` when a step leaves i64 (the
+    /// caller then redoes it in i128, which also decides whether the result fits).
+    fn scaled_ceil_i64(digits: i64, bin_exp: u32, exp: i32) -> Option<i64> {
+        let n = digits.checked_mul(1024i64.checked_pow(bin_exp)?)?;
+        if exp >= 0 {
+            n.checked_mul(10i64.checked_pow(u32::try_from(exp).ok()?)?)
+        } else {
+            let div = 10i64.checked_pow(u32::try_from(-exp).ok()?)?;
+            Some(n.div_euclid(div) + i64::from(n.rem_euclid(div) != 0))
+        }
     }
 
     /// The integer value rounded up (bytes for memory), like Go's `q.Value()`.
@@ -104,6 +142,30 @@ impl Quantity {
     pub fn milli_ceil(&self) -> Option<i64> {
         self.scaled_ceil(3)
     }
+}
+
+/// The decimal and binary exponents of a suffix: binary SI (`Ki` .. `Ei`) or decimal SI (`n`
+/// .. `E`, or none); `None` for an exponent (`e3`) or anything else.
+fn suffix_exponents(suffix: &str) -> Option<(i32, u32)> {
+    Some(match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 1),
+        "Mi" => (0, 2),
+        "Gi" => (0, 3),
+        "Ti" => (0, 4),
+        "Pi" => (0, 5),
+        "Ei" => (0, 6),
+        _ => return None,
+    })
 }
 
 /// Parses a quantity and returns its integer value rounded up, with a field-naming error.
@@ -173,6 +235,39 @@ mod tests {
             let q = Quantity::parse(input).unwrap_or_else(|e| panic!("{input}: {e}"));
             assert_eq!(q.value_ceil(), *value, "value of {input}");
             assert_eq!(q.milli_ceil(), *milli, "milli of {input}");
+        }
+    }
+
+    proptest::proptest! {
+        /// The i64 shortcut, when it answers, answers as 128-bit arithmetic does.
+        #[test]
+        fn i64_scaling_as_in_i128(digits in proptest::prelude::any::<i64>(), bin_exp in 0u32..7, exp in -25i32..25) {
+            if let Some(fast) = Quantity::scaled_ceil_i64(digits, bin_exp, exp) {
+                let n = i128::from(digits) * 1024i128.pow(bin_exp);
+                let want = if exp >= 0 {
+                    n * 10i128.pow(exp as u32)
+                } else {
+                    let div = 10i128.pow((-exp) as u32);
+                    n.div_euclid(div) + i128::from(n.rem_euclid(div) != 0)
+                };
+                proptest::prop_assert_eq!(i128::from(fast), want);
+            }
+        }
+
+        /// The plain-form shortcut gives what the general grammar gives, and declines the rest.
+        #[test]
+        fn plain_form_as_the_general_grammar_reads_it(
+            text in "[+-]?[0-9]{0,20}(\\.[0-9]{0,3})?(|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e3|Xi| )"
+        ) {
+            match Quantity::parse_plain(&text) {
+                Some(q) => proptest::prop_assert_eq!(Ok(q), Quantity::parse_general(&text)),
+                None => proptest::prop_assert!(
+                    text.starts_with(['+', '-']) || text.contains(['.', 'e', ' '])
+                        || !text.starts_with(|c: char| c.is_ascii_digit())
+                        || text.bytes().take_while(u8::is_ascii_digit).count() > 18
+                        || text.ends_with("Xi")
+                ),
+            }
         }
     }
 

@@ -15,12 +15,38 @@ use crate::resolved::{
     ResolvedMemoryLocality, ResolvedMemoryQos, ResolvedQos, ResolvedResctrlQos,
 };
 
-/// Writes one object's members: `{`, then `"key":value` pairs comma-separated, then `}`.
-/// `IN_STRING`: the text is written as the body of a JSON string holding it (quotes as `\"`).
-/// A constant, so every quote and key is a fixed-size copy rather than a `memcpy` call.
+/// A member's key with the separator before it, spelled both ways: `,"key":` and, inside a
+/// string, `,\"key\":`. `first!` makes the key of an object's first member (no comma),
+/// `next!` every other: the writers know their members' order, so each key is one copy of
+/// a constant instead of a comma check, two quotes, the name and a colon.
+#[derive(Clone, Copy)]
+struct Key {
+    plain: &'static str,
+    in_string: &'static str,
+}
+
+macro_rules! first {
+    ($name:literal) => {
+        Key {
+            plain: concat!("\"", $name, "\":"),
+            in_string: concat!("\\\"", $name, "\\\":"),
+        }
+    };
+}
+
+macro_rules! next {
+    ($name:literal) => {
+        Key {
+            plain: concat!(",\"", $name, "\":"),
+            in_string: concat!(",\\\"", $name, "\\\":"),
+        }
+    };
+}
+
+/// Writes one object: `{`, the members, `}`. `IN_STRING`: the text is written as the body of
+/// a JSON string holding it (quotes as `\"`); a constant, so the choice costs nothing.
 struct Object<'o, const IN_STRING: bool> {
     out: &'o mut Vec<u8>,
-    first: bool,
 }
 
 impl<'o, const IN_STRING: bool> Object<'o, IN_STRING> {
@@ -28,30 +54,30 @@ impl<'o, const IN_STRING: bool> Object<'o, IN_STRING> {
 
     fn open(out: &'o mut Vec<u8>) -> Self {
         out.push(b'{');
-        Object { out, first: true }
+        Object { out }
     }
 
-    /// The key (a constant that needs no escaping) and the `:`; the caller writes the value.
+    /// The key (with its separator); the caller writes the value.
     #[inline(always)]
-    fn key(&mut self, key: &str) -> &mut Vec<u8> {
-        if !self.first {
-            self.out.push(b',');
-        }
-        self.first = false;
-        self.out.extend_from_slice(Self::QUOTE);
-        self.out.extend_from_slice(key.as_bytes());
-        self.out.extend_from_slice(Self::QUOTE);
-        self.out.push(b':');
+    fn key(&mut self, key: Key) -> &mut Vec<u8> {
+        let text = if IN_STRING { key.in_string } else { key.plain };
+        self.out.extend_from_slice(text.as_bytes());
         self.out
     }
 
-    /// A key from the data (a container name): escaped, and escaped again inside a string.
-    fn data_key(&mut self, key: &str) -> &mut Vec<u8> {
-        if !self.first {
+    /// A key from the data (a container name): escaped, and escaped again inside a string;
+    /// `first` leaves the comma out.
+    fn data_key(&mut self, key: &str, first: bool) -> &mut Vec<u8> {
+        if !first {
             self.out.push(b',');
         }
-        self.first = false;
-        if IN_STRING {
+        if !key.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+            // A container name as the apiserver allows it (a DNS label): nothing to escape
+            // at either level.
+            self.out.extend_from_slice(Self::QUOTE);
+            self.out.extend_from_slice(key.as_bytes());
+            self.out.extend_from_slice(Self::QUOTE);
+        } else if IN_STRING {
             let mut json = Vec::with_capacity(key.len() + 2);
             string(&mut json, key);
             // `json` is UTF-8: a `str` with ASCII escapes added.
@@ -64,25 +90,25 @@ impl<'o, const IN_STRING: bool> Object<'o, IN_STRING> {
     }
 
     #[inline(always)]
-    fn int(&mut self, key: &str, value: i64) {
+    fn int(&mut self, key: Key, value: i64) {
         integer(self.key(key), value);
     }
 
     /// A constant string value (an enum's name: no escaping needed).
     #[inline(always)]
-    fn text(&mut self, key: &str, value: &str) {
+    fn text(&mut self, key: Key, value: &str) {
         let out = self.key(key);
         out.extend_from_slice(Self::QUOTE);
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(Self::QUOTE);
     }
 
-    fn boolean(&mut self, key: &str, value: bool) {
+    fn boolean(&mut self, key: Key, value: bool) {
         self.key(key)
             .extend_from_slice(if value { b"true" } else { b"false" });
     }
 
-    fn max_or(&mut self, key: &str, value: MaxOr) {
+    fn max_or(&mut self, key: Key, value: MaxOr) {
         match value {
             MaxOr::Bytes(b) => self.int(key, b),
             MaxOr::Max => self.text(key, "max"),
@@ -90,7 +116,7 @@ impl<'o, const IN_STRING: bool> Object<'o, IN_STRING> {
     }
 
     /// An object value under `key`, in the same style.
-    fn object(&mut self, key: &str) -> Object<'_, IN_STRING> {
+    fn object(&mut self, key: Key) -> Object<'_, IN_STRING> {
         Object::open(self.key(key))
     }
 
@@ -156,21 +182,21 @@ impl ResolvedQos {
             cpu_qos,
             resctrl_qos,
         } = self;
-        o.int("version", i64::from(*version));
-        o.text("qosClass", qos_class.as_str());
-        o.text("qosClassSource", class_source(*qos_class_source));
-        write_memory_qos(o.object("memoryQOS"), memory_qos);
+        o.int(first!("version"), i64::from(*version));
+        o.text(next!("qosClass"), qos_class.as_str());
+        o.text(next!("qosClassSource"), class_source(*qos_class_source));
+        write_memory_qos(o.object(next!("memoryQOS")), memory_qos);
         if let Some(l) = memory_locality {
-            write_locality(o.object("memoryLocality"), l);
+            write_locality(o.object(next!("memoryLocality")), l);
         }
         if let Some(b) = batch {
-            write_batch(o.object("batch"), b);
+            write_batch(o.object(next!("batch")), b);
         }
         if let Some(c) = cpu_qos {
-            write_cpu_qos(o.object("cpuQOS"), c);
+            write_cpu_qos(o.object(next!("cpuQOS")), c);
         }
         if let Some(r) = resctrl_qos {
-            write_resctrl_qos(o.object("resctrlQOS"), r);
+            write_resctrl_qos(o.object(next!("resctrlQOS")), r);
         }
         o.close();
     }
@@ -185,12 +211,12 @@ fn write_memory_qos<const S: bool>(mut o: Object<'_, S>, m: &ResolvedMemoryQos) 
         pod,
         containers,
     } = m;
-    o.boolean("enabled", *enabled);
-    o.text("policy", policy(*p));
-    o.text("source", source(*s));
-    write_params(o.object("params"), params);
-    write_pod_knobs(o.object("pod"), pod);
-    write_map(o.object("containers"), containers, write_container_knobs);
+    o.boolean(first!("enabled"), *enabled);
+    o.text(next!("policy"), policy(*p));
+    o.text(next!("source"), source(*s));
+    write_params(o.object(next!("params")), params);
+    write_pod_knobs(o.object(next!("pod")), pod);
+    write_map(o.object(next!("containers")), containers, write_container_knobs);
     o.close();
 }
 
@@ -206,22 +232,22 @@ fn write_params<const S: bool>(mut o: Object<'_, S>, p: &MemoryQosParams) {
         priority_enable,
         oom_kill_group,
     } = p;
-    o.int("minLimitPercent", *min_limit_percent);
-    o.int("lowLimitPercent", *low_limit_percent);
-    o.int("throttlingPercent", *throttling_percent);
-    o.int("wmarkRatio", *wmark_ratio);
-    o.int("wmarkMinAdj", *wmark_min_adj);
-    o.int("wmarkScalePermill", *wmark_scale_permill);
-    o.int("priority", *priority);
-    o.int("priorityEnable", *priority_enable);
-    o.int("oomKillGroup", *oom_kill_group);
+    o.int(first!("minLimitPercent"), *min_limit_percent);
+    o.int(next!("lowLimitPercent"), *low_limit_percent);
+    o.int(next!("throttlingPercent"), *throttling_percent);
+    o.int(next!("wmarkRatio"), *wmark_ratio);
+    o.int(next!("wmarkMinAdj"), *wmark_min_adj);
+    o.int(next!("wmarkScalePermill"), *wmark_scale_permill);
+    o.int(next!("priority"), *priority);
+    o.int(next!("priorityEnable"), *priority_enable);
+    o.int(next!("oomKillGroup"), *oom_kill_group);
     o.close();
 }
 
 fn write_pod_knobs<const S: bool>(mut o: Object<'_, S>, k: &PodMemoryKnobs) {
     let PodMemoryKnobs { min, low } = k;
-    o.int("memory.min", *min);
-    o.int("memory.low", *low);
+    o.int(first!("memory.min"), *min);
+    o.int(next!("memory.low"), *low);
     o.close();
 }
 
@@ -238,16 +264,16 @@ fn write_container_knobs<const S: bool>(mut o: Object<'_, S>, k: &ContainerMemor
         use_priority_oom,
         oom_group,
     } = k;
-    o.int("memory.min", *min);
-    o.int("memory.low", *low);
-    o.max_or("memory.high", *high);
-    o.int("memory.wmark_ratio", *wmark_ratio);
-    o.max_or("memory.wmark_high", *wmark_high);
-    o.int("memory.wmark_scale_factor", *wmark_scale_factor);
-    o.int("memory.wmark_min_adj", *wmark_min_adj);
-    o.int("memory.priority", *priority);
-    o.int("memory.use_priority_oom", *use_priority_oom);
-    o.int("memory.oom.group", *oom_group);
+    o.int(first!("memory.min"), *min);
+    o.int(next!("memory.low"), *low);
+    o.max_or(next!("memory.high"), *high);
+    o.int(next!("memory.wmark_ratio"), *wmark_ratio);
+    o.max_or(next!("memory.wmark_high"), *wmark_high);
+    o.int(next!("memory.wmark_scale_factor"), *wmark_scale_factor);
+    o.int(next!("memory.wmark_min_adj"), *wmark_min_adj);
+    o.int(next!("memory.priority"), *priority);
+    o.int(next!("memory.use_priority_oom"), *use_priority_oom);
+    o.int(next!("memory.oom.group"), *oom_group);
     o.close();
 }
 
@@ -257,8 +283,8 @@ fn write_map<V, const S: bool>(
     map: &BTreeMap<String, V>,
     value: fn(Object<'_, S>, &V),
 ) {
-    for (name, v) in map {
-        value(Object::open(o.data_key(name)), v);
+    for (i, (name, v)) in map.iter().enumerate() {
+        value(Object::open(o.data_key(name, i == 0)), v);
     }
     o.close();
 }
@@ -269,11 +295,11 @@ fn write_locality<const S: bool>(mut o: Object<'_, S>, l: &ResolvedMemoryLocalit
         migrate_interval_minutes,
         source: s,
     } = l;
-    o.text("policy", locality_policy(*p));
+    o.text(first!("policy"), locality_policy(*p));
     if let Some(m) = migrate_interval_minutes {
-        o.int("migrateIntervalMinutes", i64::from(*m));
+        o.int(next!("migrateIntervalMinutes"), i64::from(*m));
     }
-    o.text("source", source(*s));
+    o.text(next!("source"), source(*s));
     o.close();
 }
 
@@ -283,16 +309,16 @@ fn write_batch_knobs<const S: bool>(mut o: Object<'_, S>, k: &BatchKnobs) {
         cpu_cfs_quota_us,
         memory_limit_in_bytes,
     } = k;
-    o.int("cpu.shares", *cpu_shares);
-    o.int("cpu.cfs_quota_us", *cpu_cfs_quota_us);
-    o.int("memory.limit_in_bytes", *memory_limit_in_bytes);
+    o.int(first!("cpu.shares"), *cpu_shares);
+    o.int(next!("cpu.cfs_quota_us"), *cpu_cfs_quota_us);
+    o.int(next!("memory.limit_in_bytes"), *memory_limit_in_bytes);
     o.close();
 }
 
 fn write_batch<const S: bool>(mut o: Object<'_, S>, b: &ResolvedBatch) {
     let ResolvedBatch { pod, containers } = b;
-    write_batch_knobs(o.object("pod"), pod);
-    write_map(o.object("containers"), containers, write_batch_knobs);
+    write_batch_knobs(o.object(first!("pod")), pod);
+    write_map(o.object(next!("containers")), containers, write_batch_knobs);
     o.close();
 }
 
@@ -302,9 +328,9 @@ fn write_cpu_qos<const S: bool>(mut o: Object<'_, S>, c: &ResolvedCpuQos) {
         group_identity,
         source: s,
     } = c;
-    o.boolean("enabled", *enabled);
-    o.int("groupIdentity", *group_identity);
-    o.text("source", source(*s));
+    o.boolean(first!("enabled"), *enabled);
+    o.int(next!("groupIdentity"), *group_identity);
+    o.text(next!("source"), source(*s));
     o.close();
 }
 
@@ -316,11 +342,11 @@ fn write_resctrl_qos<const S: bool>(mut o: Object<'_, S>, r: &ResolvedResctrlQos
         mba_percent,
         source: s,
     } = r;
-    o.boolean("enabled", *enabled);
-    o.int("catRangeStartPercent", *cat_range_start_percent);
-    o.int("catRangeEndPercent", *cat_range_end_percent);
-    o.int("mbaPercent", *mba_percent);
-    o.text("source", source(*s));
+    o.boolean(first!("enabled"), *enabled);
+    o.int(next!("catRangeStartPercent"), *cat_range_start_percent);
+    o.int(next!("catRangeEndPercent"), *cat_range_end_percent);
+    o.int(next!("mbaPercent"), *mba_percent);
+    o.text(next!("source"), source(*s));
     o.close();
 }
 

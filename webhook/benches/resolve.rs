@@ -6,7 +6,7 @@
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use koord_webhook::mutation::{apply_changes, json_patch};
 use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
-use koord_webhook::resolve::{Change, Operation, PodInput, ResolveContext, resolve_pod};
+use koord_webhook::resolve::{Operation, PodInput, Resolution, ResolveContext, resolve_pod};
 use serde_json::Value;
 
 const REVIEW: &str = include_str!("../tests/fixtures/admission-review-pod-create.json");
@@ -21,9 +21,9 @@ fn pod_bytes(annotation: Option<&str>) -> Vec<u8> {
 }
 
 /// The patch as `json_patch::diff` makes it: the pod as a `Value`, a mutated copy, the diff.
-fn diff_patch(pod: &Value, changes: &[Change]) -> Vec<u8> {
+fn diff_patch(pod: &Value, resolution: &Resolution) -> Vec<u8> {
     let mut mutated = pod.clone();
-    apply_changes(&mut mutated, changes);
+    apply_changes(&mut mutated, resolution);
     serde_json::to_vec(&json_patch::diff(pod, &mutated)).expect("patch")
 }
 
@@ -54,7 +54,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&bytes)).expect("view");
                 let r = resolve_pod(&view, &ctx).expect("resolves");
-                black_box(json_patch(&view, &r.changes))
+                black_box(json_patch(&view, &r))
             })
         });
     }
@@ -65,21 +65,21 @@ fn bench(c: &mut Criterion) {
     });
 
     // The patch alone, for the same pod and changes.
-    let changes = resolve_pod(&view, &ctx).expect("resolves").changes;
+    let resolution = resolve_pod(&view, &ctx).expect("resolves");
     let pod: Value = serde_json::from_slice(&bytes).expect("pod");
     let ours: json_patch::Patch =
-        serde_json::from_slice(&json_patch(&view, &changes)).expect("our patch");
+        serde_json::from_slice(&json_patch(&view, &resolution)).expect("our patch");
     let theirs: json_patch::Patch =
-        serde_json::from_slice(&diff_patch(&pod, &changes)).expect("diff patch");
+        serde_json::from_slice(&diff_patch(&pod, &resolution)).expect("diff patch");
     let (mut a, mut b) = (pod.clone(), pod.clone());
     json_patch::patch(&mut a, &ours).expect("ours applies");
     json_patch::patch(&mut b, &theirs).expect("diff applies");
     assert_eq!(a, b, "both patches give the same pod");
     c.bench_function("patch/hand_built", |b| {
-        b.iter(|| black_box(json_patch(black_box(&view), &changes)))
+        b.iter(|| black_box(json_patch(black_box(&view), &resolution)))
     });
     c.bench_function("patch/json_patch_diff", |b| {
-        b.iter(|| black_box(diff_patch(black_box(&pod), &changes)))
+        b.iter(|| black_box(diff_patch(black_box(&pod), &resolution)))
     });
     // What the server would do per request with json-patch: the view for the engine, plus the
     // whole pod as a `Value` for the diff.
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&bytes)).expect("view");
                 let r = resolve_pod(&view, &ctx).expect("resolves");
                 let pod: Value = serde_json::from_slice(&bytes).expect("pod");
-                black_box(diff_patch(&pod, &r.changes))
+                black_box(diff_patch(&pod, &r))
             })
         },
     );

@@ -96,7 +96,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
             for _ in 0..n {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&pod))?;
                 let r = resolve_pod(&view, &ctx)?;
-                black_box(json_patch(&view, &r.changes));
+                black_box(json_patch(&view, &r));
             }
         }
         _ => {

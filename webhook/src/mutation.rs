@@ -4,11 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::resolve::PodInput;
 use crate::resolve::changes::{Change, OwnedResources};
+use crate::resolve::{PodInput, Resolution};
 use koord_api::ResolvedQos;
 use koord_api::json_write;
-use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use koord_api::keys::{ANNOTATION_EXTENDED_RESOURCE_SPEC, ANNOTATION_RESOLVED_QOS, LABEL_QOS_CLASS};
 
 fn resources_value(r: &OwnedResources) -> Value {
     Value::Object(
@@ -34,9 +34,9 @@ fn object_at<'v>(parent: &'v mut Value, key: &str) -> &'v mut Map<String, Value>
     object_entry(as_object(parent), key)
 }
 
-/// Applies the changes to a pod manifest (as `kubectl` would after the patch).
-pub fn apply_changes(pod: &mut Value, changes: &[Change]) {
-    for change in changes {
+/// Applies the resolution's changes to a pod manifest (as `kubectl` would after the patch).
+pub fn apply_changes(pod: &mut Value, resolution: &Resolution) {
+    for change in &resolution.changes {
         match change {
             Change::SetLabel { key, value } => {
                 let meta = object_at(pod, "metadata");
@@ -47,6 +47,13 @@ pub fn apply_changes(pod: &mut Value, changes: &[Change]) {
                 let meta = object_at(pod, "metadata");
                 object_entry(meta, "annotations")
                     .insert((*key).to_owned(), Value::String(value.clone()));
+            }
+            Change::SetResolvedQos => {
+                let meta = object_at(pod, "metadata");
+                object_entry(meta, "annotations").insert(
+                    ANNOTATION_RESOLVED_QOS.to_owned(),
+                    Value::String(resolution.annotation()),
+                );
             }
             Change::SetResources {
                 list,
@@ -81,12 +88,12 @@ pub fn escape_pointer_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
-/// The RFC 6902 patch turning `pod` into the pod with `changes` applied, as JSON bytes.
-/// Missing `labels` / `annotations` maps are created first; `add` on an existing member
-/// replaces it.
-pub fn json_patch(pod: &PodInput<'_>, changes: &[Change]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(patch_capacity(changes));
-    write_json_patch(&mut out, pod, changes, None);
+/// The RFC 6902 patch turning `pod` into the pod with the resolution's changes applied, as
+/// JSON bytes. Missing `labels` / `annotations` maps are created first; `add` on an existing
+/// member replaces it.
+pub fn json_patch(pod: &PodInput<'_>, resolution: &Resolution) -> Vec<u8> {
+    let mut out = Vec::with_capacity(patch_capacity(&resolution.changes));
+    write_json_patch(&mut out, pod, resolution);
     out
 }
 
@@ -99,6 +106,8 @@ pub fn patch_capacity(changes: &[Change]) -> usize {
             Change::SetLabel { value, .. } | Change::SetAnnotation { value, .. } => {
                 value.len() + value.len() / 4 + 128
             }
+            // A two-container pod's resolved-qos, escaped, is about 1 KB.
+            Change::SetResolvedQos => 1536,
             Change::SetResources { .. } | Change::SetOverhead(_) => 256,
         })
         .sum::<usize>()
@@ -110,20 +119,14 @@ pub fn patch_capacity(changes: &[Change]) -> usize {
 /// `value`), strings escaped as serde_json escapes them, so the bytes are the same as
 /// `serde_json::to_vec` of the equivalent `Value`. Returns the number of operations.
 ///
-/// `resolved`, when given, is the resolution whose annotation text the resolved-qos change
-/// carries: that value is then written straight from it, already escaped, instead of
-/// escaping the text afterwards (the largest string of every patch).
-pub fn write_json_patch(
-    out: &mut Vec<u8>,
-    pod: &PodInput<'_>,
-    changes: &[Change],
-    resolved: Option<&ResolvedQos>,
-) -> usize {
+/// The resolved-qos text is written straight from the resolution, already escaped, instead of
+/// rendering the text and escaping it afterwards (the largest string of every patch).
+pub fn write_json_patch(out: &mut Vec<u8>, pod: &PodInput<'_>, resolution: &Resolution) -> usize {
     let mut ops = PatchWriter { out, ops: 0 };
     let mut has_labels = pod.metadata.labels.is_some();
     let mut has_annotations = pod.metadata.annotations.is_some();
     ops.out.push(b'[');
-    for change in changes {
+    for change in &resolution.changes {
         match change {
             Change::SetLabel { key, value } => {
                 if !has_labels {
@@ -137,13 +140,14 @@ pub fn write_json_patch(
                     ops.add_empty_object("/metadata/annotations");
                     has_annotations = true;
                 }
-                match resolved.filter(|_| *key == ANNOTATION_RESOLVED_QOS) {
-                    Some(r) => {
-                        debug_assert_eq!(*value, r.to_annotation(), "the change carries this text");
-                        ops.add_resolved_qos(r);
-                    }
-                    None => ops.add_string("/metadata/annotations/", key, value),
+                ops.add_string("/metadata/annotations/", key, value);
+            }
+            Change::SetResolvedQos => {
+                if !has_annotations {
+                    ops.add_empty_object("/metadata/annotations");
+                    has_annotations = true;
                 }
+                ops.add_resolved_qos(&resolution.resolved);
             }
             Change::SetResources {
                 list,
@@ -165,19 +169,40 @@ pub fn write_json_patch(
     ops.ops
 }
 
+/// The pointer tokens of the keys the engine writes, spelled out (a test holds them to
+/// [`escape_pointer_token`]): every admission writes two of them.
+fn known_pointer_token(key: &str) -> Option<&'static str> {
+    match key {
+        LABEL_QOS_CLASS => Some("koordinator.sh~1qosClass"),
+        ANNOTATION_RESOLVED_QOS => Some("koordinator.sh~1resolved-qos"),
+        ANNOTATION_EXTENDED_RESOURCE_SPEC => Some("node.koordinator.sh~1extended-resource-spec"),
+        _ => None,
+    }
+}
+
 /// [`escape_pointer_token`] of `key`, JSON-escaped, without the intermediate strings.
 fn escaped_pointer_token(out: &mut Vec<u8>, key: &str) {
-    let mut rest = key;
-    while let Some(i) = rest.find(['~', '/']) {
-        json_write::escaped(out, &rest[..i]);
-        out.extend_from_slice(if rest.as_bytes()[i] == b'~' {
-            b"~0"
-        } else {
-            b"~1"
-        });
-        rest = &rest[i + 1..];
+    if let Some(token) = known_pointer_token(key) {
+        out.extend_from_slice(token.as_bytes());
+        return;
     }
-    json_write::escaped(out, rest);
+    let mut plain = 0;
+    for (i, &byte) in key.as_bytes().iter().enumerate() {
+        let pointer_escape: &[u8] = match byte {
+            b'~' => b"~0",
+            b'/' => b"~1",
+            b'"' | b'\\' | 0..0x20 => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&key.as_bytes()[plain..i]);
+        if pointer_escape.is_empty() {
+            json_write::escaped(out, &key[i..=i]);
+        } else {
+            out.extend_from_slice(pointer_escape);
+        }
+        plain = i + 1;
+    }
+    out.extend_from_slice(&key.as_bytes()[plain..]);
 }
 
 /// Writes `add` operations, comma-separated.
@@ -238,5 +263,33 @@ impl PatchWriter<'_> {
             json_write::string(self.out, quantity);
         }
         self.out.extend_from_slice(b"}}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_tokens_are_escaped_then_json_escaped() {
+        for key in [
+            LABEL_QOS_CLASS,
+            ANNOTATION_RESOLVED_QOS,
+            ANNOTATION_EXTENDED_RESOURCE_SPEC,
+            "plain",
+            "a/b~c",
+            "~/~/",
+            "q\"uote\\back\u{1}",
+            "",
+        ] {
+            let mut direct = Vec::new();
+            escaped_pointer_token(&mut direct, key);
+            let want = serde_json::to_string(&escape_pointer_token(key)).expect("json");
+            assert_eq!(
+                String::from_utf8(direct).expect("utf-8"),
+                want[1..want.len() - 1],
+                "{key:?}"
+            );
+        }
     }
 }

@@ -64,12 +64,7 @@ pub fn patch_pod(
     }
     // Written straight as bytes (no `serde_json::Value`): this is admission's hot path.
     let mut patch = Vec::with_capacity(patch_capacity(&resolution.changes));
-    let ops = write_json_patch(
-        &mut patch,
-        pod,
-        &resolution.changes,
-        Some(&resolution.resolved),
-    );
+    let ops = write_json_patch(&mut patch, pod, &resolution);
     Ok(PodPatch {
         resolution,
         patch: Some(patch),

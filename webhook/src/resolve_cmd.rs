@@ -11,9 +11,7 @@ use serde_json::Value;
 use crate::manifest::{self, ManifestError, ReadError};
 use crate::mutation::apply_changes;
 use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
-use crate::resolve::{
-    Change, Operation, ParamSource, PodInput, Resolution, ResolveContext, resolve_pod,
-};
+use crate::resolve::{Operation, ParamSource, PodInput, Resolution, ResolveContext, resolve_pod};
 
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
@@ -102,14 +100,14 @@ pub fn resolve_manifests(
             );
             continue;
         }
-        let changes = resolve_one(&obj, config, args, &mut out.stderr).map_err(|message| {
+        let resolution = resolve_one(&obj, config, args, &mut out.stderr).map_err(|message| {
             ResolveCmdError::Pod {
                 path: path.to_owned(),
                 pod: manifest::name(&obj).to_owned(),
                 message,
             }
         })?;
-        apply_changes(&mut obj, &changes);
+        apply_changes(&mut obj, &resolution);
         pods.push(obj);
     }
     if pods.is_empty() {
@@ -121,14 +119,14 @@ pub fn resolve_manifests(
     Ok(out)
 }
 
-/// Resolves one Pod object (explaining on `stderr` with `--explain`) and returns its changes;
+/// Resolves one Pod object (explaining on `stderr` with `--explain`);
 /// the error is the message after `pod NAME:`.
 fn resolve_one(
     obj: &Value,
     config: &PolicyConfig,
     args: &ResolveArgs,
     stderr: &mut String,
-) -> Result<Vec<Change>, String> {
+) -> Result<Resolution, String> {
     let pod = PodInput::deserialize(obj).map_err(|e| format!("not a valid Pod: {e}"))?;
     let namespace = pod.metadata.namespace.as_deref().unwrap_or(&args.namespace);
     let ctx = ResolveContext {
@@ -148,7 +146,7 @@ fn resolve_one(
     if args.explain {
         explain(stderr, namespace, &pod.display_name(), &resolution);
     }
-    Ok(resolution.changes)
+    Ok(resolution)
 }
 
 fn render(mut pods: Vec<Value>, format: OutputFormat) -> String {

@@ -121,7 +121,7 @@ fn every_other_pod_is_byte_identical_either_way() {
         let on = resolve_value(&p, "default", op, &with(Colocation::Enabled)).expect("on");
         for off in [Colocation::NotConfigured, Colocation::Disabled] {
             let r = resolve_value(&p, "default", op, &with(off)).expect("off");
-            assert_eq!(r.annotation, on.annotation, "{p}");
+            assert_eq!(r.annotation(), on.annotation(), "{p}");
             assert_eq!(r.changes, on.changes, "{p}");
             assert_eq!(r.warning(), None, "{p}");
             assert_eq!(r.explanation.batch_withheld, None);

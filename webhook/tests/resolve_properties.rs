@@ -114,7 +114,7 @@ proptest! {
 
         // The JSON patch turns the input into exactly the applied result.
         let view = PodInput::deserialize(&p).expect("view");
-        let patch: json_patch::Patch = serde_json::from_slice(&json_patch(&view, &r.changes)).expect("patch parses");
+        let patch: json_patch::Patch = serde_json::from_slice(&json_patch(&view, &r)).expect("patch parses");
         let mut patched = p.clone();
         json_patch::patch(&mut patched, &patch).expect("patch applies");
         prop_assert_eq!(&patched, &out);

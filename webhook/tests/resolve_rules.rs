@@ -937,7 +937,7 @@ fn cpu_qos_table() {
         json!({}),
     );
     let r = create(&p, &PolicyConfig::default());
-    assert!(r.resolved.cpu_qos.is_none() && !r.annotation.contains("cpuQOS"));
+    assert!(r.resolved.cpu_qos.is_none() && !r.annotation().contains("cpuQOS"));
     let err = resolve_value(
         &pod(
             json!({}),
@@ -1017,7 +1017,8 @@ fn a_forged_incoming_annotation_does_not_leak_into_the_rewrite() {
     };
     let r = resolve_pod_with_previous(&view, &ctx, Some(&previous)).expect("update");
     assert_eq!(
-        r.annotation, previous,
+        r.annotation(),
+        previous,
         "the rewrite is exactly the value the hand edit replaced"
     );
 }

@@ -96,7 +96,7 @@ pub fn plan_input(pod: &PodInput<'_>, pod_ref: &PodRef, config: &PolicyConfig) -
     {
         return Verdict::Invalid("re-resolution would change resources; refused".to_owned());
     }
-    let annotation = answer.resolution.annotation;
+    let annotation = answer.resolution.annotation();
     let message = reresolved_message(pod.annotation(ANNOTATION_RESOLVED_QOS), &annotation);
     Verdict::Change(PlannedChange {
         patch: with_precondition(&patch, &pod_ref.resource_version),

@@ -58,7 +58,7 @@ impl EffectiveResources<'_, '_> {
 /// memory -> batch-memory (unchanged text); other resources are kept.
 fn batch_list(list: &ResourceMap<'_>, field: &str) -> Result<OwnedResources, FieldError> {
     let mut out = OwnedResources::new();
-    for (name, q) in list {
+    for (name, q) in list.iter() {
         match name.as_str() {
             RESOURCE_CPU => {
                 let milli = parse_milli(q.as_str())

@@ -42,6 +42,10 @@ pub enum Change {
         key: &'static str,
         value: String,
     },
+    /// Set `koordinator.sh/resolved-qos` to the resolution's text. The change carries no
+    /// copy of it: the renderers write it from the resolution (in a patch, already escaped),
+    /// and an admission that only adds it never renders the plain text at all.
+    SetResolvedQos,
     /// Replace a container's requests and limits (a BE pod's batch resources).
     SetResources {
         list: ContainerList,

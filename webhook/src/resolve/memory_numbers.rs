@@ -11,8 +11,12 @@ pub struct MemoryBasis {
 }
 
 fn percent(value: i64, pct: i64) -> i64 {
-    // i128: request * 100 cannot overflow, and the result is at most `value`.
-    i64::try_from(i128::from(value) * i128::from(pct) / 100).unwrap_or(i64::MAX)
+    // Both divisions truncate toward zero. i64 when the product fits (every real request:
+    // a 128-bit division is a library call); else i128, where request * 100 cannot overflow.
+    match value.checked_mul(pct) {
+        Some(product) => product / 100,
+        None => i64::try_from(i128::from(value) * i128::from(pct) / 100).unwrap_or(i64::MAX),
+    }
 }
 
 fn floor_pages(bytes: i64) -> i64 {
@@ -51,5 +55,25 @@ pub fn container_knobs(basis: MemoryBasis, p: &MemoryQosParams) -> ContainerMemo
         priority: p.priority,
         use_priority_oom: p.priority_enable,
         oom_group: p.oom_kill_group,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent;
+
+    #[test]
+    fn percent_truncates_and_never_overflows() {
+        for (value, pct, want) in [
+            (1000, 7, 70),
+            (999, 50, 499),
+            (-1000, 7, -70),
+            (0, 100, 0),
+            (i64::MAX, 100, i64::MAX),
+            (i64::MAX, 50, i64::MAX / 2),
+            (i64::MAX / 3, 99, (i128::from(i64::MAX / 3) * 99 / 100) as i64),
+        ] {
+            assert_eq!(percent(value, pct), want, "{value} * {pct}%");
+        }
     }
 }

@@ -78,8 +78,6 @@ pub struct Explanation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     pub resolved: ResolvedQos,
-    /// The resolved-qos annotation text (compact JSON, stable key order).
-    pub annotation: String,
     /// Changes to the incoming pod, in patch order; empty when the pod is already resolved.
     pub changes: Vec<Change>,
     pub explanation: Explanation,
@@ -89,6 +87,11 @@ pub struct Resolution {
 pub const WARNING_BATCH_WITHHELD: &str = "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off, so no node offers kubernetes.io/batch-cpu/batch-memory (turn it on with colocation-config {\"enable\": true} in the cluster ConfigMap)";
 
 impl Resolution {
+    /// The resolved-qos annotation text (compact JSON, stable key order).
+    pub fn annotation(&self) -> String {
+        self.resolved.to_annotation()
+    }
+
     /// The warning to return with the admission, if any.
     pub fn warning(&self) -> Option<&'static str> {
         self.explanation
@@ -160,12 +163,9 @@ pub fn resolve_pod_with_previous(
         cpu_qos,
         resctrl_qos,
     };
-    let annotation = resolved.to_annotation();
-    let (changes, batch_containers) =
-        pod_changes(pod, &class, resources, extended_spec, &annotation);
+    let (changes, batch_containers) = pod_changes(pod, &class, resources, extended_spec, &resolved);
     Ok(Resolution {
         resolved,
-        annotation,
         changes,
         explanation: Explanation {
             class,
@@ -238,7 +238,7 @@ fn pod_changes(
     class: &ClassDecision,
     resources: PodResources<'_, '_>,
     extended_spec: Option<String>,
-    annotation: &str,
+    resolved: &ResolvedQos,
 ) -> (Vec<Change>, usize) {
     let mut changes = Vec::new();
     if let Some(label) = class
@@ -270,11 +270,12 @@ fn pod_changes(
             value: spec,
         });
     }
-    if pod.annotation(ANNOTATION_RESOLVED_QOS) != Some(annotation) {
-        changes.push(Change::SetAnnotation {
-            key: ANNOTATION_RESOLVED_QOS,
-            value: annotation.to_owned(),
-        });
+    // The text is rendered only to compare with one the pod already carries.
+    if pod
+        .annotation(ANNOTATION_RESOLVED_QOS)
+        .is_none_or(|carried| carried != resolved.to_annotation())
+    {
+        changes.push(Change::SetResolvedQos);
     }
     (changes, batch_containers)
 }

@@ -5,7 +5,6 @@
 //! skips everything the engine does not need (serde still scans it, but allocates nothing).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use koord_api::quantity::QuantityError;
@@ -14,48 +13,72 @@ use serde::{Deserialize, Deserializer};
 
 use crate::policy::FieldError;
 
-/// A string map (labels, annotations) borrowing from the input where no escapes were present,
-/// kept in input order and looked up by a scan: a pod has tens of labels at most, and a
-/// `BTreeMap`'s inserts and node allocations cost more than the few lookups resolution makes.
-/// A key given twice means its last value, as in a map.
-#[derive(Debug, Default)]
-pub struct StrMap<'a>(Vec<(Text<'a>, Text<'a>)>);
+/// A JSON object read as its pairs, borrowing from the input where no escapes were present,
+/// kept in input order and looked up by a scan: a pod has tens of labels at most and a handful
+/// of resources per list, and a `BTreeMap`'s inserts, node allocations and drops cost more
+/// than the few lookups resolution makes. A key given twice means its last value, as in a
+/// map.
+#[derive(Debug, Clone)]
+pub struct PairMap<'a, V>(Vec<(Text<'a>, V)>);
 
-impl<'a> StrMap<'a> {
-    pub fn get(&self, key: &str) -> Option<&Text<'a>> {
+/// Labels and annotations.
+pub type StrMap<'a> = PairMap<'a, Text<'a>>;
+
+/// A resource list: resource name -> quantity text.
+pub type ResourceMap<'a> = PairMap<'a, QuantityText<'a>>;
+
+impl<V> Default for PairMap<'_, V> {
+    fn default() -> Self {
+        PairMap(Vec::new())
+    }
+}
+
+impl<'a, V> PairMap<'a, V> {
+    pub fn get(&self, key: &str) -> Option<&V> {
         self.0
             .iter()
             .rev()
             .find(|(k, _)| k.as_str() == key)
             .map(|(_, v)| v)
     }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Each key once, with its last value, in input order of those last values.
+    pub fn iter(&self) -> impl Iterator<Item = (&Text<'a>, &V)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(i, (k, _))| !self.0[i + 1..].iter().any(|(later, _)| later == k))
+            .map(|(_, (k, v))| (k, v))
+    }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for StrMap<'a> {
+impl<'de: 'a, 'a, V: Deserialize<'de>> Deserialize<'de> for PairMap<'a, V> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Pairs<'a>(std::marker::PhantomData<Text<'a>>);
-        impl<'de: 'a, 'a> Visitor<'de> for Pairs<'a> {
-            type Value = StrMap<'a>;
+        struct Pairs<'a, V>(std::marker::PhantomData<(Text<'a>, V)>);
+        impl<'de: 'a, 'a, V: Deserialize<'de>> Visitor<'de> for Pairs<'a, V> {
+            type Value = PairMap<'a, V>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a map")
             }
             fn visit_map<M: serde::de::MapAccess<'de>>(
                 self,
                 mut m: M,
-            ) -> Result<StrMap<'a>, M::Error> {
+            ) -> Result<PairMap<'a, V>, M::Error> {
                 // Room for a typical pod's labels or annotations without growing.
                 let mut pairs = Vec::with_capacity(m.size_hint().unwrap_or(16).min(64));
                 while let Some(pair) = m.next_entry()? {
                     pairs.push(pair);
                 }
-                Ok(StrMap(pairs))
+                Ok(PairMap(pairs))
             }
         }
         d.deserialize_map(Pairs(std::marker::PhantomData))
     }
 }
-/// A resource list: resource name -> quantity text.
-pub type ResourceMap<'a> = BTreeMap<Text<'a>, QuantityText<'a>>;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct PodInput<'a> {

@@ -214,7 +214,7 @@ pub fn review(body: &[u8], ctx: &ReviewContext<'_>) -> Reviewed {
     // Valid UTF-8 (every body the apiserver sends): parse it as a `str`, which spares
     // serde_json a UTF-8 check of every string it reads. The bytes parse to the same view;
     // anything else takes the byte path, whose errors the answers quote.
-    let parsed = match std::str::from_utf8(body) {
+    let parsed = match simdutf8::basic::from_utf8(body) {
         Ok(text) => serde_json::from_str::<ReviewIn<'_, RequestIn<'_>>>(text),
         Err(_) => serde_json::from_slice::<ReviewIn<'_, RequestIn<'_>>>(body),
     };

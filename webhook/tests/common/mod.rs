@@ -33,7 +33,7 @@ pub fn create(pod: &Value, config: &PolicyConfig) -> Resolution {
 
 pub fn mutated(pod: &Value, r: &Resolution) -> Value {
     let mut out = pod.clone();
-    apply_changes(&mut out, &r.changes);
+    apply_changes(&mut out, r);
     out
 }
 
