@@ -3,11 +3,15 @@
 # size. One server process holds, at once, 5,000 silent TLS connections (cap 1,024: the oldest
 # silent ones are evicted), 200 connections sending a request head at one byte per second,
 # and two clients posting 3 MiB bodies back to back, while a normal client sends admissions
-# over a kept-alive connection for $SECONDS_PER_ROUND seconds. Prints one ABUSE line per round
-# (normal client's p50/p99/max, peak RSS of the server) and the load average around it.
+# over a kept-alive connection for $SECONDS_PER_ROUND seconds. Then the HTTP/2 round
+# (webhook/tests/server_abuse_h2.rs at full size): $H2_ATTACKS, 1,000 attacking connections
+# in all against the default cap of 1,024, while a normal HTTP/2 client sends admissions one
+# after another. Prints one ABUSE line per round (normal client's p50/p99/max, peak RSS of the
+# server) and the load average around it.
 #
-#   webhook/benches/abuse.sh                  # 3 rounds of 20 s
+#   webhook/benches/abuse.sh                  # 3 rounds of 20 s, HTTP/1.1 then HTTP/2
 #   ROUNDS=1 IDLE=10000 webhook/benches/abuse.sh
+#   PROTOCOLS=h2 H2_SERVER_ARGS="--h2-max-concurrent-streams 200" webhook/benches/abuse.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -16,21 +20,35 @@ IDLE=${IDLE:-5000}
 SLOW=${SLOW:-200}
 SECONDS_PER_ROUND=${SECONDS_PER_ROUND:-20}
 MAX_CONNECTIONS=${MAX_CONNECTIONS:-1024}
+PROTOCOLS=${PROTOCOLS:-"http1 h2"}
+H2_ATTACKS=${H2_ATTACKS:-"stalled-bodies=250,stalled-small-bodies=150,limit-bodies=100,header-lists=200,zero-window=200,rapid-reset=20,continuation=20,ping-flood=30,settings-flood=30"}
+H2_SERVER_ARGS=${H2_SERVER_ARGS:-}
 
 # Both ends of every connection live on this machine: the client side needs one descriptor
 # per connection, the server one per admitted connection.
-need=$((IDLE + SLOW + 1024))
+need=$((IDLE + SLOW + 2048))
 if [ "$(ulimit -n)" -lt "$need" ]; then
   ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 fi
 echo "ulimit -n $(ulimit -n); $(nproc) CPUs"
 
-cargo test --release -q -p koord-webhook --test server_abuse --no-run
+cargo test --release -q -p koord-webhook --test server_abuse --test server_abuse_h2 --no-run
 for round in $(seq 1 "$ROUNDS"); do
-  echo "round $round: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  ABUSE_IDLE=$IDLE ABUSE_SLOW=$SLOW ABUSE_SECONDS=$SECONDS_PER_ROUND \
-    ABUSE_MAX_CONNECTIONS=$MAX_CONNECTIONS ABUSE_HEADER_TIMEOUT_SECS=10 \
-    cargo test --release -q -p koord-webhook --test server_abuse -- --nocapture --exact \
-    idle_slow_and_large_clients_do_not_starve_admissions 2>&1 | grep -E '^.*ABUSE|panicked|FAILED' | sed 's/^.*ABUSE/ABUSE/'
-  echo "round $round: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for protocol in $PROTOCOLS; do
+    echo "round $round $protocol: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    case $protocol in
+      http1)
+        ABUSE_IDLE=$IDLE ABUSE_SLOW=$SLOW ABUSE_SECONDS=$SECONDS_PER_ROUND \
+          ABUSE_MAX_CONNECTIONS=$MAX_CONNECTIONS ABUSE_HEADER_TIMEOUT_SECS=10 \
+          cargo test --release -q -p koord-webhook --test server_abuse -- --nocapture --exact \
+          idle_slow_and_large_clients_do_not_starve_admissions 2>&1 \
+          | grep -E '^.*ABUSE|panicked|FAILED' | sed 's/^.*ABUSE/ABUSE/' ;;
+      h2)
+        ABUSE_H2_ATTACKS=$H2_ATTACKS ABUSE_H2_SECONDS=$SECONDS_PER_ROUND \
+          ABUSE_H2_SERVER_ARGS=$H2_SERVER_ARGS \
+          cargo test --release -q -p koord-webhook --test server_abuse_h2 -- --nocapture 2>&1 \
+          | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' ;;
+    esac
+    echo "round $round $protocol: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
 done

@@ -22,17 +22,17 @@
 mod server_support;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
-use rustls::pki_types::pem::PemObject;
-use server_support::{fixture, write_certs};
+use server_support::child::{
+    Server, env_or, free_port, metric, open_files_limit, percentile, review_of_size, rss_of,
+};
+use server_support::fixture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 const RSS_LIMIT_KIB: u64 = 64 * 1024;
@@ -51,18 +51,12 @@ struct Scale {
 
 impl Scale {
     fn from_env() -> Scale {
-        fn var<T: std::str::FromStr>(name: &str, default: T) -> T {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        }
         Scale {
-            idle: var("ABUSE_IDLE", 600),
-            max_connections: var("ABUSE_MAX_CONNECTIONS", 256),
-            slow: var("ABUSE_SLOW", 50),
-            seconds: var("ABUSE_SECONDS", 4),
-            header_timeout_secs: var("ABUSE_HEADER_TIMEOUT_SECS", 3),
+            idle: env_or("ABUSE_IDLE", 600),
+            max_connections: env_or("ABUSE_MAX_CONNECTIONS", 256),
+            slow: env_or("ABUSE_SLOW", 50),
+            seconds: env_or("ABUSE_SECONDS", 4),
+            header_timeout_secs: env_or("ABUSE_HEADER_TIMEOUT_SECS", 3),
         }
     }
 
@@ -70,122 +64,6 @@ impl Scale {
     fn files_needed(&self) -> u64 {
         (self.idle + self.slow + 64) as u64
     }
-}
-
-fn open_files_limit() -> u64 {
-    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
-    limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A `koord-webhook serve --standalone` child process; killed on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    ca_pem: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port()
-    }
-
-    fn start(extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let bundle = write_certs(dir.path());
-        let port = Self::free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
-            .args(["serve", "--standalone", "--listen", &addr.to_string()])
-            .arg("--tls-cert")
-            .arg(dir.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(dir.path().join("tls.key"))
-            .args(["--log-level", "error"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start koord-webhook");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "server never listened on {addr}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Server {
-            child,
-            addr,
-            ca_pem: bundle.ca_cert_pem,
-            _dir: dir,
-        }
-    }
-
-    /// (VmRSS, VmHWM) in KiB.
-    fn rss_kib(&self) -> (u64, u64) {
-        rss_of(self.child.id())
-    }
-
-    fn connector(&self) -> TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(self.ca_pem.as_bytes()) {
-            roots.add(cert.expect("ca pem")).expect("add root");
-        }
-        let mut config = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        TlsConnector::from(Arc::new(config))
-    }
-
-    async fn tls(&self, connector: &TlsConnector) -> std::io::Result<TlsStream<TcpStream>> {
-        let tcp = TcpStream::connect(self.addr).await?;
-        tcp.set_nodelay(true)?;
-        let name = ServerName::try_from("localhost").expect("name").to_owned();
-        connector.connect(name, tcp).await
-    }
-}
-
-/// A metric's value from the plain-HTTP `/metrics` listener.
-fn metric(port: u16, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics listener");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .expect("get");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("metrics");
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
-}
-
-/// (VmRSS, VmHWM) of a process, in KiB.
-fn rss_of(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn post_head(addr: SocketAddr, length: usize) -> String {
@@ -243,24 +121,6 @@ async fn closed_within(stream: &mut TlsStream<TcpStream>, within: Duration) -> b
     )
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
-}
-
-/// A review padded to exactly `size` bytes with an annotation the engine does not read.
-fn review_of_size(size: usize) -> Vec<u8> {
-    let mut review: serde_json::Value =
-        serde_json::from_slice(&fixture("pod-create.json")).expect("fixture");
-    review["request"]["object"]["metadata"]["annotations"]["padding"] = "".into();
-    let base = serde_json::to_vec(&review).expect("json").len();
-    review["request"]["object"]["metadata"]["annotations"]["padding"] =
-        "x".repeat(size.saturating_sub(base)).into();
-    let body = serde_json::to_vec(&review).expect("json");
-    assert_eq!(body.len(), size);
-    body
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_slow_and_large_clients_do_not_starve_admissions() {
     let scale = Scale::from_env();
@@ -273,7 +133,7 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
         scale.files_needed()
     );
     koord_runtime::install_crypto_provider();
-    let metrics_port = Server::free_port();
+    let metrics_port = free_port();
     let cap = scale.max_connections;
     let server = Server::start(&[
         "--metrics-listen",
@@ -283,7 +143,7 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
         "--header-read-timeout",
         &format!("{}s", scale.header_timeout_secs),
     ]);
-    let connector = server.connector();
+    let connector = server.connector(b"http/1.1");
     let (rss_idle_server, _) = server.rss_kib();
 
     // Silent connections: TLS handshake, then nothing.
@@ -472,7 +332,7 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
 async fn connection_cap_idle_timeout_and_announced_body_size() {
     koord_runtime::install_crypto_provider();
     let server = Server::start(&["--max-connections", "20", "--idle-timeout", "2s"]);
-    let connector = server.connector();
+    let connector = server.connector(b"http/1.1");
 
     // The cap: 20 connections that each sent a request; the 21st is shed before its
     // handshake completes (none is silent, so none gives up its slot).

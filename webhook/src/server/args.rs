@@ -88,16 +88,17 @@ pub struct ServeArgs {
     #[arg(long, env = "KOORD_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub tls_handshake_timeout: Duration,
     /// HTTP/2 streams a connection may have open at once (the apiserver opens another
-    /// connection beyond it).
-    #[arg(long, env = "KOORD_H2_MAX_CONCURRENT_STREAMS", default_value_t = 200)]
+    /// connection beyond it). Each open stream holds its headers and state; with the
+    /// connection cap this bounds what a flood of streams can hold.
+    #[arg(long, env = "KOORD_H2_MAX_CONCURRENT_STREAMS", default_value_t = 100)]
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 flow-control window of a stream: body bytes a client may send ahead of the
     /// handler reading them.
-    #[arg(long, env = "KOORD_H2_STREAM_WINDOW_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "KOORD_H2_STREAM_WINDOW_BYTES", default_value_t = 64 * 1024)]
     pub h2_stream_window_bytes: u32,
     /// HTTP/2 flow-control window of a connection (all its streams): with the connection cap,
     /// it bounds the body bytes buffered for clients that send faster than they are served.
-    #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 256 * 1024)]
     pub h2_connection_window_bytes: u32,
     /// Time given to in-flight requests on SIGTERM.
     #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]

@@ -7,6 +7,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -41,6 +42,8 @@ enum ReadError {
         had_slot: bool,
     },
     Body(String),
+    /// Still waiting for the body when a newcomer needed the slot.
+    Evicted,
 }
 
 /// The body length the request announces (`Content-Length`), if any.
@@ -121,31 +124,54 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Res
 }
 
 /// Waits for a slot and reads the body, both within the deadline (one timer for the two),
-/// then reviews it.
+/// then reviews it. A slot whose body does not arrive with the head can be taken by a
+/// newcomer while it waits (`admission_slots`).
 async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span) -> Reviewed {
-    // The bound keeps memory flat under a burst: each permit holds at most one body.
     let had_slot = AtomicBool::new(false);
     let slot_and_body = async {
-        let permit = state.permits.acquire().await.ok();
+        let (mut slot, evicted) = state.slots.acquire().await;
+        if evicted {
+            state.metrics.admissions_evicted.inc();
+        }
+        had_slot.store(true, Ordering::Relaxed);
         // A large (or unannounced) body waits for the large-body lane before it is read, so
         // one client streaming bodies at the limit holds one lane, not every worker.
         let limit = state.limits.max_body_bytes as u64;
         let large = declared_length(&req).is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit);
-        let lane = match large {
-            true => state.large_bodies.acquire().await.ok(),
-            false => None,
+        let body = async {
+            let lane = match large {
+                true => state.large_bodies.acquire().await.ok(),
+                false => None,
+            };
+            (lane, read_body(req, state.limits.max_body_bytes).await)
         };
-        had_slot.store(true, Ordering::Relaxed);
-        let body = read_body(req, state.limits.max_body_bytes).await;
-        (permit, lane, body)
+        let mut body = std::pin::pin!(body);
+        // The usual admission: the body came with the head and is read in this poll, or in
+        // the next (over HTTP/2 the stream's handler may start before its DATA frame, which
+        // arrived in the same read, is processed).
+        for attempt in 0..2 {
+            if let Poll::Ready(read) = futures::poll!(body.as_mut()) {
+                return (slot, read);
+            }
+            if attempt == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        state.slots.waiting_for_body(&mut slot);
+        let read = tokio::select! {
+            read = body => read,
+            () = slot.evicted() => (None, Err(ReadError::Evicted)),
+        };
+        if read.1.is_ok() && !slot.body_read() {
+            return (slot, (None, Err(ReadError::Evicted)));
+        }
+        (slot, read)
     };
     match tokio::time::timeout(state.limits.deadline, slot_and_body).await {
-        Ok((Some(_permit), lane, Ok(body))) => {
+        Ok((_slot, (lane, Ok(body)))) => {
             review_confirmed(state, body, lane.is_some(), start, span).await
         }
-        Ok((_, _, Err(e))) => read_failed(e),
-        // The semaphores are never closed; answer as if no slot came free.
-        Ok((None, _, Ok(_))) => read_failed(ReadError::Deadline { had_slot: false }),
+        Ok((_, (_, Err(e)))) => read_failed(e),
         Err(_) => read_failed(ReadError::Deadline {
             had_slot: had_slot.load(Ordering::Relaxed),
         }),
@@ -161,6 +187,9 @@ fn read_failed(e: ReadError) -> Reviewed {
             unresolved("too many concurrent admissions; not resolved before the deadline")
         }
         ReadError::Body(message) => unresolved(&message),
+        ReadError::Evicted => unresolved(
+            "request body not complete when the admission slots were all taken; its slot went to another admission",
+        ),
     }
 }
 

@@ -5,6 +5,7 @@
 //! [`WebhookServer::run`].
 
 pub mod admission;
+mod admission_slots;
 mod args;
 pub mod connections;
 mod duration_arg;
@@ -106,6 +107,12 @@ pub struct Http2Settings {
 /// Largest HTTP/1.1 read buffer (headers): a client that sends endless headers is cut off
 /// here instead of at hyper's default of ~400 KiB per connection.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// Largest HTTP/2 header list, decoded (hyper's default; the apiserver sends well under
+/// 1 KiB). It is held with every stream that waits for a slot or its body, and HPACK lets a
+/// client send it in a few bytes: 64 KiB here let 64 connections grow the process to 671 MiB
+/// (webhook/README.md, "Abuse").
+const H2_MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -400,7 +407,7 @@ impl WebhookServer {
         server
             .http_builder()
             .http2()
-            .max_header_list_size(MAX_HEADER_BYTES as u32)
+            .max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
             .max_concurrent_streams(h2.max_concurrent_streams)
             .initial_stream_window_size(h2.stream_window_bytes)
             .initial_connection_window_size(h2.connection_window_bytes);

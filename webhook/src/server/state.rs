@@ -11,6 +11,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Semaphore;
 
+use super::admission_slots::AdmissionSlots;
+
 use super::metrics::Metrics;
 use crate::policy::PolicyConfig;
 
@@ -155,7 +157,7 @@ pub struct AppState {
     pub policy_loaded: PolicyLoaded,
     pub metrics: Metrics,
     pub limits: Limits,
-    pub permits: Semaphore,
+    pub slots: AdmissionSlots,
     /// One large body (see `handler::LARGE_BODY_BYTES`) reviewed at a time, off the workers.
     pub large_bodies: Semaphore,
 }
@@ -179,7 +181,7 @@ impl AppState {
             },
             readiness,
             metrics,
-            permits: Semaphore::new(limits.max_concurrent.max(1)),
+            slots: AdmissionSlots::new(limits.max_concurrent),
             large_bodies: Semaphore::new(1),
             limits,
         })

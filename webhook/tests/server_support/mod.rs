@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod child;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
