@@ -353,19 +353,12 @@ async fn probes_and_metrics() {
     }
 }
 
-/// A client that sends headers and then stalls: answered within the deadline, allowed
-/// without a patch (what failurePolicy: Ignore would do), never an HTTP error.
-#[tokio::test]
-async fn stalled_body_is_answered_at_the_deadline() {
-    use std::sync::Arc;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let running = start(with_examples(), |c| {
-        c.limits.deadline = std::time::Duration::from_millis(300);
-    })
-    .await;
-    let mut roots = rustls::RootCertStore::empty();
+/// A raw HTTP/1.1 TLS connection to the server, for requests the client library would not send.
+async fn raw_tls(
+    running: &Running,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
     roots
         .add(
             rustls::pki_types::CertificateDer::from_pem_slice(running.ca_pem.as_bytes())
@@ -379,13 +372,83 @@ async fn stalled_body_is_answered_at_the_deadline() {
     let tcp = tokio::net::TcpStream::connect(running.addr)
         .await
         .expect("connect");
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(
             rustls::pki_types::ServerName::try_from("localhost").expect("name"),
             tcp,
         )
         .await
-        .expect("handshake");
+        .expect("handshake")
+}
+
+/// Sends `body` with chunked transfer encoding, one chunk of `chunk` bytes per write with a
+/// pause between them (so the server sees several frames), and returns the response body.
+async fn post_chunked(running: &Running, body: &[u8], chunk: usize) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tls = raw_tls(running).await;
+    tls.write_all(b"POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        .await
+        .expect("head");
+    for piece in body.chunks(chunk) {
+        tls.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+            .await
+            .expect("size");
+        tls.write_all(piece).await.expect("chunk");
+        tls.write_all(b"\r\n").await.expect("crlf");
+        tls.flush().await.expect("flush");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    tls.write_all(b"0\r\n\r\n").await.expect("end");
+    let mut reply = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_to_end(&mut reply))
+        .await
+        .expect("answered")
+        .ok();
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let at = text.find("\r\n\r\n").expect("end of head") + 4;
+    reply[at..].to_vec()
+}
+
+/// A body in several frames is gathered and answered exactly as the same body in one; one
+/// that streams past the size limit is cut off there and answered allowed with a warning.
+#[tokio::test]
+async fn body_in_several_frames_is_answered_as_in_one() {
+    let running = start(with_examples(), |c| c.limits.max_body_bytes = 8 * 1024).await;
+    let body = fixture("pod-create.json");
+    let whole = post(&running, body.clone()).await.body;
+    let pieces = post_chunked(&running, &body, 1000).await;
+    assert_eq!(
+        String::from_utf8_lossy(&pieces),
+        String::from_utf8_lossy(&whole)
+    );
+    assert!(response_of_bytes(&whole)["patch"].is_string());
+
+    let mut too_big = body.clone();
+    too_big.extend(std::iter::repeat_n(b' ', 8 * 1024));
+    let answer = response_of_bytes(&post_chunked(&running, &too_big, 4000).await);
+    assert_eq!(answer["allowed"], true);
+    assert!(answer.get("patch").is_none(), "{answer}");
+    let warning = answer["warnings"][0].as_str().expect("warning");
+    assert!(warning.contains("8192"), "{warning}");
+}
+
+fn response_of_bytes(body: &[u8]) -> Value {
+    let review: Value = serde_json::from_slice(body).expect("json");
+    review["response"].clone()
+}
+
+/// A client that sends headers and then stalls: answered within the deadline, allowed
+/// without a patch (what failurePolicy: Ignore would do), never an HTTP error.
+#[tokio::test]
+async fn stalled_body_is_answered_at_the_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let running = start(with_examples(), |c| {
+        c.limits.deadline = std::time::Duration::from_millis(300);
+    })
+    .await;
+    let mut tls = raw_tls(&running).await;
     let started = std::time::Instant::now();
     tls.write_all(
         b"POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 5000\r\n\r\n{\"kind\":",

@@ -64,10 +64,14 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
             "request body of {length} bytes is above the {limit}-byte limit"
         )));
     }
-    // One buffer of the announced size: no growth, no final copy of the frames.
+    // A body that comes in one frame (the apiserver's, and nearly every other) is kept as
+    // it came, without a copy; one in several frames is gathered into one buffer of the
+    // announced size (no growth).
     let capacity = declared.map_or(8 * 1024, |l| l as usize);
     let mut body = req.into_body();
-    let mut buf = Vec::with_capacity(capacity);
+    let mut first: Option<Bytes> = None;
+    let mut gathered = Vec::new();
+    let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
             ReadError::Body(format!(
@@ -75,15 +79,24 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
             ))
         })?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
+            total += data.len();
+            if total > limit {
                 return Err(ReadError::Body(format!(
                     "request body unreadable or above {limit} bytes: length limit exceeded"
                 )));
             }
-            buf.extend_from_slice(&data);
+            match first.take() {
+                None if gathered.is_empty() => first = Some(data),
+                None => gathered.extend_from_slice(&data),
+                Some(earlier) => {
+                    gathered.reserve(capacity.max(total));
+                    gathered.extend_from_slice(&earlier);
+                    gathered.extend_from_slice(&data);
+                }
+            }
         }
     }
-    Ok(Bytes::from(buf))
+    Ok(first.unwrap_or_else(|| Bytes::from(gathered)))
 }
 
 /// Keeps `koord_webhook_inflight_admissions` right even when the client goes away and the
