@@ -354,9 +354,7 @@ async fn probes_and_metrics() {
 }
 
 /// A raw HTTP/1.1 TLS connection to the server, for requests the client library would not send.
-async fn raw_tls(
-    running: &Running,
-) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+async fn raw_tls(running: &Running) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -400,10 +398,13 @@ async fn post_chunked(running: &Running, body: &[u8], chunk: usize) -> Vec<u8> {
     }
     tls.write_all(b"0\r\n\r\n").await.expect("end");
     let mut reply = Vec::new();
-    tokio::time::timeout(std::time::Duration::from_secs(10), tls.read_to_end(&mut reply))
-        .await
-        .expect("answered")
-        .ok();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tls.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered")
+    .ok();
     let text = String::from_utf8_lossy(&reply);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     let at = text.find("\r\n\r\n").expect("end of head") + 4;

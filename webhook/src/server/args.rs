@@ -94,11 +94,11 @@ pub struct ServeArgs {
     pub h2_max_concurrent_streams: u32,
     /// HTTP/2 flow-control window of a stream: body bytes a client may send ahead of the
     /// handler reading them.
-    #[arg(long, env = "KOORD_H2_STREAM_WINDOW_BYTES", default_value_t = 64 * 1024)]
+    #[arg(long, env = "KOORD_H2_STREAM_WINDOW_BYTES", default_value_t = 1024 * 1024)]
     pub h2_stream_window_bytes: u32,
     /// HTTP/2 flow-control window of a connection (all its streams): with the connection cap,
     /// it bounds the body bytes buffered for clients that send faster than they are served.
-    #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 256 * 1024)]
+    #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 1024 * 1024)]
     pub h2_connection_window_bytes: u32,
     /// Time given to in-flight requests on SIGTERM.
     #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]

@@ -42,8 +42,6 @@ enum ReadError {
         had_slot: bool,
     },
     Body(String),
-    /// Still waiting for the body when a newcomer needed the slot.
-    Evicted,
 }
 
 /// The body length the request announces (`Content-Length`), if any.
@@ -136,17 +134,13 @@ pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Res
     json(reviewed.body)
 }
 
-/// Waits for a slot and reads the body, both within the deadline (one timer for the two),
-/// then reviews it. A slot whose body does not arrive with the head can be taken by a
-/// newcomer while it waits (`admission_slots`).
+/// Reads the body and takes a permit, both within the deadline (one timer for the two), then
+/// reviews it. An admission whose body came with its head (the apiserver's) goes straight to
+/// a permit; one still waiting for its body first holds a body-wait slot, of which there are
+/// half as many, so stalled clients never hold the permits the others are reviewed under.
 async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span) -> Reviewed {
     let had_slot = AtomicBool::new(false);
     let slot_and_body = async {
-        let (mut slot, evicted) = state.slots.acquire().await;
-        if evicted {
-            state.metrics.admissions_evicted.inc();
-        }
-        had_slot.store(true, Ordering::Relaxed);
         // A large (or unannounced) body waits for the large-body lane before it is read, so
         // one client streaming bodies at the limit holds one lane, not every worker.
         let limit = state.limits.max_body_bytes as u64;
@@ -161,30 +155,30 @@ async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span)
         let mut body = std::pin::pin!(body);
         // The usual admission: the body came with the head and is read in this poll, or in
         // the next (over HTTP/2 the stream's handler may start before its DATA frame, which
-        // arrived in the same read, is processed).
+        // arrived in the same read, is processed). It is in memory already.
         for attempt in 0..2 {
             if let Poll::Ready(read) = futures::poll!(body.as_mut()) {
-                return (slot, read);
+                let permit = state.permits.acquire().await.ok();
+                return (permit, read);
             }
             if attempt == 0 {
                 tokio::task::yield_now().await;
             }
         }
-        state.slots.waiting_for_body(&mut slot);
-        let read = tokio::select! {
-            read = body => read,
-            () = slot.evicted() => (None, Err(ReadError::Evicted)),
-        };
-        if read.1.is_ok() && !slot.body_read() {
-            return (slot, (None, Err(ReadError::Evicted)));
-        }
-        (slot, read)
+        let waiting = state.body_waits.acquire().await.ok();
+        had_slot.store(true, Ordering::Relaxed);
+        let read = body.await;
+        drop(waiting);
+        let permit = state.permits.acquire().await.ok();
+        (permit, read)
     };
     match tokio::time::timeout(state.limits.deadline, slot_and_body).await {
-        Ok((_slot, (lane, Ok(body)))) => {
+        Ok((Some(_permit), (lane, Ok(body)))) => {
             review_confirmed(state, body, lane.is_some(), start, span).await
         }
         Ok((_, (_, Err(e)))) => read_failed(e),
+        // The semaphores are never closed; answer as if no permit came free.
+        Ok((None, (_, Ok(_)))) => read_failed(ReadError::Deadline { had_slot: false }),
         Err(_) => read_failed(ReadError::Deadline {
             had_slot: had_slot.load(Ordering::Relaxed),
         }),
@@ -200,9 +194,6 @@ fn read_failed(e: ReadError) -> Reviewed {
             unresolved("too many concurrent admissions; not resolved before the deadline")
         }
         ReadError::Body(message) => unresolved(&message),
-        ReadError::Evicted => unresolved(
-            "request body not complete when the admission slots were all taken; its slot went to another admission",
-        ),
     }
 }
 

@@ -50,7 +50,6 @@ pub struct Metrics {
     pub connections_shed: IntCounter,
     pub connections_evicted: IntCounter,
     pub connections_idle_closed: IntCounter,
-    pub admissions_evicted: IntCounter,
 }
 
 impl Metrics {
@@ -138,10 +137,6 @@ impl Metrics {
             "koord_webhook_connections_idle_closed_total",
             "Connections closed after --idle-timeout without a byte either way.",
         )?;
-        let admissions_evicted = counter(
-            "koord_webhook_admissions_evicted_total",
-            "Admission slots taken, with every slot busy, from an admission still waiting for its body.",
-        )?;
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);
@@ -163,7 +158,6 @@ impl Metrics {
             connections_shed,
             connections_evicted,
             connections_idle_closed,
-            admissions_evicted,
         })
     }
 

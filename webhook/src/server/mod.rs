@@ -5,7 +5,6 @@
 //! [`WebhookServer::run`].
 
 pub mod admission;
-mod admission_slots;
 mod args;
 pub mod connections;
 mod duration_arg;

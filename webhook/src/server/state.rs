@@ -11,8 +11,6 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Semaphore;
 
-use super::admission_slots::AdmissionSlots;
-
 use super::metrics::Metrics;
 use crate::policy::PolicyConfig;
 
@@ -157,7 +155,12 @@ pub struct AppState {
     pub policy_loaded: PolicyLoaded,
     pub metrics: Metrics,
     pub limits: Limits,
-    pub slots: AdmissionSlots,
+    /// Admissions reviewed at once (`--max-concurrent`): each holds at most one body.
+    pub permits: Semaphore,
+    /// Admissions waiting for the rest of their body, at most half the permits: a client that
+    /// announces bodies and stalls (over HTTP/2, hundreds of streams per connection) can hold
+    /// only these, never the permits that bodies sent with their head are reviewed under.
+    pub body_waits: Semaphore,
     /// One large body (see `handler::LARGE_BODY_BYTES`) reviewed at a time, off the workers.
     pub large_bodies: Semaphore,
 }
@@ -181,7 +184,8 @@ impl AppState {
             },
             readiness,
             metrics,
-            slots: AdmissionSlots::new(limits.max_concurrent),
+            permits: Semaphore::new(limits.max_concurrent.max(1)),
+            body_waits: Semaphore::new((limits.max_concurrent / 2).max(1)),
             large_bodies: Semaphore::new(1),
             limits,
         })
