@@ -46,7 +46,8 @@ for round in $(seq 1 "$ROUNDS"); do
       h2)
         ABUSE_H2_ATTACKS=$H2_ATTACKS ABUSE_H2_SECONDS=$SECONDS_PER_ROUND \
           ABUSE_H2_SERVER_ARGS=$H2_SERVER_ARGS \
-          cargo test --release -q -p koord-webhook --test server_abuse_h2 -- --nocapture 2>&1 \
+          cargo test --release -q -p koord-webhook --test server_abuse_h2 -- --nocapture \
+          --include-ignored --test-threads 1 2>&1 \
           | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' ;;
     esac
     echo "round $round $protocol: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

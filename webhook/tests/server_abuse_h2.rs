@@ -170,19 +170,23 @@ fn normal_client(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_attackers_do_not_starve_admissions() {
-    attack_and_admit(false).await;
+    // Every attacking connection gets HTTP/2 here: what keeps admissions flowing is the
+    // permit pools (a body sent with its head never waits behind stalled ones), not the cap
+    // on HTTP/2 connections.
+    attack_and_admit(false, &["--max-h2-connections", "1000"]).await;
 }
 
 /// The same run, also held to the 64 MiB goal. Not met yet: every open stream holds its
 /// decoded headers and state, and connections x streams is not bounded globally
 /// (webhook/README.md, "Abuse").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "peak RSS under an HTTP/2 stream flood is above 64 MiB: not bounded yet"]
+#[ignore = "RSS is a release-build figure at full size: webhook/benches/abuse.sh runs it (a debug server starts at 28 MiB)"]
 async fn http2_attackers_stay_under_64_mib() {
-    attack_and_admit(true).await;
+    attack_and_admit(true, &[]).await;
 }
 
-async fn attack_and_admit(check_rss: bool) {
+/// `server_args` before the `ABUSE_H2_SERVER_ARGS` ones.
+async fn attack_and_admit(check_rss: bool, server_args: &[&str]) {
     let scale = Scale::from_env();
     let limit = open_files_limit();
     let needed = scale.connections() as u64 + 64;
@@ -192,7 +196,12 @@ async fn attack_and_admit(check_rss: bool) {
         scale.connections()
     );
     koord_runtime::install_crypto_provider();
-    let args: Vec<&str> = scale.server_args.iter().map(String::as_str).collect();
+    let args: Vec<&str> = server_args
+        .iter()
+        .copied()
+        .chain(scale.server_args.iter().map(String::as_str))
+        .collect();
+    let h2_capped = !args.contains(&"--max-h2-connections");
     let server = Server::start(&args);
     let (rss_start, _) = server.rss_kib();
 
@@ -263,20 +272,34 @@ async fn attack_and_admit(check_rss: bool) {
         hwm as f64 / 1024.0,
     );
 
-    // Every attack ran: its connections were made (none refused by the cap at these counts)
-    // and it sent something.
+    // Every attack ran: its connections were made and sent something. Under the default cap
+    // on HTTP/2 connections (8, one of them the normal client's), the connections past it
+    // were offered HTTP/1.1 and could not start their HTTP/2 attack.
+    let mut made_h2 = 0;
     for (attack, connections, tally) in &tallies {
         let made = tally.connections.load(Ordering::Relaxed);
-        assert_eq!(
-            made,
-            *connections as u64,
-            "{}: {made} of {connections} connections made",
-            attack.name()
-        );
+        made_h2 += made;
+        if h2_capped {
+            let refused = tally.connect_failures.load(Ordering::Relaxed);
+            assert_eq!(made + refused, *connections as u64, "{}", attack.name());
+        } else {
+            assert_eq!(
+                made,
+                *connections as u64,
+                "{}: {made} of {connections} connections made",
+                attack.name()
+            );
+        }
         assert!(
-            tally.bytes_sent.load(Ordering::Relaxed) > 0,
+            made == 0 || tally.bytes_sent.load(Ordering::Relaxed) > 0,
             "{}: sent nothing",
             attack.name()
+        );
+    }
+    if h2_capped {
+        assert!(
+            made_h2 <= 7,
+            "{made_h2} attacking HTTP/2 connections past the cap of 8"
         );
     }
     // At least one a second: the attackers and a debug-build server share two cores here, so

@@ -355,6 +355,14 @@ async fn probes_and_metrics() {
 
 /// A raw HTTP/1.1 TLS connection to the server, for requests the client library would not send.
 async fn raw_tls(running: &Running) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    raw_tls_alpn(running, &[b"http/1.1"]).await
+}
+
+/// A raw TLS connection offering `alpn`.
+async fn raw_tls_alpn(
+    running: &Running,
+    alpn: &[&[u8]],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -366,7 +374,7 @@ async fn raw_tls(running: &Running) -> tokio_rustls::client::TlsStream<tokio::ne
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = tokio::net::TcpStream::connect(running.addr)
         .await
         .expect("connect");
@@ -437,6 +445,66 @@ async fn body_in_several_frames_is_answered_as_in_one() {
 fn response_of_bytes(body: &[u8]) -> Value {
     let review: Value = serde_json::from_slice(body).expect("json");
     review["response"].clone()
+}
+
+/// Past `--max-h2-connections`, a client offering HTTP/2 and HTTP/1.1 is given HTTP/1.1 and
+/// served; once an HTTP/2 connection closes, the next is given HTTP/2 again.
+#[tokio::test]
+async fn http2_connections_beyond_the_cap_speak_http1() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let running = start(with_examples(), |c| c.connections.http2.max_connections = 2).await;
+    let both: &[&[u8]] = &[b"h2", b"http/1.1"];
+    let alpn = |c: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>| {
+        c.get_ref().1.alpn_protocol().map(<[u8]>::to_vec)
+    };
+    let first = raw_tls_alpn(&running, both).await;
+    let second = raw_tls_alpn(&running, both).await;
+    assert_eq!(alpn(&first).as_deref(), Some(&b"h2"[..]));
+    assert_eq!(alpn(&second).as_deref(), Some(&b"h2"[..]));
+    let mut third = raw_tls_alpn(&running, both).await;
+    assert_eq!(
+        alpn(&third).as_deref(),
+        Some(&b"http/1.1"[..]),
+        "beyond the cap"
+    );
+    let body = fixture("pod-create.json");
+    third
+        .write_all(
+            format!(
+                "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("head");
+    third.write_all(&body).await.expect("body");
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        third.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered")
+    .ok();
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains(r#""patch":""#),
+        "{text}"
+    );
+
+    drop(first);
+    let mut again = None;
+    for _ in 0..50 {
+        let conn = raw_tls_alpn(&running, both).await;
+        if alpn(&conn).as_deref() == Some(&b"h2"[..]) {
+            again = Some(conn);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(again.is_some(), "HTTP/2 offered again once one closed");
+    drop(second);
 }
 
 /// A client that sends headers and then stalls: answered within the deadline, allowed

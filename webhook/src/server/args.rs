@@ -87,6 +87,11 @@ pub struct ServeArgs {
     /// Time a new connection has to complete its TLS handshake.
     #[arg(long, env = "KOORD_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub tls_handshake_timeout: Duration,
+    /// HTTP/2 connections open at once; past it, new connections are offered HTTP/1.1 only
+    /// (still served, one request at a time each). Bounds what HTTP/2 clients can hold: each
+    /// connection up to its streams and flow-control window.
+    #[arg(long, env = "KOORD_MAX_H2_CONNECTIONS", default_value_t = 8)]
+    pub max_h2_connections: usize,
     /// HTTP/2 streams a connection may have open at once (the apiserver opens another
     /// connection beyond it). Each open stream holds its headers and state; with the
     /// connection cap this bounds what a flood of streams can hold.

@@ -293,12 +293,6 @@ pub trait MarkInUse {
     fn mark_in_use(&self);
 }
 
-impl MarkInUse for tokio_rustls::server::TlsStream<GuardedStream> {
-    fn mark_in_use(&self) {
-        self.get_ref().0.mark_in_use();
-    }
-}
-
 /// The acceptor over TLS: after the handshake, waits (at most the header-read timeout) for the
 /// first bytes of a request before the connection gets its HTTP state. A connection that
 /// only holds a finished handshake then costs its TLS state and nothing else: hyper would

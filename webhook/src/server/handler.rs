@@ -153,17 +153,18 @@ async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span)
             (lane, read_body(req, state.limits.max_body_bytes).await)
         };
         let mut body = std::pin::pin!(body);
-        // The usual admission: the body came with the head and is read in this poll, or in
-        // the next (over HTTP/2 the stream's handler may start before its DATA frame, which
-        // arrived in the same read, is processed). It is in memory already.
-        for attempt in 0..2 {
-            if let Poll::Ready(read) = futures::poll!(body.as_mut()) {
-                let permit = state.permits.acquire().await.ok();
-                return (permit, read);
-            }
-            if attempt == 0 {
-                tokio::task::yield_now().await;
-            }
+        // The usual admission: the body came with the head and is read in this poll (no
+        // timer), or soon after (over HTTP/2 the stream's handler may start before its DATA
+        // frame is processed, later still on a busy connection). It is in memory already.
+        let early = match futures::poll!(body.as_mut()) {
+            Poll::Ready(read) => Some(read),
+            Poll::Pending => tokio::time::timeout(BODY_WITH_HEAD, body.as_mut())
+                .await
+                .ok(),
+        };
+        if let Some(read) = early {
+            let permit = state.permits.acquire().await.ok();
+            return (permit, read);
         }
         let waiting = state.body_waits.acquire().await.ok();
         had_slot.store(true, Ordering::Relaxed);
@@ -234,6 +235,10 @@ async fn review_confirmed(
         Err(_) => reviewed,
     }
 }
+
+/// How long a body may take to follow its head and still count as sent with it: far above
+/// the scheduling delay of a frame already received, far below any deadline.
+const BODY_WITH_HEAD: Duration = Duration::from_millis(50);
 
 /// Bodies above this are read one at a time (the large-body lane) and reviewed on a blocking
 /// thread: parsing a body near the size limit takes milliseconds, and on a runtime worker it

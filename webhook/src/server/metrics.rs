@@ -50,6 +50,7 @@ pub struct Metrics {
     pub connections_shed: IntCounter,
     pub connections_evicted: IntCounter,
     pub connections_idle_closed: IntCounter,
+    pub connections_h2_withheld: IntCounter,
 }
 
 impl Metrics {
@@ -137,6 +138,10 @@ impl Metrics {
             "koord_webhook_connections_idle_closed_total",
             "Connections closed after --idle-timeout without a byte either way.",
         )?;
+        let connections_h2_withheld = counter(
+            "koord_webhook_connections_h2_withheld_total",
+            "Connections offered HTTP/1.1 only because --max-h2-connections HTTP/2 connections were open.",
+        )?;
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);
@@ -158,6 +163,7 @@ impl Metrics {
             connections_shed,
             connections_evicted,
             connections_idle_closed,
+            connections_h2_withheld,
         })
     }
 

@@ -15,6 +15,7 @@ pub mod response;
 pub mod review_names;
 pub mod state;
 pub mod tls;
+mod tls_accept;
 pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
@@ -25,7 +26,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use axum_server::Handle;
-use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::api::core::v1::Namespace;
 use koord_runtime::metrics::MetricError;
 use kube::core::PartialObjectMeta;
@@ -40,6 +41,7 @@ use metrics::Metrics;
 use reresolver::{ReresolveConfig, ReresolveConfigError, Triggers};
 use state::{AppState, Limits, NamespaceGate, Readiness};
 use tls::CertFiles;
+use tls_accept::TlsAcceptor;
 use watch::ConfigMapNames;
 
 use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
@@ -98,6 +100,8 @@ pub struct ConnectionSettings {
 /// HTTP/2 limits (webhook/README.md, the HTTP/2 tuning table under "Load benchmark").
 #[derive(Debug, Clone, Copy)]
 pub struct Http2Settings {
+    /// HTTP/2 connections open at once; past it, new connections are offered HTTP/1.1 only.
+    pub max_connections: usize,
     pub max_concurrent_streams: u32,
     pub stream_window_bytes: u32,
     pub connection_window_bytes: u32,
@@ -201,6 +205,7 @@ impl Config {
                 header_read_timeout: args.header_read_timeout,
                 tls_handshake_timeout: args.tls_handshake_timeout,
                 http2: Http2Settings {
+                    max_connections: args.max_h2_connections,
                     max_concurrent_streams: args.h2_max_concurrent_streams,
                     stream_window_bytes: args.h2_stream_window_bytes,
                     connection_window_bytes: args.h2_connection_window_bytes,
@@ -384,12 +389,13 @@ impl WebhookServer {
         let addr = self.listener.local_addr()?;
         tracing::info!(%addr, "serving /mutate-pod over TLS");
         let settings = self.config.connections;
-        let tls = RustlsAcceptor::new(self.tls)
-            .handshake_timeout(settings.tls_handshake_timeout)
-            .acceptor(GuardedAcceptor::new(
-                settings.limits,
-                self.state.metrics.clone(),
-            ));
+        let tls = TlsAcceptor::new(
+            GuardedAcceptor::new(settings.limits, self.state.metrics.clone()),
+            self.tls,
+            settings.tls_handshake_timeout,
+            settings.http2.max_connections,
+            self.state.metrics.clone(),
+        );
         let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout);
         let mut server = axum_server::from_tcp(self.listener)?
             .acceptor(acceptor)

@@ -70,6 +70,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
             header_read_timeout: Duration::from_secs(10),
             tls_handshake_timeout: Duration::from_secs(10),
             http2: Http2Settings {
+                max_connections: 8,
                 max_concurrent_streams: 200,
                 stream_window_bytes: 1024 * 1024,
                 connection_window_bytes: 1024 * 1024,

@@ -1,0 +1,193 @@
+//! The TLS acceptor: rustls with a handshake timeout, offering HTTP/2 in ALPN only while fewer
+//! than `--max-h2-connections` HTTP/2 connections are open. Past that, a client is offered
+//! HTTP/1.1 alone and is still served, one request at a time per connection.
+//!
+//! Why: an HTTP/2 connection is the expensive kind. It can hold a hundred streams, each with
+//! its headers and state, plus up to its flow-control window of body bytes; a thousand of them
+//! (within the connection cap) grew the process to about 2 GiB under the HTTP/2 abuse round
+//! (webhook/README.md, "Abuse"). The apiserver needs a few: one per apiserver instance, more
+//! only past a hundred admissions in flight on it.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use axum_server::tls_rustls::RustlsConfig;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::server::TlsStream;
+
+use super::connections::{GuardedStream, MarkInUse};
+use super::metrics::Metrics;
+
+/// The TLS layer over `inner` (the connection guard).
+#[derive(Clone)]
+pub struct TlsAcceptor<A> {
+    inner: A,
+    config: RustlsConfig,
+    handshake_timeout: Duration,
+    h2_open: Arc<AtomicUsize>,
+    max_h2: usize,
+    metrics: Metrics,
+}
+
+impl<A> TlsAcceptor<A> {
+    pub fn new(
+        inner: A,
+        config: RustlsConfig,
+        handshake_timeout: Duration,
+        max_h2: usize,
+        metrics: Metrics,
+    ) -> Self {
+        TlsAcceptor {
+            inner,
+            config,
+            handshake_timeout,
+            h2_open: Arc::new(AtomicUsize::new(0)),
+            max_h2,
+            metrics,
+        }
+    }
+}
+
+/// One of the `--max-h2-connections`: held by an HTTP/2 connection (and, during its handshake,
+/// by a connection offered HTTP/2), given back on drop.
+struct H2Slot(Arc<AtomicUsize>);
+
+impl H2Slot {
+    fn try_take(open: &Arc<AtomicUsize>, max: usize) -> Option<H2Slot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| H2Slot(open.clone()))
+    }
+}
+
+impl Drop for H2Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `config` with HTTP/1.1 alone in ALPN.
+fn http1_only(config: &ServerConfig) -> Arc<ServerConfig> {
+    let mut config = config.clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+impl<A, I, S> Accept<I, S> for TlsAcceptor<A>
+where
+    A: Accept<I, S>,
+    A::Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    A::Future: Send + 'static,
+    A::Service: Send + 'static,
+{
+    type Stream = TlsConnection<A::Stream>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, Self::Service)>> + Send>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        let accepted = self.inner.accept(stream, service);
+        let config = self.config.get_inner();
+        let (timeout, open, max) = (self.handshake_timeout, self.h2_open.clone(), self.max_h2);
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let (stream, service) = accepted.await?;
+            let slot = H2Slot::try_take(&open, max);
+            let config = match slot {
+                Some(_) => config,
+                None => {
+                    metrics.connections_h2_withheld.inc();
+                    http1_only(&config)
+                }
+            };
+            let tls = tokio::time::timeout(
+                timeout,
+                tokio_rustls::TlsAcceptor::from(config).accept(stream),
+            )
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+            // Kept only by a connection that did negotiate HTTP/2.
+            let h2 = slot.filter(|_| tls.get_ref().1.alpn_protocol() == Some(b"h2"));
+            Ok((TlsConnection { tls, _h2: h2 }, service))
+        })
+    }
+}
+
+/// A TLS connection, holding its HTTP/2 slot (if it speaks HTTP/2) while it lives.
+pub struct TlsConnection<T> {
+    tls: TlsStream<T>,
+    _h2: Option<H2Slot>,
+}
+
+impl MarkInUse for TlsConnection<GuardedStream> {
+    fn mark_in_use(&self) {
+        self.tls.get_ref().0.mark_in_use();
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConnection<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tls).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tls.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().tls).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h2_slots_are_capped_and_given_back() {
+        let open = Arc::new(AtomicUsize::new(0));
+        let a = H2Slot::try_take(&open, 2).expect("first");
+        let _b = H2Slot::try_take(&open, 2).expect("second");
+        assert!(H2Slot::try_take(&open, 2).is_none(), "beyond the cap");
+        drop(a);
+        assert!(H2Slot::try_take(&open, 2).is_some(), "given back");
+        assert!(
+            H2Slot::try_take(&open, 0).is_none(),
+            "0 offers HTTP/2 to none"
+        );
+    }
+}
