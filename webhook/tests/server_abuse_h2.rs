@@ -10,14 +10,17 @@
 //! wait to be answered, and PING and SETTINGS floods whose answers are never read. Meanwhile
 //! a normal HTTP/2 client, connected before the attack as the apiserver's connection is,
 //! sends admissions one after another. Checked: every normal admission is answered with its
-//! patch within the deadline (before the admission slots could be taken over, 2 connections
-//! of stalled streams held every slot and admissions waited out the deadline). The peak RSS
-//! is printed; the 64 MiB goal is checked by the ignored `http2_attackers_stay_under_64_mib`
-//! and not met yet.
+//! patch within the deadline (when admission slots were taken before the body was read, 2
+//! connections of stalled streams held every slot and admissions waited out the deadline).
+//! `http2_attackers_do_not_starve_admissions` lets every attacker speak HTTP/2
+//! (`--max-h2-connections 1000`): the permit pools alone keep admissions flowing.
+//! `http2_attackers_stay_under_64_mib` runs with the defaults, where connections past 8
+//! HTTP/2 ones are offered HTTP/1.1, and holds the peak RSS under 64 MiB; it is a release,
+//! full-size figure, run by `webhook/benches/abuse.sh`.
 //!
 //! `cargo test` runs a size that fits the usual 1,024 file descriptors and ~15 s (80
 //! attacking connections, 4 s of admissions). `webhook/benches/abuse.sh` runs the full size
-//! (1,000 attacking connections against the default cap of 1,024, release build) through the
+//! (1,000 attacking connections, release build) through the
 //! `ABUSE_H2_*` variables below.
 
 mod h2_attacker;
