@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2_attacker::{Attack, Tally};
 use http_body_util::{BodyExt as _, Full};
-use server_support::child::{Server, env_or, open_files_limit, percentile, rss_of};
+use server_support::child::{
+    Server, assert_not_starved, env_or, open_files_limit, percentile, rss_of,
+};
 use server_support::fixture;
 
 const RSS_LIMIT_KIB: u64 = 64 * 1024;
@@ -307,19 +309,7 @@ async fn attack_and_admit(check_rss: bool, server_args: &[&str]) {
     }
     // At least one a second: the attackers and a debug-build server share two cores here, so
     // the count says the client was not shut out, not how fast it went (abuse.sh measures).
-    assert!(
-        latencies.len() as u64 >= scale.seconds,
-        "the normal client got {} answers in {} s",
-        latencies.len(),
-        scale.seconds
-    );
-    // Not a latency figure (those come from webhook/benches/abuse.sh on a release build): the
-    // bound is the request deadline, which a starved admission would run into.
-    let slowest = percentile(&latencies, 1.0);
-    assert!(
-        slowest < Duration::from_secs(3),
-        "an admission took {slowest:?}"
-    );
+    assert_not_starved(&latencies, scale.seconds, scale.seconds);
     if check_rss {
         assert!(
             hwm < RSS_LIMIT_KIB,

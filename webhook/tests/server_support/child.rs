@@ -145,6 +145,22 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
+/// The normal client was not shut out: at least `min_answers` answers (sorted latencies) in
+/// `seconds`, none slower than the 3 s request deadline a starved admission would run into.
+/// Not a latency figure: those come from webhook/benches/abuse.sh on a release build.
+pub fn assert_not_starved(sorted: &[Duration], min_answers: u64, seconds: u64) {
+    assert!(
+        sorted.len() as u64 >= min_answers,
+        "the normal client got {} answers in {seconds} s",
+        sorted.len()
+    );
+    let slowest = percentile(sorted, 1.0);
+    assert!(
+        slowest < Duration::from_secs(3),
+        "an admission took {slowest:?}"
+    );
+}
+
 /// A review padded to exactly `size` bytes with an annotation the engine does not read.
 pub fn review_of_size(size: usize) -> Vec<u8> {
     let mut review: serde_json::Value =
