@@ -507,6 +507,97 @@ async fn http2_connections_beyond_the_cap_speak_http1() {
     drop(second);
 }
 
+/// An HTTP/2 slot is taken by a ClientHello offering `h2`, not by the TCP connection: silent
+/// connections and HTTP/1.1-only clients (the soak's ten, an attacker's thousands) leave the
+/// apiserver its HTTP/2.
+#[tokio::test]
+async fn connections_not_offering_http2_take_no_http2_slot() {
+    let running = start(with_examples(), |c| c.connections.http2.max_connections = 1).await;
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(
+            tokio::net::TcpStream::connect(running.addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    let http1 = [
+        raw_tls_alpn(&running, &[b"http/1.1"]).await,
+        raw_tls_alpn(&running, &[]).await,
+    ];
+    let both: &[&[u8]] = &[b"h2", b"http/1.1"];
+    let conn = raw_tls_alpn(&running, both).await;
+    assert_eq!(
+        conn.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "the one slot is free"
+    );
+    drop((silent, http1));
+}
+
+/// A connection that did not negotiate `h2` (past the cap, or without ALPN) and sends the
+/// HTTP/2 preface anyway is closed without an HTTP/2 answer; without ALPN, HTTP/1.1 is served.
+#[tokio::test]
+async fn http2_preface_without_h2_in_alpn_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let running = start(with_examples(), |c| c.connections.http2.max_connections = 1).await;
+    let both: &[&[u8]] = &[b"h2", b"http/1.1"];
+    let holder = raw_tls_alpn(&running, both).await;
+    assert_eq!(holder.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+
+    // The preface, then an empty SETTINGS frame: what an HTTP/2 client sends first.
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    for alpn in [both, &[]] {
+        let mut conn = raw_tls_alpn(&running, alpn).await;
+        assert_ne!(conn.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        // Split like a slow client would, so the check spans reads.
+        conn.write_all(&preface[..5]).await.expect("preface start");
+        conn.flush().await.expect("flush");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let _ = conn.write_all(&preface[5..]).await;
+        let mut reply = Vec::new();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            conn.read_to_end(&mut reply),
+        )
+        .await;
+        assert!(read.is_ok(), "closed at once (ALPN {alpn:?})");
+        assert!(
+            reply.is_empty(),
+            "no HTTP/2 SETTINGS or anything else (ALPN {alpn:?}): {reply:?}"
+        );
+    }
+
+    let mut plain = raw_tls_alpn(&running, &[]).await;
+    let body = fixture("pod-create.json");
+    plain
+        .write_all(
+            format!(
+                "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("head");
+    plain.write_all(&body).await.expect("body");
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        plain.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered")
+    .ok();
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.contains(r#""patch":""#),
+        "HTTP/1.1 without ALPN is served: {text}"
+    );
+    drop(holder);
+}
+
 /// A client that sends headers and then stalls: answered within the deadline, allowed
 /// without a patch (what failurePolicy: Ignore would do), never an HTTP error.
 #[tokio::test]

@@ -7,6 +7,13 @@
 //! (within the connection cap) grew the process to about 2 GiB under the HTTP/2 abuse round
 //! (webhook/README.md, "Abuse"). The apiserver needs a few: one per apiserver instance, more
 //! only past a hundred admissions in flight on it.
+//!
+//! A slot is taken when the ClientHello offers `h2`, not at accept: a client that offers
+//! HTTP/1.1 alone, or a TCP connection that never sends a ClientHello, holds none (a burst of
+//! HTTP/1.1 handshakes used to take every slot and leave the apiserver on HTTP/1.1). And a
+//! connection that did not negotiate `h2` may not speak it anyway: the server below detects
+//! the protocol from the first bytes, so the HTTP/2 preface on such a connection closes it
+//! (RFC 9113 3.2: HTTP/2 over TLS is chosen by ALPN), or the cap would bind only polite clients.
 
 use std::future::Future;
 use std::io;
@@ -19,7 +26,9 @@ use std::time::Duration;
 use axum_server::accept::Accept;
 use axum_server::tls_rustls::RustlsConfig;
 use rustls::ServerConfig;
+use rustls::server::Acceptor;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::connections::{GuardedStream, MarkInUse};
@@ -55,8 +64,8 @@ impl<A> TlsAcceptor<A> {
     }
 }
 
-/// One of the `--max-h2-connections`: held by an HTTP/2 connection (and, during its handshake,
-/// by a connection offered HTTP/2), given back on drop.
+/// One of the `--max-h2-connections`: held by an HTTP/2 connection (and, during the rest of
+/// its handshake, by a client whose ClientHello offered `h2`), given back on drop.
 struct H2Slot(Arc<AtomicUsize>);
 
 impl H2Slot {
@@ -100,24 +109,76 @@ where
         let metrics = self.metrics.clone();
         Box::pin(async move {
             let (stream, service) = accepted.await?;
-            let slot = H2Slot::try_take(&open, max);
-            let config = match slot {
-                Some(_) => config,
-                None => {
+            let handshake = async {
+                let hello = LazyConfigAcceptor::new(Acceptor::default(), stream).await?;
+                let offers_h2 = hello
+                    .client_hello()
+                    .alpn()
+                    .is_some_and(|mut offered| offered.any(|p| p == b"h2"));
+                let slot = offers_h2.then(|| H2Slot::try_take(&open, max)).flatten();
+                let config = if offers_h2 && slot.is_none() {
                     metrics.connections_h2_withheld.inc();
                     http1_only(&config)
-                }
+                } else {
+                    config
+                };
+                let tls = hello.into_stream(config).await?;
+                // Kept only by a connection that did negotiate HTTP/2.
+                let h2 = slot.filter(|_| tls.get_ref().1.alpn_protocol() == Some(b"h2"));
+                io::Result::Ok((tls, h2))
             };
-            let tls = tokio::time::timeout(
-                timeout,
-                tokio_rustls::TlsAcceptor::from(config).accept(stream),
-            )
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-            // Kept only by a connection that did negotiate HTTP/2.
-            let h2 = slot.filter(|_| tls.get_ref().1.alpn_protocol() == Some(b"h2"));
-            Ok((TlsConnection { tls, _h2: h2 }, service))
+            let (tls, h2) = tokio::time::timeout(timeout, handshake)
+                .await
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                })??;
+            let preface = if h2.is_some() {
+                PrefaceGuard::Off
+            } else {
+                PrefaceGuard::Matched(0)
+            };
+            Ok((
+                TlsConnection {
+                    tls,
+                    _h2: h2,
+                    preface,
+                },
+                service,
+            ))
         })
+    }
+}
+
+/// What a connection that did not negotiate HTTP/2 has sent of the preface's first line.
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// Watches the first bytes of a connection that did not negotiate HTTP/2 for the HTTP/2
+/// preface; no HTTP/1.1 request starts with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PrefaceGuard {
+    /// Not watching: the connection negotiated HTTP/2, or its first bytes were something else.
+    Off,
+    /// This many bytes of [`H2_PREFACE_LINE`] seen so far.
+    Matched(usize),
+    /// The whole line: the connection is refused.
+    Refused,
+}
+
+impl PrefaceGuard {
+    /// Takes the next bytes read from the client.
+    fn observe(self, bytes: &[u8]) -> PrefaceGuard {
+        let PrefaceGuard::Matched(seen) = self else {
+            return self;
+        };
+        let want = &H2_PREFACE_LINE[seen..];
+        let n = want.len().min(bytes.len());
+        if bytes[..n] != want[..n] {
+            PrefaceGuard::Off
+        } else if n == want.len() {
+            PrefaceGuard::Refused
+        } else {
+            PrefaceGuard::Matched(seen + n)
+        }
     }
 }
 
@@ -125,6 +186,7 @@ where
 pub struct TlsConnection<T> {
     tls: TlsStream<T>,
     _h2: Option<H2Slot>,
+    preface: PrefaceGuard,
 }
 
 impl MarkInUse for TlsConnection<GuardedStream> {
@@ -139,7 +201,19 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().tls).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = Pin::new(&mut this.tls).poll_read(cx, buf);
+        if this.preface != PrefaceGuard::Off && matches!(read, Poll::Ready(Ok(()))) {
+            this.preface = this.preface.observe(&buf.filled()[before..]);
+            if this.preface == PrefaceGuard::Refused {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
+                )));
+            }
+        }
+        read
     }
 }
 
@@ -189,5 +263,28 @@ mod tests {
             H2Slot::try_take(&open, 0).is_none(),
             "0 offers HTTP/2 to none"
         );
+    }
+
+    #[test]
+    fn the_http2_preface_is_caught_across_reads_and_nothing_else_is() {
+        use PrefaceGuard::*;
+        let feed = |reads: &[&[u8]]| {
+            reads
+                .iter()
+                .fold(Matched(0), |guard, bytes| guard.observe(bytes))
+        };
+        let table: &[(&[&[u8]], PrefaceGuard)] = &[
+            (&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], Refused),
+            (&[b"PR", b"I * HT", b"TP/2.0\r", b"\nSM"], Refused),
+            (&[b"P", b"R", b"I"], Matched(3)),
+            (&[b""], Matched(0)),
+            (&[b"POST /mutate-pod HTTP/1.1\r\n"], Off),
+            (&[b"PRI", b"NT"], Off),
+            (&[b"POST ", b"PRI * HTTP/2.0\r\n"], Off),
+        ];
+        for (reads, want) in table {
+            assert_eq!(feed(reads), *want, "{reads:?}");
+        }
+        assert_eq!(Off.observe(b"PRI * HTTP/2.0\r\n"), Off, "off stays off");
     }
 }
