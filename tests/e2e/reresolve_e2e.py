@@ -250,9 +250,15 @@ def down(h, s) -> None:
     rq = s.resolved(pod)
     s.check(s.labels(pod).get(s.QOS_LABEL) == "LS" and rq["qosClassSource"] == "kubernetes-qos",
             f"label {s.labels(pod)}, resolved {rq}")
+
+    def elected_passes() -> float:
+        return metric(h, s, port, "koord_webhook_reresolve_passes_total", trigger="elected",
+                      outcome="completed")
+
+    # The pod is patched during the pass; the pass is counted when it has walked every pod.
+    s.wait_until("the elected pass to be counted", elected_passes, 30, 0.1)
     passes = metric(h, s, port, "koord_webhook_reresolve_passes_total", outcome="completed")
-    elected = metric(h, s, port, "koord_webhook_reresolve_passes_total", trigger="elected",
-                     outcome="completed")
+    elected = elected_passes()
     s.check(elected == 1, f"elected passes {elected}, all passes {passes}: expected the first")
     # Its write went through admission as an UPDATE, which kept it (one engine, one answer).
     creates = metric(h, s, port, "koord_webhook_admissions_total", operation="CREATE")
