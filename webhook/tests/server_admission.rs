@@ -447,11 +447,34 @@ fn response_of_bytes(body: &[u8]) -> Value {
     review["response"].clone()
 }
 
+/// Posts the create review over HTTP/1.1 with `connection: close` on `conn` and returns the
+/// whole reply as text.
+async fn post_create_and_close(
+    conn: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = fixture("pod-create.json");
+    let head = format!(
+        "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    conn.write_all(&body).await.expect("body");
+    let mut reply = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        conn.read_to_end(&mut reply),
+    )
+    .await
+    .expect("answered")
+    .ok();
+    String::from_utf8_lossy(&reply).into_owned()
+}
+
 /// Past `--max-h2-connections`, a client offering HTTP/2 and HTTP/1.1 is given HTTP/1.1 and
 /// served; once an HTTP/2 connection closes, the next is given HTTP/2 again.
 #[tokio::test]
 async fn http2_connections_beyond_the_cap_speak_http1() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let running = start(with_examples(), |c| c.connections.http2.max_connections = 2).await;
     let both: &[&[u8]] = &[b"h2", b"http/1.1"];
     let alpn = |c: &tokio_rustls::client::TlsStream<tokio::net::TcpStream>| {
@@ -467,27 +490,7 @@ async fn http2_connections_beyond_the_cap_speak_http1() {
         Some(&b"http/1.1"[..]),
         "beyond the cap"
     );
-    let body = fixture("pod-create.json");
-    third
-        .write_all(
-            format!(
-                "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .await
-        .expect("head");
-    third.write_all(&body).await.expect("body");
-    let mut reply = Vec::new();
-    tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        third.read_to_end(&mut reply),
-    )
-    .await
-    .expect("answered")
-    .ok();
-    let text = String::from_utf8_lossy(&reply);
+    let text = post_create_and_close(&mut third).await;
     assert!(
         text.starts_with("HTTP/1.1 200") && text.contains(r#""patch":""#),
         "{text}"
@@ -570,27 +573,7 @@ async fn http2_preface_without_h2_in_alpn_is_refused() {
     }
 
     let mut plain = raw_tls_alpn(&running, &[]).await;
-    let body = fixture("pod-create.json");
-    plain
-        .write_all(
-            format!(
-                "POST /mutate-pod HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .await
-        .expect("head");
-    plain.write_all(&body).await.expect("body");
-    let mut reply = Vec::new();
-    tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        plain.read_to_end(&mut reply),
-    )
-    .await
-    .expect("answered")
-    .ok();
-    let text = String::from_utf8_lossy(&reply);
+    let text = post_create_and_close(&mut plain).await;
     assert!(
         text.starts_with("HTTP/1.1 200") && text.contains(r#""patch":""#),
         "HTTP/1.1 without ALPN is served: {text}"
