@@ -29,41 +29,67 @@ impl Drop for Server {
     }
 }
 
+/// A free port that no other server of this test binary was given. The tests of a binary run
+/// at once, and the kernel may hand the same free port to two of them; the second server then
+/// failed to bind while its test talked to the first one, until that one went away.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 impl Server {
     pub fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let bundle = write_certs(dir.path());
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
-            .args(["serve", "--standalone", "--listen", &addr.to_string()])
-            .arg("--tls-cert")
-            .arg(dir.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(dir.path().join("tls.key"))
-            .args(["--log-level", "error"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start koord-webhook");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "server never listened on {addr}");
-            std::thread::sleep(Duration::from_millis(50));
+        // A port can still be taken between free_port and the child's bind (another test's
+        // client connections use ephemeral ports): the child then exits, and it is started
+        // again on another port.
+        for _ in 0..5 {
+            let port = free_port();
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+            let mut child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+                .args(["serve", "--standalone", "--listen", &addr.to_string()])
+                .arg("--tls-cert")
+                .arg(dir.path().join("tls.crt"))
+                .arg("--tls-key")
+                .arg(dir.path().join("tls.key"))
+                .args(["--log-level", "error"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start koord-webhook");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let listening = loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    eprintln!("koord-webhook on {addr} exited ({status}); trying another port");
+                    break false;
+                }
+                if std::net::TcpStream::connect(addr).is_ok() {
+                    break true;
+                }
+                assert!(Instant::now() < deadline, "server never listened on {addr}");
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            if listening {
+                return Server {
+                    child,
+                    addr,
+                    ca_pem: bundle.ca_cert_pem,
+                    _dir: dir,
+                };
+            }
         }
-        Server {
-            child,
-            addr,
-            ca_pem: bundle.ca_cert_pem,
-            _dir: dir,
-        }
+        panic!("koord-webhook exited on five ports in a row");
     }
 
     /// (VmRSS, VmHWM) in KiB.
