@@ -288,15 +288,45 @@ impl AsyncWrite for GuardedStream {
     }
 }
 
-/// A stream that can say its connection's first request has arrived.
-pub trait MarkInUse {
+/// What the first-bytes acceptor needs of the connection below it.
+pub trait AcceptedConnection {
+    /// The connection's first request has arrived: no longer evictable as silent.
     fn mark_in_use(&self);
+    /// The connection negotiated HTTP/2 in ALPN (and holds one of `--max-h2-connections`).
+    fn negotiated_h2(&self) -> bool;
+}
+
+/// The HTTP/2 client preface's first line; no HTTP/1.1 request starts with it.
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// Whether `first` (a connection's first bytes) is, or may still become, the HTTP/2 preface.
+#[derive(Debug, PartialEq, Eq)]
+enum Preface {
+    Not,
+    Partial,
+    Whole,
+}
+
+fn h2_preface(first: &[u8]) -> Preface {
+    let n = first.len().min(H2_PREFACE_LINE.len());
+    if first.is_empty() || first[..n] != H2_PREFACE_LINE[..n] {
+        Preface::Not
+    } else if n == H2_PREFACE_LINE.len() {
+        Preface::Whole
+    } else {
+        Preface::Partial
+    }
 }
 
 /// The acceptor over TLS: after the handshake, waits (at most the header-read timeout) for the
 /// first bytes of a request before the connection gets its HTTP state. A connection that
 /// only holds a finished handshake then costs its TLS state and nothing else: hyper would
 /// otherwise allocate its 8 KiB read buffer at once, the largest part of an idle connection.
+///
+/// It also closes a connection that did not negotiate `h2` and starts with the HTTP/2 preface
+/// anyway: the server detects the protocol from these bytes, so without this a client that
+/// ignores ALPN would get HTTP/2 past `--max-h2-connections` (RFC 9113 3.2: HTTP/2 over TLS is
+/// chosen by ALPN).
 #[derive(Clone)]
 pub struct FirstBytesAcceptor<A> {
     inner: A,
@@ -316,7 +346,7 @@ impl<A, I, S> Accept<I, S> for FirstBytesAcceptor<A>
 where
     A: Accept<I, S>,
     A::Future: Send + 'static,
-    A::Stream: AsyncRead + MarkInUse + Unpin + Send + 'static,
+    A::Stream: AsyncRead + AcceptedConnection + Unpin + Send + 'static,
     A::Service: Send + 'static,
 {
     type Stream = Prefixed<A::Stream>;
@@ -331,7 +361,20 @@ where
             // A small array in the (boxed) future while waiting: the rest of a larger first
             // record stays in the TLS layer's buffer for hyper to read.
             let mut first = [0u8; FIRST_READ];
-            let n = tokio::time::timeout(timeout, stream.read(&mut first))
+            let check_preface = !stream.negotiated_h2();
+            let read_first = async {
+                let mut n = stream.read(&mut first).await?;
+                // Until the bytes so far rule the preface out (the first byte, for any
+                // HTTP/1.1 request), read on: a client may send it a few bytes at a time.
+                while check_preface && h2_preface(&first[..n]) == Preface::Partial {
+                    match stream.read(&mut first[n..]).await? {
+                        0 => break,
+                        more => n += more,
+                    }
+                }
+                io::Result::Ok(n)
+            };
+            let n = tokio::time::timeout(timeout, read_first)
                 .await
                 .map_err(|_| {
                     io::Error::new(
@@ -339,6 +382,12 @@ where
                         "no request before the header-read timeout",
                     )
                 })??;
+            if check_preface && h2_preface(&first[..n]) == Preface::Whole {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
+                ));
+            }
             if n > 0 {
                 stream.mark_in_use();
             }
@@ -408,5 +457,31 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_http2_preface_and_nothing_else_is_recognised() {
+        let table: &[(&[u8], Preface)] = &[
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Preface::Whole),
+            (b"PRI * HTTP/2.0\r\n", Preface::Whole),
+            (b"PRI * HT", Preface::Partial),
+            (b"P", Preface::Partial),
+            (b"", Preface::Not),
+            (b"POST /mutate-pod HTTP/1.1\r\n", Preface::Not),
+            (b"PRINT", Preface::Not),
+        ];
+        for (first, want) in table {
+            assert_eq!(
+                h2_preface(first),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(first)
+            );
+        }
     }
 }

@@ -10,10 +10,9 @@
 //!
 //! A slot is taken when the ClientHello offers `h2`, not at accept: a client that offers
 //! HTTP/1.1 alone, or a TCP connection that never sends a ClientHello, holds none (a burst of
-//! HTTP/1.1 handshakes used to take every slot and leave the apiserver on HTTP/1.1). And a
-//! connection that did not negotiate `h2` may not speak it anyway: the server below detects
-//! the protocol from the first bytes, so the HTTP/2 preface on such a connection closes it
-//! (RFC 9113 3.2: HTTP/2 over TLS is chosen by ALPN), or the cap would bind only polite clients.
+//! HTTP/1.1 handshakes used to take every slot and leave the apiserver on HTTP/1.1). A
+//! connection that did not negotiate `h2` and speaks it anyway is closed by the first-bytes
+//! acceptor (`connections.rs`), or the cap would bind only polite clients.
 
 use std::future::Future;
 use std::io;
@@ -31,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{GuardedStream, MarkInUse};
+use super::connections::{AcceptedConnection, GuardedStream};
 use super::metrics::Metrics;
 
 /// The TLS layer over `inner` (the connection guard).
@@ -132,66 +131,24 @@ where
                 .map_err(|_| {
                     io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
                 })??;
-            let preface = if h2.is_some() {
-                PrefaceGuard::Off
-            } else {
-                PrefaceGuard::Matched(0)
-            };
-            Ok((
-                TlsConnection {
-                    tls,
-                    _h2: h2,
-                    preface,
-                },
-                service,
-            ))
+            Ok((TlsConnection { tls, h2 }, service))
         })
-    }
-}
-
-/// What a connection that did not negotiate HTTP/2 has sent of the preface's first line.
-const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
-
-/// Watches the first bytes of a connection that did not negotiate HTTP/2 for the HTTP/2
-/// preface; no HTTP/1.1 request starts with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PrefaceGuard {
-    /// Not watching: the connection negotiated HTTP/2, or its first bytes were something else.
-    Off,
-    /// This many bytes of [`H2_PREFACE_LINE`] seen so far.
-    Matched(usize),
-    /// The whole line: the connection is refused.
-    Refused,
-}
-
-impl PrefaceGuard {
-    /// Takes the next bytes read from the client.
-    fn observe(self, bytes: &[u8]) -> PrefaceGuard {
-        let PrefaceGuard::Matched(seen) = self else {
-            return self;
-        };
-        let want = &H2_PREFACE_LINE[seen..];
-        let n = want.len().min(bytes.len());
-        if bytes[..n] != want[..n] {
-            PrefaceGuard::Off
-        } else if n == want.len() {
-            PrefaceGuard::Refused
-        } else {
-            PrefaceGuard::Matched(seen + n)
-        }
     }
 }
 
 /// A TLS connection, holding its HTTP/2 slot (if it speaks HTTP/2) while it lives.
 pub struct TlsConnection<T> {
     tls: TlsStream<T>,
-    _h2: Option<H2Slot>,
-    preface: PrefaceGuard,
+    h2: Option<H2Slot>,
 }
 
-impl MarkInUse for TlsConnection<GuardedStream> {
+impl AcceptedConnection for TlsConnection<GuardedStream> {
     fn mark_in_use(&self) {
         self.tls.get_ref().0.mark_in_use();
+    }
+
+    fn negotiated_h2(&self) -> bool {
+        self.h2.is_some()
     }
 }
 
@@ -201,19 +158,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConnection<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let read = Pin::new(&mut this.tls).poll_read(cx, buf);
-        if this.preface != PrefaceGuard::Off && matches!(read, Poll::Ready(Ok(()))) {
-            this.preface = this.preface.observe(&buf.filled()[before..]);
-            if this.preface == PrefaceGuard::Refused {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
-                )));
-            }
-        }
-        read
+        Pin::new(&mut self.get_mut().tls).poll_read(cx, buf)
     }
 }
 
@@ -263,28 +208,5 @@ mod tests {
             H2Slot::try_take(&open, 0).is_none(),
             "0 offers HTTP/2 to none"
         );
-    }
-
-    #[test]
-    fn the_http2_preface_is_caught_across_reads_and_nothing_else_is() {
-        use PrefaceGuard::*;
-        let feed = |reads: &[&[u8]]| {
-            reads
-                .iter()
-                .fold(Matched(0), |guard, bytes| guard.observe(bytes))
-        };
-        let table: &[(&[&[u8]], PrefaceGuard)] = &[
-            (&[b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], Refused),
-            (&[b"PR", b"I * HT", b"TP/2.0\r", b"\nSM"], Refused),
-            (&[b"P", b"R", b"I"], Matched(3)),
-            (&[b""], Matched(0)),
-            (&[b"POST /mutate-pod HTTP/1.1\r\n"], Off),
-            (&[b"PRI", b"NT"], Off),
-            (&[b"POST ", b"PRI * HTTP/2.0\r\n"], Off),
-        ];
-        for (reads, want) in table {
-            assert_eq!(feed(reads), *want, "{reads:?}");
-        }
-        assert_eq!(Off.observe(b"PRI * HTTP/2.0\r\n"), Off, "off stays off");
     }
 }
