@@ -55,8 +55,11 @@ fn declared_length(req: &Request) -> Option<u64> {
 /// Reads the body within `limit` bytes: a `Content-Length` above it is refused before a byte
 /// is read, and a body that streams past it (chunked, or a lying length) is cut off there, so
 /// no request buffers more than the limit.
-async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
-    let declared = declared_length(&req);
+async fn read_body(
+    mut body: Body,
+    declared: Option<u64>,
+    limit: usize,
+) -> Result<Bytes, ReadError> {
     if let Some(length) = declared.filter(|l| *l > limit as u64) {
         return Err(ReadError::Body(format!(
             "request body of {length} bytes is above the {limit}-byte limit"
@@ -66,7 +69,6 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, ReadError> {
     // it came, without a copy; one in several frames is gathered into one buffer of the
     // announced size (no growth).
     let capacity = declared.map_or(8 * 1024, |l| l as usize);
-    let mut body = req.into_body();
     let mut first: Option<Bytes> = None;
     let mut gathered = Vec::new();
     let mut total = 0usize;
@@ -117,45 +119,87 @@ impl Drop for InFlight<'_> {
 /// `/mutate-pod`. The whole admission runs in an [`admission_span`] (debug level), so the
 /// lines of the namespace confirmation and of the kube client say which admission they belong
 /// to.
-pub async fn mutate_pod(State(state): State<Arc<AppState>>, req: Request) -> Response {
+pub fn mutate_pod(
+    State(state): State<Arc<AppState>>,
+    req: Request,
+) -> impl Future<Output = Response> {
     let start = Instant::now();
-    let span = admission_span();
-    let metrics = &state.metrics;
-    let inflight = InFlight::enter(&metrics.inflight);
-    let reviewed = admit(&state, req, start, &span)
-        .instrument(span.clone())
-        .await;
-    drop(inflight);
-    metrics.count_admission(reviewed.operation, reviewed.qos_class, &reviewed.decision);
-    metrics
-        .admission_duration
-        .observe(start.elapsed().as_secs_f64());
-    span.in_scope(|| log(&reviewed));
-    json(reviewed.body)
+    // Only the body and its announced length go into the future: the head (headers, URI,
+    // extensions) is dropped here, so the future the runtime moves and stores stays small.
+    let declared = declared_length(&req);
+    let body = req.into_body();
+    async move {
+        let span = admission_span();
+        let metrics = &state.metrics;
+        let inflight = InFlight::enter(&metrics.inflight);
+        let reviewed = admit(&state, body, declared, start, &span)
+            .instrument(span.clone())
+            .await;
+        drop(inflight);
+        metrics.count_admission(reviewed.operation, reviewed.qos_class, &reviewed.decision);
+        metrics
+            .admission_duration
+            .observe(start.elapsed().as_secs_f64());
+        span.in_scope(|| log(&reviewed));
+        json(reviewed.body)
+    }
+}
+
+/// Reads the body and takes a permit, then reviews it. The usual admission (a small body that
+/// came with its head, a permit free) is reviewed at once, with no timer; anything that has to
+/// wait goes through [`admit_waiting`].
+async fn admit(
+    state: &Arc<AppState>,
+    body: Body,
+    declared: Option<u64>,
+    start: Instant,
+    span: &Span,
+) -> Reviewed {
+    let limit = state.limits.max_body_bytes;
+    // A large (or unannounced) body waits for the large-body lane before it is read, so one
+    // client streaming bodies at the limit holds one lane, not every worker.
+    let large = declared.is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit as u64);
+    let mut read = std::pin::pin!(read_body(body, declared, limit));
+    if !large && let Poll::Ready(result) = futures::poll!(read.as_mut()) {
+        let body = match result {
+            Ok(body) => body,
+            Err(e) => return read_failed(e),
+        };
+        if let Ok(_permit) = state.permits.try_acquire() {
+            return review_confirmed(state, body, false, start, span).await;
+        }
+        let waiting = admit_waiting(state, std::future::ready(Ok(body)), false, start, span);
+        return Box::pin(waiting).await;
+    }
+    // Boxed: the timers and semaphore waits would otherwise make every admission's future
+    // (moved and stored on each request) larger for the rare admission that waits.
+    Box::pin(admit_waiting(state, read, large, start, span)).await
 }
 
 /// Reads the body and takes a permit, both within the deadline (one timer for the two), then
 /// reviews it. An admission whose body came with its head (the apiserver's) goes straight to
 /// a permit; one still waiting for its body first holds a body-wait slot, of which there are
 /// half as many, so stalled clients never hold the permits the others are reviewed under.
-async fn admit(state: &Arc<AppState>, req: Request, start: Instant, span: &Span) -> Reviewed {
+async fn admit_waiting(
+    state: &Arc<AppState>,
+    read: impl Future<Output = Result<Bytes, ReadError>>,
+    large: bool,
+    start: Instant,
+    span: &Span,
+) -> Reviewed {
     let had_slot = AtomicBool::new(false);
     let slot_and_body = async {
-        // A large (or unannounced) body waits for the large-body lane before it is read, so
-        // one client streaming bodies at the limit holds one lane, not every worker.
-        let limit = state.limits.max_body_bytes as u64;
-        let large = declared_length(&req).is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit);
         let body = async {
             let lane = match large {
                 true => state.large_bodies.acquire().await.ok(),
                 false => None,
             };
-            (lane, read_body(req, state.limits.max_body_bytes).await)
+            (lane, read.await)
         };
         let mut body = std::pin::pin!(body);
-        // The usual admission: the body came with the head and is read in this poll (no
-        // timer), or soon after (over HTTP/2 the stream's handler may start before its DATA
-        // frame is processed, later still on a busy connection). It is in memory already.
+        // The body came with the head and is read in this poll (no timer), or soon after
+        // (over HTTP/2 the stream's handler may start before its DATA frame is processed,
+        // later still on a busy connection). It is in memory already.
         let early = match futures::poll!(body.as_mut()) {
             Poll::Ready(read) => Some(read),
             Poll::Pending => tokio::time::timeout(BODY_WITH_HEAD, body.as_mut())
@@ -216,6 +260,29 @@ async fn review_confirmed(
     let Some(client) = state.kube.get().filter(|_| not_opted_in) else {
         return reviewed;
     };
+    // Boxed: the apiserver call's future is kilobytes, and inline it would make every
+    // admission's future (moved and stored on each request) that large for a rare path.
+    Box::pin(confirm_opt_in(
+        state,
+        client,
+        reviewed,
+        &body,
+        in_large_lane,
+        start,
+    ))
+    .await
+}
+
+/// The namespace cache said "not opted in": asks the apiserver, and reviews again if the
+/// namespace is in fact opted in.
+async fn confirm_opt_in(
+    state: &Arc<AppState>,
+    client: &kube::Client,
+    reviewed: Reviewed,
+    body: &Bytes,
+    in_large_lane: bool,
+    start: Instant,
+) -> Reviewed {
     let budget = state
         .limits
         .deadline
@@ -224,7 +291,7 @@ async fn review_confirmed(
     let api: Api<Namespace> = Api::all(client.clone());
     match tokio::time::timeout(budget, api.get_metadata_opt(reviewed.namespace())).await {
         Ok(Ok(Some(ns))) if has_opt_in_label(ns.metadata.labels.as_ref()) => {
-            review_in_lane(state, &body, in_large_lane, false).await
+            review_in_lane(state, body, in_large_lane, false).await
         }
         Ok(Ok(_)) => reviewed,
         Ok(Err(e)) => {
@@ -338,4 +405,39 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicyConfig;
+    use crate::server::metrics::Metrics;
+    use crate::server::state::{Limits, NamespaceGate, Readiness};
+
+    /// Every admission's future is moved and stored on each request; the rare paths (the
+    /// apiserver call that confirms a namespace label, the timers of an admission that waits)
+    /// are boxed so that they do not make it kilobytes (it was 3.4 KB).
+    #[test]
+    fn the_admission_future_stays_small() {
+        fn size_of_future<F: Future>(_: &F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let state = AppState::new(
+            PolicyConfig::default(),
+            NamespaceGate {
+                exempt: vec![],
+                opt_in: None,
+            },
+            Readiness::all_ready(),
+            Metrics::new().expect("metrics"),
+            Limits {
+                max_body_bytes: 1024,
+                max_concurrent: 4,
+                deadline: Duration::from_secs(1),
+            },
+        );
+        let admission = mutate_pod(State(state), Request::new(Body::empty()));
+        let size = size_of_future(&admission);
+        assert!(size <= 1024, "the /mutate-pod future is {size} bytes");
+    }
 }
