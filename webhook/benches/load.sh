@@ -64,7 +64,7 @@ run_one() {
   cpu_us=$(awk -v t=$((after - before)) -v n="$total" 'BEGIN{ if (n>0) printf "%.0f", t*10000/n; else print "-" }')
   printf "| %-10s | %-9s | %9.0f | %6s | %6s | %7s | %6s | %8s | %8s |\n" \
     "$name" "$mode" "$rps" "$p50" "$p99" "$cpu_us" "$hwm" "$((non2xx + sockerr))" "$total"
-  echo "$name $mode $rps" >> "$WORK/results"
+  echo "$name $mode $rps $round" >> "$WORK/results"
 }
 
 start_server() { # start_server NAME PORT -> PID in $STARTED
@@ -107,3 +107,9 @@ awk '{ k = $1" "$2; s[k] += $3; n[k]++ }
         for (i in ms) { w = s["webhook "ms[i]]/n["webhook "ms[i]]; f = s["floor "ms[i]]/n["floor "ms[i]];
           if (f > 0) printf "%s: webhook %.0f req/s = %.0f%% of the floor (%.0f req/s)\n", ms[i], w, 100*w/f, f } }' \
   "$WORK/results"
+# Per round too: the goal is judged round by round, and a noisy host shows up here first.
+awk '{ r[$2" "$4" "$1] = $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } if ($4 > last) last = $4 }
+  END { for (i = 1; i <= n; i++) { line = order[i]": per round"
+          for (k = 1; k <= last; k++) { f = r[order[i]" "k" floor"]
+            line = line sprintf(" %.1f%%", f > 0 ? 100 * r[order[i]" "k" webhook"] / f : 0) }
+          print line } }' "$WORK/results"
