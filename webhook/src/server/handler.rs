@@ -160,16 +160,17 @@ async fn admit(
     // client streaming bodies at the limit holds one lane, not every worker.
     let large = declared.is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit as u64);
     let mut read = std::pin::pin!(read_body(body, declared, limit));
-    if !large && let Poll::Ready(result) = futures::poll!(read.as_mut()) {
-        let body = match result {
-            Ok(body) => body,
-            Err(e) => return read_failed(e),
-        };
-        if let Ok(_permit) = state.permits.try_acquire() {
-            return review_confirmed(state, body, false, start, span).await;
+    if !large && let Ok(permit) = state.permits.try_acquire() {
+        match futures::poll!(read.as_mut()) {
+            Poll::Ready(Ok(body)) => {
+                let reviewed = review_confirmed(state, body, false, start, span).await;
+                drop(permit);
+                return reviewed;
+            }
+            Poll::Ready(Err(e)) => return read_failed(e),
+            // The body is still on its way: it waits without holding a permit.
+            Poll::Pending => drop(permit),
         }
-        let waiting = admit_waiting(state, std::future::ready(Ok(body)), false, start, span);
-        return Box::pin(waiting).await;
     }
     // Boxed: the timers and semaphore waits would otherwise make every admission's future
     // (moved and stored on each request) larger for the rare admission that waits.
