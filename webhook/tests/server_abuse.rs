@@ -365,6 +365,30 @@ async fn connection_cap_idle_timeout_and_announced_body_size() {
         "closed after {idle_for:?} idle (timeout 2 s)"
     );
 
+    // A kept-alive connection that, after one answer, sends its next head a byte every
+    // 200 ms: bytes keep arriving, but no answer goes out, so it is closed once nothing has
+    // been written for the idle timeout, not kept open by the drip.
+    let mut conn = server.tls(&connector).await.expect("connection");
+    conn.write_all(&request).await.expect("request");
+    let (status, _) = read_response(&mut conn).await.expect("served");
+    assert!(status.starts_with("HTTP/1.1 200"));
+    let dripping_since = Instant::now();
+    let head = post_head(server.addr, 100);
+    let mut closed_after = None;
+    for byte in head.as_bytes().iter().cycle().take(40) {
+        if conn.write_all(std::slice::from_ref(byte)).await.is_err()
+            || closed_within(&mut conn, Duration::from_millis(200)).await
+        {
+            closed_after = Some(dripping_since.elapsed());
+            break;
+        }
+    }
+    let closed_after = closed_after.expect("a dripped head keeps a connection open for 8 s");
+    assert!(
+        closed_after >= Duration::from_millis(1900) && closed_after < Duration::from_secs(5),
+        "a dripped head was closed after {closed_after:?} (idle timeout 2 s)"
+    );
+
     // A body announced above the limit: answered at once, without sending it.
     let mut conn = server.tls(&connector).await.expect("connection");
     conn.write_all(post_head(server.addr, BODY_LIMIT + 1).as_bytes())

@@ -74,9 +74,11 @@ pub struct ServeArgs {
     /// ones keep being served.
     #[arg(long, env = "KOORD_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
-    /// A connection with no byte read or written for this long is closed (HTTP/1.1 and
-    /// HTTP/2). Keep it above the apiserver's own idle timeout for webhook connections (90s),
-    /// so the apiserver, not us, retires an idle connection and never sends on one we close.
+    /// A connection the server has written nothing to for this long is closed (HTTP/1.1 and
+    /// HTTP/2): an idle one, and one that keeps sending without completing a request (a head
+    /// dripped a byte at a time, HTTP/2 frames that need no answer). Keep it above the
+    /// apiserver's own idle timeout for webhook connections (90s), so the apiserver, not us,
+    /// retires an idle connection and never sends on one we close.
     #[arg(long, env = "KOORD_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// Time a new connection has, after its TLS handshake, to send the headers of its first

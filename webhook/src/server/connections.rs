@@ -1,6 +1,8 @@
 //! What a connection may hold and for how long, below TLS: a cap on open connections (a new
 //! one beyond it is closed at once, before its TLS handshake costs anything) and an idle
-//! timeout (no byte read or written for that long closes it, for HTTP/1.1 and HTTP/2 alike).
+//! timeout (nothing written for that long closes it, for HTTP/1.1 and HTTP/2 alike: an idle
+//! connection, and one that keeps sending without ever getting an answer, such as a request
+//! head dripped a byte at a time).
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
@@ -29,7 +31,7 @@ use super::metrics::Metrics;
 pub struct ConnectionLimits {
     /// Connections open at once; more are closed as they arrive.
     pub max_connections: usize,
-    /// A connection with no byte read or written for this long is closed.
+    /// A connection the server has written nothing to for this long is closed.
     pub idle_timeout: Duration,
 }
 
@@ -150,7 +152,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
             let stream = GuardedStream {
                 inner: stream,
                 idle_timeout,
-                active: false,
+                wrote: false,
                 quiet_checks: 0,
                 timer: Box::pin(tokio::time::sleep(idle_timeout / IDLE_CHECKS)),
                 state,
@@ -163,19 +165,22 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
 }
 
 /// Idle checks per idle timeout: a connection is closed once this many checks in a row saw
-/// nothing move, between the timeout and 1.25 times it after its last read or write.
+/// nothing written, between the timeout and 1.25 times it after its last write.
 const IDLE_CHECKS: u32 = 4;
 
-/// A TCP stream that holds a connection slot, fails with `TimedOut` once nothing has moved in
-/// either direction for the idle timeout (up to a quarter more), and with `ConnectionAborted`
-/// once evicted. Reads and writes only set a flag: no clock read and no timer-wheel update per
-/// record; the timer fires every quarter of the timeout and counts the quiet quarters.
+/// A TCP stream that holds a connection slot, fails with `TimedOut` once nothing has been
+/// written to it for the idle timeout (up to a quarter more), and with `ConnectionAborted`
+/// once evicted. Only writes count: every request that is served gets an answer, so a
+/// connection that reads without ever being answered (a head or frames dripped to hold it
+/// open) is as idle as a silent one. A write only sets a flag: no clock read and no
+/// timer-wheel update per record; the timer fires every quarter of the timeout and counts the
+/// quiet quarters.
 pub struct GuardedStream {
     inner: TcpStream,
     idle_timeout: Duration,
-    /// A read or write completed since the last idle check.
-    active: bool,
-    /// Idle checks in a row that saw nothing move.
+    /// A write completed since the last idle check.
+    wrote: bool,
+    /// Idle checks in a row that saw nothing written.
     quiet_checks: u32,
     timer: Pin<Box<Sleep>>,
     state: Arc<ConnState>,
@@ -211,7 +216,7 @@ impl GuardedStream {
             if self.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            if std::mem::take(&mut self.active) {
+            if std::mem::take(&mut self.wrote) {
                 self.quiet_checks = 0;
             } else {
                 self.quiet_checks += 1;
@@ -220,7 +225,7 @@ impl GuardedStream {
                 self.metrics.connections_idle_closed.inc();
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "connection idle for longer than the idle timeout",
+                    "nothing written to the connection for longer than the idle timeout",
                 ));
             }
             let next = Instant::now() + self.idle_timeout / IDLE_CHECKS;
@@ -228,9 +233,9 @@ impl GuardedStream {
         }
     }
 
-    fn touched<T>(&mut self, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn note_write<T>(&mut self, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         if poll.is_ready() {
-            self.active = true;
+            self.wrote = true;
         }
         poll
     }
@@ -245,7 +250,7 @@ impl AsyncRead for GuardedStream {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Pending => this.poll_idle(cx).map(Err),
-            ready => this.touched(ready),
+            ready => ready,
         }
     }
 }
@@ -259,7 +264,7 @@ impl AsyncWrite for GuardedStream {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_write(cx, buf) {
             Poll::Pending => this.poll_idle(cx).map(Err),
-            ready => this.touched(ready),
+            ready => this.note_write(ready),
         }
     }
 
@@ -271,7 +276,7 @@ impl AsyncWrite for GuardedStream {
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
             Poll::Pending => this.poll_idle(cx).map(Err),
-            ready => this.touched(ready),
+            ready => this.note_write(ready),
         }
     }
 

@@ -401,12 +401,16 @@ impl WebhookServer {
             .acceptor(acceptor)
             .handle(self.handle)
             .first_request_timeout(settings.header_read_timeout);
-        // HTTP/1.1: between requests on a kept-alive connection, hyper waits for the next
-        // head at most the idle timeout; a head is at most MAX_HEADER_BYTES.
+        // HTTP/1.1: a head is at most MAX_HEADER_BYTES. The next head on a kept-alive
+        // connection is bounded by the idle timeout, which counts only what the server
+        // writes (connections.rs): a head dripped a byte at a time gets no answer, so the
+        // connection closes. hyper's own header-read timeout would do the same with a timer
+        // armed and dropped on every request (about 1% of the keep-alive throughput), so it
+        // is turned off explicitly (hyper's own default is 30 s once a timer is set).
         server
             .http_builder()
             .http1()
-            .header_read_timeout(settings.limits.idle_timeout)
+            .header_read_timeout(None)
             .max_buf_size(MAX_HEADER_BYTES);
         let h2 = settings.http2;
         server
