@@ -14,7 +14,9 @@
 #   ctr -n k8s.io images import <archive>
 #
 # Environment: KOORD_IMAGE_REPO, KOORD_IMAGE_OUT, KOORD_IMAGE_BIN_DIR (prebuilt binaries:
-# skip cargo), CARGO, CARGO_TARGET_DIR.
+# skip cargo), KOORD_IMAGE_PGO=1 (the webhook built with profile-guided optimization by
+# webhook/benches/pgo.sh, which needs llvm-profdata and h2load: what release images ship;
+# the applier stays a plain release build), CARGO, CARGO_TARGET_DIR.
 set -Eeuo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -49,6 +51,12 @@ else
         die "cargo build failed"
     bin=$target_dir/release
 fi
+pgo_bin=
+if [[ ${KOORD_IMAGE_PGO:-0} == 1 ]]; then
+    log "webhook/benches/pgo.sh (profile-guided koord-webhook)"
+    pgo_bin=$(cd "$repo" && webhook/benches/pgo.sh | head -1) || die "PGO build failed"
+    pgo_bin=$repo/$pgo_bin
+fi
 
 revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
 stage=$(mktemp -d)
@@ -63,8 +71,10 @@ image() {
     local name=$1 user=$2
     shift 2
     local ref="$registry/$name:$version" archive="$out/$name-$version.oci.tar"
-    [[ -x $bin/$name ]] || die "$bin/$name is missing"
-    strip --strip-debug -o "$stage/$name" "$bin/$name"
+    local from=$bin/$name
+    [[ $name == koord-webhook && -n $pgo_bin ]] && from=$pgo_bin
+    [[ -x $from ]] || die "$from is missing"
+    strip --strip-debug -o "$stage/$name" "$from"
     local args=(--name "$ref" --out "$archive"
         --add "$stage/$name:/usr/local/bin/$name:0755" --with-libs "/usr/local/bin/$name"
         --entrypoint "[\"/usr/local/bin/$name\"]"

@@ -15,6 +15,23 @@ compact_review() {
     "$1" > "$WORK/review.json"
 }
 
+# build_servers: the webhook and the floor server, built the same way, in $BIN and $FLOOR.
+# BUILD=release (default): `cargo build --release`. BUILD=pgo: both built with profile-guided
+# optimization, each trained on its own load (webhook/benches/pgo.sh).
+build_servers() {
+  case ${BUILD:-release} in
+    release)
+      cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_server
+      BIN=target/release/koord-webhook
+      FLOOR=target/release/examples/floor_server ;;
+    pgo)
+      webhook/benches/pgo.sh >&2
+      BIN=target/pgo/release/koord-webhook
+      FLOOR=target/pgo/release/examples/floor_server ;;
+    *) echo "BUILD=$BUILD: release or pgo" >&2; return 1 ;;
+  esac
+}
+
 wait_port() {
   for _ in $(seq 1 100); do
     (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0

@@ -6,6 +6,7 @@
 #
 #   webhook/benches/load-h2.sh                       # 10 s per run, unpinned
 #   PIN=1 ROUNDS=3 webhook/benches/load-h2.sh         # server on CPU 1, h2load on CPU 0
+#   BUILD=pgo PIN=1 webhook/benches/load-h2.sh        # both servers built with PGO (pgo.sh)
 #   CONNS="4" STREAMS="100" webhook/benches/load-h2.sh
 #   SERVER_ARGS="--h2-max-concurrent-streams 64" webhook/benches/load-h2.sh   # webhook flags
 #
@@ -25,12 +26,9 @@ if [ "$PIN" = 1 ]; then SERVER_CPU=(taskset -c 1); GEN_CPU=(taskset -c 0); else 
 FIXTURE=${FIXTURE:-webhook/tests/fixtures/pod-create.json}
 command -v h2load >/dev/null || { echo "h2load not found: apt-get install -y nghttp2-client" >&2; exit 1; }
 
-cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_server
-BIN=target/release/koord-webhook
-FLOOR=target/release/examples/floor_server
-
 # shellcheck source=lib.sh
 . webhook/benches/lib.sh
+build_servers
 
 compact_review "$FIXTURE"
 

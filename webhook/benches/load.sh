@@ -4,6 +4,7 @@
 #
 #   webhook/benches/load.sh                 # 10 s per run, c=16, wrk -t1 (shares both cores)
 #   DURATION=30s ROUNDS=3 webhook/benches/load.sh
+#   BUILD=pgo PIN=1 ROUNDS=3 webhook/benches/load.sh   # both servers built with PGO (pgo.sh)
 #
 # Needs wrk (apt-get install -y wrk). Prints one row per server and mode, and the ratio.
 set -euo pipefail
@@ -22,12 +23,9 @@ if [ "$PIN" = 1 ]; then SERVER_CPU=(taskset -c 1); WRK_CPU=(taskset -c 0); else 
 FIXTURE=${FIXTURE:-webhook/tests/fixtures/pod-create.json}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install -y wrk" >&2; exit 1; }
 
-cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_server
-BIN=target/release/koord-webhook
-FLOOR=target/release/examples/floor_server
-
 # shellcheck source=lib.sh
 . webhook/benches/lib.sh
+build_servers
 
 compact_review "$FIXTURE"
 cat > "$WORK/post.lua" <<LUA

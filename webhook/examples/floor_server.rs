@@ -48,8 +48,17 @@ fn main() -> anyhow::Result<()> {
         let app = Router::new().route("/mutate-pod", post(floor));
         let acceptor = RustlsAcceptor::new(tls).acceptor(NoDelayAcceptor::new());
         eprintln!("floor server on {addr}");
+        // SIGTERM/SIGINT end main normally, as they end the webhook: an instrumented build
+        // (webhook/benches/pgo.sh) writes its profile at exit, which a signal death skips.
+        let handle = axum_server::Handle::new();
+        let stop = handle.clone();
+        tokio::spawn(async move {
+            koord_runtime::shutdown_signal().await;
+            stop.shutdown();
+        });
         axum_server::bind(addr)
             .acceptor(acceptor)
+            .handle(handle)
             .serve(app.into_make_service())
             .await
     })?;
