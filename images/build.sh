@@ -54,8 +54,9 @@ fi
 pgo_bin=
 if [[ ${KOORD_IMAGE_PGO:-0} == 1 ]]; then
     log "webhook/benches/pgo.sh (profile-guided koord-webhook)"
-    pgo_bin=$(cd "$repo" && webhook/benches/pgo.sh | head -1) || die "PGO build failed"
-    pgo_bin=$repo/$pgo_bin
+    # pgo.sh prints the webhook's binary, then the floor's; read both (no early-closed pipe).
+    pgo_out=$(cd "$repo" && webhook/benches/pgo.sh) || die "PGO build failed"
+    pgo_bin=$repo/${pgo_out%%$'\n'*}
 fi
 
 revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)

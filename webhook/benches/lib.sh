@@ -9,10 +9,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# compact_review FIXTURE: the body as kube-apiserver sends it (compact JSON) in $WORK/review.json.
+# compact_review FIXTURE [OUT]: the body as kube-apiserver sends it (compact JSON) in OUT
+# (default $WORK/review.json).
 compact_review() {
   python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-    "$1" > "$WORK/review.json"
+    "$1" > "${2:-$WORK/review.json}"
 }
 
 # build_servers: the webhook and the floor server, built the same way, in $BIN and $FLOOR.

@@ -14,8 +14,8 @@
 #   BUILD=pgo webhook/benches/load.sh     # the load scripts call it themselves
 #
 # Why both: the floor is the yardstick of the webhook's own cost, so it gets the same
-# compiler treatment. Before the merged profile is used, the two PGO servers' answers are
-# compared with the plain release build's, byte for byte, for every training review.
+# compiler treatment. After the build, the PGO webhook's answer to every training review is
+# compared with the plain release build's, byte for byte.
 #
 # Needs llvm-profdata able to read rustc's raw profiles (Debian's llvm-19 reads those of
 # rustc 1.95: apt-get install -y llvm-19; or rustup's llvm-tools) and h2load
@@ -46,14 +46,12 @@ GEN_FLOOR=$GEN_DIR/release/examples/floor_server
 
 # shellcheck source=lib.sh
 . webhook/benches/lib.sh
+REVIEWS=(pod-create pod-create-be pod-update)
+for f in "${REVIEWS[@]}"; do compact_review "webhook/tests/fixtures/$f.json" "$WORK/$f.json"; done
 
 if [ ! -f "$MERGED" ] || [ "$GEN_BIN" -nt "$MERGED" ] || [ "$GEN_FLOOR" -nt "$MERGED" ]; then
   rm -rf "$RAW"
   mkdir -p "$RAW" "$USE_DIR"
-  for f in pod-create pod-create-be pod-update; do
-    python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-      "webhook/tests/fixtures/$f.json" > "$WORK/$f.json"
-  done
   train() { # train NAME PORT CMD...
     local name=$1 port=$2; shift 2
     LLVM_PROFILE_FILE="$RAW/$name-%p.profraw" "$@" 2>"$WORK/$name.err" &
@@ -98,9 +96,7 @@ answer() { # answer BIN REVIEW -> response body on stdout
   curl -sk "https://127.0.0.1:$port/mutate-pod" -H 'content-type: application/json' --data-binary @"$2"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
-for f in pod-create pod-create-be pod-update; do
-  [ -f "$WORK/$f.json" ] || python3 -c 'import json,sys; sys.stdout.write(json.dumps(json.load(open(sys.argv[1])), separators=(",",":")))' \
-    "webhook/tests/fixtures/$f.json" > "$WORK/$f.json"
+for f in "${REVIEWS[@]}"; do
   answer target/release/koord-webhook "$WORK/$f.json" > "$WORK/$f.plain"
   answer "$BIN" "$WORK/$f.json" > "$WORK/$f.pgo"
   [ -s "$WORK/$f.plain" ] && cmp -s "$WORK/$f.plain" "$WORK/$f.pgo" \
