@@ -1,7 +1,7 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit perf e2e numa memqos node images bench
+.PHONY: run test lint unit perf e2e numa memqos node images release-images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
@@ -48,6 +48,11 @@ memqos:
 ## OCI archives of koord-webhook and koord-applier, named as manifests/ references them.
 images:
 	images/build.sh
+
+## The same archives as released: the webhook built with profile-guided optimization
+## (webhook/benches/pgo.sh; needs h2load and an llvm-profdata that reads rustc's profiles).
+release-images:
+	KOORD_IMAGE_PGO=1 images/build.sh
 
 node:
 	tests/node/run
