@@ -9,9 +9,9 @@
 #
 # Beside wrk's 16 connections a probe client (h2load, one more kept-alive connection at
 # $PROBE_RPS requests/s, on wrk's CPU) sends the same review and logs every request: the
-# latency a client of the loaded server sees, the way the kube-apiserver would, which wrk's
-# own p99 (timed inside its event loop, which serves all 16 connections) does not separate
-# from the generator's queueing. wrk's p99 stays the goal's figure.
+# latency a client of the loaded server sees, the way the kube-apiserver would. wrk's own p99
+# carries a tail of wrk's besides (1.4-5x the probe's on the same process at the same time,
+# the floor's as much as the webhook's); it stays the goal's figure, the less flattering one.
 #
 # Needs wrk and h2load (apt-get install -y wrk nghttp2-client). Prints one row per server and
 # mode, and the ratio.
