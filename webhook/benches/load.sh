@@ -10,7 +10,7 @@
 # Beside wrk's 16 connections a probe client (h2load, one more kept-alive connection at
 # $PROBE_RPS requests/s, on wrk's CPU) sends the same review and logs every request: the
 # latency a client of the loaded server sees, the way the kube-apiserver would. wrk's own p99
-# carries a tail of wrk's besides (1.4-5x the probe's on the same process at the same time,
+# carries a tail of wrk's besides (1.4-4x the probe's on the same process at the same time,
 # the floor's as much as the webhook's); it stays the goal's figure, the less flattering one.
 #
 # Needs wrk and h2load (apt-get install -y wrk nghttp2-client). Prints one row per server and
