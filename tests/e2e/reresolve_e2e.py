@@ -335,8 +335,10 @@ def flip_with_two_replicas(h, s, names: list[str]) -> None:
                      duration + 15, 0.1)
         takeover = time.monotonic() - t_kill
         s.log(f"takeover {takeover:.1f}s after SIGKILL of the holder (lease duration {duration}s)")
-        # b takes over once the record it last saw has not changed for the lease duration;
-        # it looks every retry period (2 s), so the bound is duration + one period.
+        # b takes over once the record it last saw has not changed for the lease duration. It
+        # first sees a's last renewal up to one retry period (2 s) late and then looks again
+        # right at the expiry, so the bound is duration + one period; the 0.5 s over it is the
+        # write and this poll of b's metrics.
         s.check(takeover <= duration + 2.5, f"takeover took {takeover:.1f}s")
         lease = h.kjson("get", "lease", "-n", LEASE_NS, LEASE)["spec"]
         s.check(lease.get("holderIdentity") == SECOND_ID and lease.get("leaseTransitions", 0) >= 1,

@@ -83,8 +83,12 @@ pub enum LeaseAction {
     Acquire,
     /// Ours: renew it.
     Renew,
-    /// Someone else holds it and it is not expired.
-    Wait { holder: String },
+    /// Someone else holds it and it is not expired; it expires for us in `expires_in` unless
+    /// its record changes first.
+    Wait {
+        holder: String,
+        expires_in: Duration,
+    },
 }
 
 /// The part of a record whose change proves its holder alive.
@@ -153,12 +157,12 @@ pub fn decide(
                 .and_then(|s| u64::try_from(s).ok())
                 .map_or(timing.lease_duration, Duration::from_secs);
             let seen_at = observed.map_or(now, |o| o.at);
-            if now.saturating_duration_since(seen_at) >= duration {
-                LeaseAction::Acquire
-            } else {
-                LeaseAction::Wait {
+            match duration.checked_sub(now.saturating_duration_since(seen_at)) {
+                Some(expires_in) if !expires_in.is_zero() => LeaseAction::Wait {
                     holder: h.to_owned(),
-                }
+                    expires_in,
+                },
+                _ => LeaseAction::Acquire,
             }
         }
     }
@@ -198,6 +202,24 @@ pub fn released_spec(current: &LeaseSpec, now: Timestamp) -> LeaseSpec {
         renew_time: Some(MicroTime(now)),
         lease_duration_seconds: Some(1),
         ..current.clone()
+    }
+}
+
+/// The shortest wait between two looks, so that a record with a zero or tiny duration cannot
+/// turn the loop into a busy one.
+const MIN_LOOK: Duration = Duration::from_millis(100);
+
+/// How long to wait before the next look at the Lease: the retry period, or less when someone
+/// else's lease expires sooner. Looking only every retry period, a candidate would take over
+/// on the first look after the expiry, up to one period late; with the observation itself up
+/// to one period after the holder's last renewal, that made the takeover after a holder's
+/// death up to duration + two periods (18 s with 15 s and 2 s) instead of duration + one.
+pub fn next_look(action: &LeaseAction, timing: &LeaseTiming) -> Duration {
+    match action {
+        LeaseAction::Wait { expires_in, .. } => {
+            (*expires_in).min(timing.retry_period).max(MIN_LOOK)
+        }
+        _ => timing.retry_period,
     }
 }
 
@@ -290,13 +312,19 @@ mod tests {
                 Some(other.clone()),
                 None,
                 t0,
-                LeaseAction::Wait { holder: "b".into() },
+                LeaseAction::Wait {
+                    holder: "b".into(),
+                    expires_in: s(15),
+                },
             ),
             (
                 Some(other.clone()),
                 Some(&seen_t0),
                 t0 + s(14),
-                LeaseAction::Wait { holder: "b".into() },
+                LeaseAction::Wait {
+                    holder: "b".into(),
+                    expires_in: s(1),
+                },
             ),
             (
                 Some(other.clone()),
@@ -309,7 +337,17 @@ mod tests {
                 Some(spec(Some("b"), 0, Some(60))),
                 Some(&seen_t0),
                 t0 + s(30),
-                LeaseAction::Wait { holder: "b".into() },
+                LeaseAction::Wait {
+                    holder: "b".into(),
+                    expires_in: s(30),
+                },
+            ),
+            // A zero duration: expired as soon as seen.
+            (
+                Some(spec(Some("b"), 0, Some(0))),
+                None,
+                t0,
+                LeaseAction::Acquire,
             ),
             (
                 Some(spec(Some("b"), 0, None)),
@@ -344,9 +382,34 @@ mod tests {
                 t0 + s(20),
                 &timing()
             ),
-            LeaseAction::Wait { holder: "b".into() },
+            LeaseAction::Wait {
+                holder: "b".into(),
+                expires_in: s(7)
+            },
             "renewed 8 s ago by our clock"
         );
+    }
+
+    #[test]
+    fn the_next_look_lands_on_the_expiry() {
+        let t = timing();
+        let ms = Duration::from_millis;
+        let wait = |expires_in| LeaseAction::Wait {
+            holder: "b".into(),
+            expires_in,
+        };
+        for (action, want) in [
+            (LeaseAction::Renew, ms(2000)),
+            (LeaseAction::Create, ms(2000)),
+            (LeaseAction::Acquire, ms(2000)),
+            (wait(ms(15_000)), ms(2000)),
+            (wait(ms(2000)), ms(2000)),
+            // Expiring before the next retry tick: look right then, not up to 2 s later.
+            (wait(ms(1300)), ms(1300)),
+            (wait(ms(1)), ms(100)),
+        ] {
+            assert_eq!(next_look(&action, &t), want, "{action:?}");
+        }
     }
 
     #[test]

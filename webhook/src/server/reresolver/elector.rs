@@ -3,7 +3,7 @@
 //! holder serves admissions exactly like the holder.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -15,7 +15,7 @@ use tokio::sync::{Notify, watch};
 use super::config::LeaseConfig;
 use super::metrics::ReresolveMetrics;
 use crate::reresolve::lease::{
-    LeaseAction, LeaseTiming, Observed, decide, may_act, next_spec, released_spec,
+    LeaseAction, LeaseTiming, Observed, decide, may_act, next_look, next_spec, released_spec,
 };
 
 /// Whether this replica may write now, shared by the Lease loop and the re-resolver.
@@ -79,12 +79,20 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
-/// One look at the Lease: create, take or renew it when we may. `Ok(true)` when we hold it.
+/// What one look at the Lease found.
+struct Look {
+    /// We hold the Lease.
+    held: bool,
+    /// The wait before the next look.
+    next: Duration,
+}
+
+/// One look at the Lease: create, take or renew it when we may.
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &LeaseConfig,
     observed: &mut Option<Observed>,
-) -> Result<bool, LeaseError> {
+) -> Result<Look, LeaseError> {
     let lease = api.get_opt(&config.name).await?;
     let now = Instant::now();
     let spec = lease.as_ref().map(|l| l.spec.clone().unwrap_or_default());
@@ -93,8 +101,9 @@ async fn try_acquire_or_renew(
     }
     let me = config.identity.as_str();
     let action = decide(me, spec.as_ref(), observed.as_ref(), now, &config.timing);
+    let next = next_look(&action, &config.timing);
     if let LeaseAction::Wait { .. } = action {
-        return Ok(false);
+        return Ok(Look { held: false, next });
     }
     let record = next_spec(&action, me, spec.as_ref(), Timestamp::now(), &config.timing);
     let written = match lease {
@@ -120,9 +129,9 @@ async fn try_acquire_or_renew(
     match written {
         Ok(_) => {
             *observed = Some(Observed::update(observed.take(), &record, now));
-            Ok(true)
+            Ok(Look { held: true, next })
         }
-        Err(e) if is_conflict(&e) => Ok(false),
+        Err(e) if is_conflict(&e) => Ok(Look { held: false, next }),
         Err(e) => Err(e.into()),
     }
 }
@@ -161,12 +170,17 @@ pub async fn run(
     });
     loop {
         let started = Instant::now();
-        match try_acquire_or_renew(&api, &config, &mut observed).await {
-            Ok(true) => leadership.set_renewed(Some(started)),
-            Ok(false) => leadership.set_renewed(None),
+        let next = match try_acquire_or_renew(&api, &config, &mut observed).await {
+            Ok(look) => {
+                leadership.set_renewed(look.held.then_some(started));
+                look.next
+            }
             // The renewal time stays as it was: the deadline ends our turn if this lasts.
-            Err(e) => tracing::warn!(error = %e, lease = %config.name, "Lease unreachable"),
-        }
+            Err(e) => {
+                tracing::warn!(error = %e, lease = %config.name, "Lease unreachable");
+                config.timing.retry_period
+            }
+        };
         if leadership.publish() {
             let leader = leadership.is_leader();
             metrics.leader_transitions.inc();
@@ -178,7 +192,7 @@ pub async fn run(
             );
         }
         tokio::select! {
-            _ = tokio::time::sleep(config.timing.retry_period) => {}
+            _ = tokio::time::sleep(next) => {}
             _ = &mut shutdown => break,
         }
     }
