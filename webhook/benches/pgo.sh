@@ -58,13 +58,18 @@ if [ ! -f "$MERGED" ] || [ "$GEN_BIN" -nt "$MERGED" ] || [ "$GEN_FLOOR" -nt "$ME
     local pid=$!
     PIDS+=("$pid")
     wait_port "$port"
-    local url="https://127.0.0.1:$port/mutate-pod" h=(-H 'content-type: application/json')
-    h2load --h1 -c16 -n 40000 "${h[@]}" -d "$WORK/pod-create.json" "$url" | grep -q ' 40000 succeeded'
-    h2load --h1 -c16 -n 10000 "${h[@]}" -d "$WORK/pod-create-be.json" "$url" | grep -q ' 10000 succeeded'
-    h2load --h1 -c16 -n 10000 "${h[@]}" -d "$WORK/pod-update.json" "$url" | grep -q ' 10000 succeeded'
-    h2load -c4 -m10 -n 40000 "${h[@]}" -d "$WORK/pod-create.json" "$url" | grep -q ' 40000 succeeded'
-    h2load --h1 -c4 -n 1000 "${h[@]}" -H 'connection: close' -d "$WORK/pod-create.json" "$url" \
-      | grep -q ' 1000 succeeded'
+    local url="https://127.0.0.1:$port/mutate-pod"
+    # load N REVIEW H2LOAD-ARGS...: N requests, every one answered 2xx.
+    load() {
+      local n=$1 review=$2 out; shift 2
+      out=$(h2load -n "$n" "$@" -H 'content-type: application/json' -d "$WORK/$review.json" "$url")
+      grep -q " $n succeeded" <<<"$out" || { echo "$name: training load failed: $out" >&2; exit 1; }
+    }
+    load 40000 pod-create --h1 -c16
+    load 10000 pod-create-be --h1 -c16
+    load 10000 pod-update --h1 -c16
+    load 40000 pod-create -c4 -m10
+    load 1000 pod-create --h1 -c4 -H 'connection: close'
     kill -TERM "$pid"
     wait "$pid" || { echo "$name did not exit cleanly: $(cat "$WORK/$name.err")" >&2; exit 1; }
     ls "$RAW/$name"-*.profraw >/dev/null || { echo "$name wrote no profile" >&2; exit 1; }
@@ -87,18 +92,22 @@ FLOOR=$USE_DIR/release/examples/floor_server
 
 # Same answers as the plain build, byte for byte, for every training review.
 cargo build --release -q "${PACKAGES[@]}"
-answer() { # answer BIN REVIEW -> response body on stdout
-  local port
+answers() { # answers BIN SUFFIX: one server, its answer to every training review in $WORK/REVIEW.SUFFIX
+  local port pid
   port=$(free_port)
   "$1" serve --standalone --listen "127.0.0.1:$port" --log-level warn 2>/dev/null &
-  local pid=$!
+  pid=$!
+  PIDS+=("$pid")
   wait_port "$port"
-  curl -sk "https://127.0.0.1:$port/mutate-pod" -H 'content-type: application/json' --data-binary @"$2"
+  for f in "${REVIEWS[@]}"; do
+    curl -sk "https://127.0.0.1:$port/mutate-pod" -H 'content-type: application/json' \
+      --data-binary @"$WORK/$f.json" > "$WORK/$f.$2"
+  done
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
+answers target/release/koord-webhook plain
+answers "$BIN" pgo
 for f in "${REVIEWS[@]}"; do
-  answer target/release/koord-webhook "$WORK/$f.json" > "$WORK/$f.plain"
-  answer "$BIN" "$WORK/$f.json" > "$WORK/$f.pgo"
   [ -s "$WORK/$f.plain" ] && cmp -s "$WORK/$f.plain" "$WORK/$f.pgo" \
     || { echo "PGO build answers $f differently from the plain build" >&2; exit 1; }
 done
