@@ -15,25 +15,59 @@ use super::pod_input::{
 };
 use crate::policy::FieldError;
 
-/// A container's resources as the pod will carry them: untouched, or moved to batch resources.
+/// A container's resources as the pod will carry them: untouched, moved to batch resources,
+/// or, for a running pod, cpu and memory as the kubelet has allocated them.
 #[derive(Debug)]
 pub enum EffectiveResources<'v, 'a> {
     Original(Option<&'v ResourcesInput<'a>>),
     Batch(BatchResources),
+    /// In-place resize (docs/contract.md §5): `cpu` and `memory` from
+    /// `status.containerStatuses[].resources`, the other resources (which cannot be resized)
+    /// from the spec. A resize that is pending, infeasible or in progress has not reached
+    /// the status yet, so it changes nothing here.
+    Allocated {
+        spec: Option<&'v ResourcesInput<'a>>,
+        status: &'v ResourcesInput<'a>,
+    },
+}
+
+/// The resources the kubelet resizes in place, the ones the status is authoritative for.
+fn is_resizable(key: &str) -> bool {
+    key == RESOURCE_CPU || key == RESOURCE_MEMORY
+}
+
+fn list_get<'v>(list: Option<&'v ResourceMap<'_>>, key: &str) -> Option<&'v str> {
+    list?.get(key).map(|q| q.as_str())
 }
 
 impl EffectiveResources<'_, '_> {
     pub fn request(&self, key: &str) -> Option<&str> {
         match self {
-            Self::Original(r) => (*r)?.requests.as_ref()?.get(key).map(|q| q.as_str()),
+            Self::Original(r) => list_get((*r)?.requests.as_ref(), key),
             Self::Batch(b) => b.requests.as_ref()?.get(key).map(String::as_str),
+            Self::Allocated { spec, status } => {
+                let from = if is_resizable(key) {
+                    Some(*status)
+                } else {
+                    *spec
+                };
+                list_get(from?.requests.as_ref(), key)
+            }
         }
     }
 
     pub fn limit(&self, key: &str) -> Option<&str> {
         match self {
-            Self::Original(r) => (*r)?.limits.as_ref()?.get(key).map(|q| q.as_str()),
+            Self::Original(r) => list_get((*r)?.limits.as_ref(), key),
             Self::Batch(b) => b.limits.as_ref()?.get(key).map(String::as_str),
+            Self::Allocated { spec, status } => {
+                let from = if is_resizable(key) {
+                    Some(*status)
+                } else {
+                    *spec
+                };
+                list_get(from?.limits.as_ref(), key)
+            }
         }
     }
 
@@ -251,7 +285,11 @@ impl<'v, 'a> PodResources<'v, 'a> {
     /// With `to_batch` (a BE pod at CREATE), cpu/memory move to batch resources.
     pub fn of(pod: &'v PodInput<'a>, to_batch: bool) -> Result<Self, FieldError> {
         Ok(PodResources {
-            containers: effective_resources(&pod.spec.containers, "containers", to_batch)?,
+            containers: effective_resources(&pod.spec.containers, "containers", to_batch)?
+                .into_iter()
+                .zip(&pod.spec.containers)
+                .map(|(r, c)| with_allocated(pod, c, r))
+                .collect(),
             init_containers: effective_resources(
                 &pod.spec.init_containers,
                 "initContainers",
@@ -287,6 +325,23 @@ impl<'v, 'a> PodResources<'v, 'a> {
                 .init_containers
                 .iter()
                 .any(EffectiveResources::has_batch)
+    }
+}
+
+/// A regular container's resources with what the kubelet has allocated in place of the spec's
+/// cpu/memory (after an in-place resize they differ until the kubelet has resized the
+/// container, and the container holds the allocated amount, not the desired one). Batch
+/// translation happens at CREATE, before any status exists, and is never replaced.
+fn with_allocated<'v, 'a>(
+    pod: &'v PodInput<'a>,
+    c: &'v ContainerInput<'a>,
+    r: EffectiveResources<'v, 'a>,
+) -> EffectiveResources<'v, 'a> {
+    match (r, pod.allocated_resources(c.name.as_str())) {
+        (EffectiveResources::Original(spec), Some(status)) => {
+            EffectiveResources::Allocated { spec, status }
+        }
+        (r, _) => r,
     }
 }
 

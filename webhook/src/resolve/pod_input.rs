@@ -140,6 +140,27 @@ pub struct ResourcesInput<'a> {
 pub struct StatusInput<'a> {
     #[serde(borrow, default, rename = "qosClass")]
     pub qos_class: Option<Text<'a>>,
+    /// Only `name` and `resources` are read: what the kubelet has allocated to each container
+    /// (in-place resize, docs/contract.md §5).
+    #[serde(
+        borrow,
+        default,
+        rename = "containerStatuses",
+        deserialize_with = "null_as_empty"
+    )]
+    pub container_statuses: Vec<ContainerStatusInput<'a>>,
+}
+
+/// One `status.containerStatuses[]` entry as resolution reads it.
+#[derive(Debug, Default, Deserialize)]
+pub struct ContainerStatusInput<'a> {
+    #[serde(borrow, default)]
+    pub name: Text<'a>,
+    /// The kubelet's view of the container's resources: the allocated requests and limits,
+    /// with cpu and memory as the runtime reports them applied. Set since the
+    /// `InPlacePodVerticalScaling` gate (beta, on by default in 1.33; GA in 1.35).
+    #[serde(borrow, default, deserialize_with = "null_as_none")]
+    pub resources: Option<ResourcesInput<'a>>,
 }
 
 impl<'a> PodInput<'a> {
@@ -153,6 +174,19 @@ impl<'a> PodInput<'a> {
             .as_ref()?
             .get(key)
             .map(|v| v.as_ref())
+    }
+
+    /// The resources the kubelet reports for the regular container `name`
+    /// (`status.containerStatuses[].resources`), when it reports any.
+    pub fn allocated_resources(&self, name: &str) -> Option<&ResourcesInput<'a>> {
+        self.status
+            .as_ref()?
+            .container_statuses
+            .iter()
+            .rev()
+            .find(|s| s.name.as_str() == name)?
+            .resources
+            .as_ref()
     }
 
     /// The name for messages: `name`, else `generateName` + `*`, else `<unnamed>`.

@@ -84,6 +84,8 @@ pub struct ReresolveMetrics {
     pub pods_checked: IntCounter,
     pub pods_patched: IntCounter,
     pub pods_dry_run: IntCounter,
+    /// Pods the pod watch planned again because their allocated memory changed.
+    pub pods_resized: IntCounter,
     failed: IntCounterVec,
     passes: IntCounterVec,
     pub pass_duration: Histogram,
@@ -151,6 +153,13 @@ impl ReresolveMetrics {
                 IntCounter::new(
                     "koord_webhook_reresolve_pods_checked_total",
                     "Pods the re-resolver resolved and compared with what they carry.",
+                ),
+            )?,
+            pods_resized: register(
+                registry,
+                IntCounter::new(
+                    "koord_webhook_reresolve_pods_resized_total",
+                    "Pods whose allocated memory changed (in-place resize) and whose resolved-qos the re-resolver recomputed for it.",
                 ),
             )?,
             pods_patched: patched.with_label_values(&["write"]),

@@ -10,6 +10,9 @@
 //! - A pass resolves each pod with the policy snapshot admission reads and the function
 //!   admission calls ([`crate::pod_patch`]), and patches only pods whose answer changed
 //!   ([`pass`]).
+//! - Between passes the holder watches pods: one whose allocated memory changed (an in-place
+//!   resize, which no admission of the pod sees) is planned and patched at once
+//!   ([`resize_watch`]).
 
 mod config;
 pub mod elector;
@@ -17,6 +20,7 @@ mod event_post;
 pub mod metrics;
 mod pass;
 mod pods;
+mod resize_watch;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -109,6 +113,9 @@ pub fn spawn(
         interval_seconds = config.interval.as_secs(), qps = config.qps, burst = config.burst,
         "re-resolver enabled"
     );
+    // Subscribed before the elector runs: a Lease won before the driver's first poll must
+    // still reach it as a change (its first pass).
+    let leader = leadership.subscribe();
     let elector = tokio::spawn(
         elector::run(
             client.clone(),
@@ -128,31 +135,39 @@ pub fn spawn(
         metrics.clone(),
     );
     let (tx, rx) = triggers;
+    let ctx = Arc::new(PassContext {
+        client,
+        state,
+        namespaces,
+        leadership,
+        limiter: Limiter::new(config.qps, config.burst),
+        events,
+        dry_run: config.dry_run,
+        metrics,
+    });
+    let resizes = tokio::spawn(
+        resize_watch::run(ctx.clone()).instrument(tracing::info_span!("reresolve-resize")),
+    );
     let driver = Driver {
-        ctx: PassContext {
-            client,
-            state,
-            namespaces,
-            leadership,
-            limiter: Limiter::new(config.qps, config.burst),
-            events,
-            dry_run: config.dry_run,
-            metrics,
-        },
+        ctx,
         config,
         triggers: tx,
         retry_round: 0,
     };
-    let driver = tokio::spawn(driver.run(rx).instrument(tracing::info_span!("reresolve")));
+    let driver = tokio::spawn(
+        driver
+            .run(rx, leader)
+            .instrument(tracing::info_span!("reresolve")),
+    );
     Running {
-        tasks: vec![publisher, driver],
+        tasks: vec![publisher, driver, resizes],
         elector,
         stop,
     }
 }
 
 struct Driver {
-    ctx: PassContext,
+    ctx: Arc<PassContext>,
     config: ReresolveConfig,
     /// To schedule retries.
     triggers: Triggers,
@@ -160,8 +175,11 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(Trigger, Scope)>) {
-        let mut leader = self.ctx.leadership.subscribe();
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<(Trigger, Scope)>,
+        mut leader: tokio::sync::watch::Receiver<bool>,
+    ) {
         let mut pending = Pending::default();
         let interval = self.config.interval;
         let mut periodic =

@@ -123,6 +123,22 @@ impl PassContext {
             .collect()
     }
 
+    /// Whether the re-resolver writes pods of `namespace`: opted in and not exempt.
+    pub fn is_in_scope(&self, namespace: &str) -> bool {
+        !self.state.namespaces.exempt.iter().any(|n| n == namespace)
+            && self
+                .namespaces
+                .get(&kube::runtime::reflector::ObjectRef::new(namespace))
+                .is_some_and(|ns| has_opt_in_label(ns.metadata.labels.as_ref()))
+    }
+
+    /// One planned write outside a pass (the pod watch): the pass's guarded write, retried
+    /// after a 409 with a fresh plan; its outcome is logged and counted there.
+    pub async fn write_one(&self, pod: PodRef, change: PlannedChange) {
+        let outcome = self.write(pod, change).await;
+        tracing::debug!(?outcome, "resized pod written");
+    }
+
     /// Runs one pass over `scope`.
     pub async fn run(&self, scope: &Scope) -> PassReport {
         let opted_in = self.opted_in();
