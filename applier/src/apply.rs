@@ -48,6 +48,9 @@ enum Prepared {
     /// Refused by validation: every planned write is reported `refused`.
     RefusedPlan(Plan, String),
     Ready(Plan),
+    /// Does not fit the resized pod yet ([`plan::resize_hold`]): the plan that passed before
+    /// this version of the pod, when its cgroups are still the same, keeps being executed.
+    Held(Option<Plan>, String),
 }
 
 struct PodState {
@@ -59,6 +62,32 @@ struct PodState {
     /// version of the pod.
     passed: bool,
     last_used: Instant,
+}
+
+/// The plan of the previous version of a pod when that version passed (or was itself held
+/// with a plan) with the same annotation and the same containers: the "last good values" an
+/// in-place resize keeps until the annotation follows. `None` when the annotation or a
+/// container ID changed (other cgroups, or a new decision to judge on its own).
+fn last_good_plan(
+    before: Option<&PodSpecView>,
+    prepared: Prepared,
+    now: &PodSpecView,
+) -> Option<Plan> {
+    let before = before?;
+    let same_cgroups = before.kube_qos == now.kube_qos
+        && before.containers.len() == now.containers.len()
+        && before
+            .containers
+            .iter()
+            .zip(&now.containers)
+            .all(|(a, b)| a.name == b.name && a.container_id == b.container_id);
+    if before.resolved_qos != now.resolved_qos || !same_cgroups {
+        return None;
+    }
+    match prepared {
+        Prepared::Ready(plan) | Prepared::Held(Some(plan), _) => Some(plan),
+        _ => None,
+    }
 }
 
 fn einval() -> i32 {
@@ -124,12 +153,26 @@ impl Applier {
             }
         };
         {
-            let mut st = entry.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut guard = entry.lock().unwrap_or_else(PoisonError::into_inner);
+            let st = &mut *guard;
             st.last_used = Instant::now();
             if st.view.as_ref() != Some(pod) {
-                st.prepared = self.prepare(pod);
-                // New container IDs mean new directories: never reuse the old files.
+                let previous =
+                    std::mem::replace(&mut st.prepared, Prepared::Refused(String::new()));
+                let last_good = last_good_plan(st.view.as_ref(), previous, pod);
+                let matched_before = last_good.is_some();
+                st.prepared = self.prepare(pod, matched_before);
+                if let Prepared::Held(held, _) = &mut st.prepared {
+                    // The same cgroups as before: the open files stay valid.
+                    *held = last_good;
+                }
+                let old_kept = std::mem::take(&mut st.kept);
                 st.kept = match &st.prepared {
+                    Prepared::Held(Some(plan), _) if old_kept.len() == plan.writes.len() => {
+                        old_kept
+                    }
+                    Prepared::Held(Some(plan), _) => plan.writes.iter().map(|_| None).collect(),
+                    // New container IDs mean new directories: never reuse the old files.
                     Prepared::Ready(plan) => plan.writes.iter().map(|_| None).collect(),
                     _ => Vec::new(),
                 };
@@ -159,7 +202,7 @@ impl Applier {
             });
     }
 
-    fn prepare(&self, pod: &PodSpecView) -> Prepared {
+    fn prepare(&self, pod: &PodSpecView, matched_before: bool) -> Prepared {
         let raw = pod.resolved_qos.as_deref().unwrap_or_default();
         let resolved = match ResolvedQos::from_annotation(raw) {
             Ok(q) => q,
@@ -171,7 +214,10 @@ impl Applier {
         };
         match plan::validate(&resolved, pod) {
             Ok(()) => Prepared::Ready(plan),
-            Err(refused) => Prepared::RefusedPlan(plan, refused.reason),
+            Err(refused) => match plan::resize_hold(&resolved, pod, &refused, matched_before) {
+                Some(reason) => Prepared::Held(None, reason),
+                None => Prepared::RefusedPlan(plan, refused.reason),
+            },
         }
     }
 
@@ -258,6 +304,17 @@ impl Applier {
                         knob_report(w, None, Outcome::Refused, Some(Cow::Owned(reason.clone())))
                     })
                     .collect();
+                report
+            }
+            Prepared::Held(held, reason) => {
+                let mut report = match held {
+                    Some(plan) => self.execute(pod, plan, &mut st.kept),
+                    None => self.report(pod, PodStatus::Unchanged, None),
+                };
+                if report.status != PodStatus::Failed {
+                    report.status = PodStatus::Held;
+                    report.reason = Some(reason.clone());
+                }
                 report
             }
             Prepared::Ready(plan) => {

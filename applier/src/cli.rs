@@ -320,7 +320,7 @@ mod tests {
         };
         let on = crate::ancestors::AncestorSettings {
             enabled: true,
-            kubelet_memory_qos: false,
+            kubelet_memory_qos: crate::ancestors::KubeletMemoryQos::Off,
         };
         assert_eq!(parse(&["once", "-f", "p"]).expect("parses"), on);
         let off = crate::ancestors::AncestorSettings {
@@ -344,10 +344,41 @@ mod tests {
         assert_eq!(
             parse(&["run", "--node-name", "n", "--kubelet-memory-qos"]).expect("parses"),
             crate::ancestors::AncestorSettings {
-                kubelet_memory_qos: true,
+                kubelet_memory_qos: crate::ancestors::KubeletMemoryQos::Tiered,
                 ..on
             }
         );
+        for (arg, want) in [
+            (
+                "--kubelet-memory-qos=alpha",
+                crate::ancestors::KubeletMemoryQos::Alpha,
+            ),
+            (
+                "--kubelet-memory-qos=tiered",
+                crate::ancestors::KubeletMemoryQos::Tiered,
+            ),
+            (
+                "--kubelet-memory-qos=true",
+                crate::ancestors::KubeletMemoryQos::Tiered,
+            ),
+            (
+                "--kubelet-memory-qos=false",
+                crate::ancestors::KubeletMemoryQos::Off,
+            ),
+            (
+                "--kubelet-memory-qos=off",
+                crate::ancestors::KubeletMemoryQos::Off,
+            ),
+        ] {
+            assert_eq!(
+                parse(&["once", arg, "-f", "p"])
+                    .expect(arg)
+                    .kubelet_memory_qos,
+                want,
+                "{arg}"
+            );
+        }
+        assert!(parse(&["once", "--kubelet-memory-qos=maybe", "-f", "p"]).is_err());
     }
 
     #[test]

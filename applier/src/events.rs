@@ -16,6 +16,8 @@ use crate::report::{PodReport, PodStatus};
 
 pub const REASON_APPLIED: &str = "MemoryQOSApplied";
 pub const REASON_REFUSED: &str = "MemoryQOSRefused";
+/// Normal: an in-place resize is under way; the values last applied are kept.
+pub const REASON_HELD: &str = "MemoryQOSHeld";
 pub const REASON_FAILED: &str = "MemoryQOSFailed";
 
 fn value_text(v: &str) -> String {
@@ -87,6 +89,14 @@ pub fn event_for(report: &PodReport) -> Option<PodEvent> {
             format!(
                 "koordinator.sh/resolved-qos refused, nothing written: {}",
                 report.reason.as_deref().unwrap_or("invalid")
+            ),
+        ),
+        PodStatus::Held => (
+            EventKind::Normal,
+            REASON_HELD,
+            format!(
+                "koordinator.sh/resolved-qos held: {}",
+                report.reason.as_deref().unwrap_or("in-place resize")
             ),
         ),
         PodStatus::Failed => (
@@ -161,7 +171,7 @@ pub fn ancestors_event(
             }
             let _ = write!(msg, " {}={new}", c.file);
             if c.kept_kubelet_value {
-                let _ = write!(msg, " (the kubelet's, above the sum)");
+                let _ = write!(msg, " (the kubelet's)");
             }
         }
         (EventKind::Normal, REASON_APPLIED, msg)
@@ -210,7 +220,11 @@ mod tests {
             }
         }
         AncestorsReport {
-            kubelet_memory_qos: kept,
+            kubelet_memory_qos: if kept {
+                crate::ancestors::KubeletMemoryQos::Tiered
+            } else {
+                crate::ancestors::KubeletMemoryQos::Off
+            },
             cgroups,
         }
     }
@@ -244,7 +258,7 @@ mod tests {
         assert_eq!(
             ev.message,
             "cgroup v2: QoS-level protection (sum of the children): kubepods \
-             memory.min=250 (the kubelet's, above the sum) memory.low=250"
+             memory.min=250 (the kubelet's) memory.low=250"
         );
         // Nothing above the pod was written: no Event (only besteffort changed).
         assert_eq!(

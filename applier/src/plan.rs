@@ -346,6 +346,37 @@ pub fn validate(q: &ResolvedQos, pod: &PodSpecView) -> Result<(), Refused> {
     Ok(())
 }
 
+/// Whether an annotation that failed [`validate`] belongs to an in-place resize rather than to
+/// a forgery (docs/contract.md §6, Resize), and why, for the pod's report and Event:
+///
+/// - it is valid against the memory the kubelet has allocated (`status.containerStatuses[]
+///   .resources`): the resize is pending or in progress, the container still holds the old
+///   amount and the annotation (which the webhook bases on the allocated amount) says so;
+/// - or it is the annotation that passed before this version of the pod (`matched_before`):
+///   the resize finished and the webhook's re-resolver has not patched the pod yet.
+///
+/// Either way nothing above the spec is written: the caller keeps the values last applied.
+pub fn resize_hold(
+    q: &ResolvedQos,
+    pod: &PodSpecView,
+    refused: &Refused,
+    matched_before: bool,
+) -> Option<String> {
+    if let Some(allocated) = pod.allocated_view()
+        && validate(q, &allocated).is_ok()
+    {
+        return Some(format!(
+            "in-place resize not finished: the annotation matches the memory the kubelet has allocated, not yet the spec ({}); keeping the values last applied",
+            pod.resize_summary()
+        ));
+    }
+    matched_before.then(|| {
+        format!(
+            "the pod was resized and its annotation predates it ({refused}); keeping the values last applied until the webhook re-resolves the pod"
+        )
+    })
+}
+
 /// The memory and cpu directories of one cgroup (the same directory on v2).
 struct Dirs {
     memory: Arc<Path>,

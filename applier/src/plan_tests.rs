@@ -513,3 +513,123 @@ fn parent_group_identity_table() {
         assert_eq!(parent_group_identity(votes.clone()), want, "{votes:?}");
     }
 }
+
+/// The LS fixture after an in-place resize of redis: the spec says `spec_mi` (request, limit
+/// twice that), the kubelet reports `status_mi` (`None`: no resources in the status).
+fn resized_ls(spec_mi: i64, status_mi: Option<i64>) -> (ResolvedQos, PodSpecView) {
+    let mut pod: serde_json::Value = serde_json::from_str(LS).expect("fixture");
+    let res = |mi: i64| {
+        serde_json::json!({"requests": {"cpu": "100m", "memory": format!("{mi}Mi")},
+                           "limits": {"memory": format!("{}Mi", 2 * mi)}})
+    };
+    pod["spec"]["containers"][0]["resources"] = res(spec_mi);
+    if let Some(s) = status_mi {
+        for cs in pod["status"]["containerStatuses"]
+            .as_array_mut()
+            .expect("statuses")
+        {
+            if cs["name"] == "redis" {
+                cs["resources"] = res(s);
+            }
+        }
+    }
+    view(&pod.to_string())
+}
+
+#[test]
+fn resize_hold_table() {
+    // The fixture's annotation was computed for redis at 50Mi (min = request, high = 80% of
+    // the 100Mi limit). (case, spec Mi, status Mi, matched before, valid, held)
+    let cases: &[(&str, i64, Option<i64>, bool, bool, bool)] = &[
+        ("not resized", 50, Some(50), false, true, false),
+        (
+            "up, pending or in progress",
+            100,
+            Some(50),
+            false,
+            true,
+            false,
+        ),
+        (
+            "up, done, annotation not yet followed",
+            100,
+            Some(100),
+            true,
+            true,
+            false,
+        ),
+        (
+            "down, in progress: matches the allocated",
+            25,
+            Some(50),
+            false,
+            false,
+            true,
+        ),
+        (
+            "down, done, matched before",
+            25,
+            Some(25),
+            true,
+            false,
+            true,
+        ),
+        (
+            "down, done, never matched: a forgery",
+            25,
+            Some(25),
+            false,
+            false,
+            false,
+        ),
+        (
+            "down, no status resources, never matched",
+            25,
+            None,
+            false,
+            false,
+            false,
+        ),
+        (
+            "down, no status resources, matched before",
+            25,
+            None,
+            true,
+            false,
+            true,
+        ),
+    ];
+    for (case, spec, status, before, valid, held) in cases {
+        let (q, v) = resized_ls(*spec, *status);
+        let verdict = validate(&q, &v);
+        assert_eq!(verdict.is_ok(), *valid, "{case}: {verdict:?}");
+        let Err(refused) = verdict else { continue };
+        let hold = resize_hold(&q, &v, &refused, *before);
+        assert_eq!(hold.is_some(), *held, "{case}: {hold:?}");
+        if let Some(reason) = hold {
+            assert!(
+                reason.contains("keeping the values last applied"),
+                "{reason}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_hold_names_the_resize() {
+    let (q, v) = resized_ls(25, Some(50));
+    let refused = validate(&q, &v).expect_err("above the spec");
+    assert_eq!(
+        resize_hold(&q, &v, &refused, false).as_deref(),
+        Some(
+            "in-place resize not finished: the annotation matches the memory the kubelet has allocated, not yet the spec (\"redis\" memory request 26214400 limit 52428800 (allocated 52428800 / 104857600)); keeping the values last applied"
+        )
+    );
+    let (q, v) = resized_ls(25, Some(25));
+    let refused = validate(&q, &v).expect_err("above the spec");
+    let reason = resize_hold(&q, &v, &refused, true).expect("held");
+    assert!(
+        reason.starts_with("the pod was resized and its annotation predates it (memoryQOS.containers[\"redis\"].memory.min = 52428800 is above the container's memory request 26214400)"),
+        "{reason}"
+    );
+}

@@ -2,7 +2,7 @@
 //! identity, Kubernetes QoS class, the resolved-qos annotation, and per container the
 //! resources the annotation is checked against plus the runtime's container ID.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use koord_api::keys;
 use koord_api::quantity::{parse_milli, parse_value};
@@ -35,6 +35,17 @@ pub struct ContainerSpecView {
     pub batch_memory_limit: Option<i64>,
     /// `status.containerStatuses[].containerID` (`containerd://...`), once the container exists.
     pub container_id: Option<String>,
+    /// The memory the kubelet reports for the container (`status.containerStatuses[].resources`):
+    /// what it has allocated and the runtime has applied. It differs from the spec while an
+    /// in-place resize is pending or in progress (docs/contract.md §6, Resize).
+    pub allocated: Option<AllocatedMemory>,
+}
+
+/// `status.containerStatuses[].resources` memory request and limit, bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocatedMemory {
+    pub request: Option<i64>,
+    pub limit: Option<i64>,
 }
 
 impl ContainerSpecView {
@@ -99,10 +110,31 @@ fn parse(
     })
 }
 
+/// The memory of a container's status resources (a request missing there takes the limit, as
+/// in the spec).
+fn allocated_memory(
+    name: &str,
+    status: &ResourceRequirements,
+) -> Result<AllocatedMemory, PodSpecViewError> {
+    let limit = parse(name, status.limits.as_ref(), keys::RESOURCE_MEMORY, false)?;
+    Ok(AllocatedMemory {
+        request: parse(name, status.requests.as_ref(), keys::RESOURCE_MEMORY, false)?.or(limit),
+        limit,
+    })
+}
+
 fn container_view(
     c: &Container,
-    container_id: Option<String>,
+    status: Option<&ContainerStatus>,
 ) -> Result<ContainerSpecView, PodSpecViewError> {
+    let container_id = status
+        .and_then(|s| s.container_id.as_deref())
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned);
+    let allocated = status
+        .and_then(|s| s.resources.as_ref())
+        .map(|r| allocated_memory(&c.name, r))
+        .transpose()?;
     let requests = c.resources.as_ref().and_then(|r| r.requests.as_ref());
     let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     let n = c.name.as_str();
@@ -121,6 +153,7 @@ fn container_view(
             .or(batch_memory_limit),
         batch_memory_limit,
         container_id,
+        allocated,
     })
 }
 
@@ -155,21 +188,16 @@ impl PodSpecView {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref().ok_or(PodSpecViewError::Missing("spec"))?;
         let status = pod.status.as_ref();
-        let ids: BTreeMap<&str, &str> = status
+        let statuses: BTreeMap<&str, &ContainerStatus> = status
             .and_then(|s| s.container_statuses.as_ref())
             .into_iter()
             .flatten()
-            .filter_map(|cs| {
-                cs.container_id
-                    .as_deref()
-                    .filter(|id| !id.is_empty())
-                    .map(|id| (cs.name.as_str(), id))
-            })
+            .map(|cs| (cs.name.as_str(), cs))
             .collect();
         let containers = spec
             .containers
             .iter()
-            .map(|c| container_view(c, ids.get(c.name.as_str()).map(|s| (*s).to_owned())))
+            .map(|c| container_view(c, statuses.get(c.name.as_str()).copied()))
             .collect::<Result<Vec<_>, _>>()?;
         let all: Vec<&Container> = spec
             .containers
@@ -214,6 +242,55 @@ impl PodSpecView {
     pub fn container(&self, name: &str) -> Option<&ContainerSpecView> {
         self.containers.iter().find(|c| c.name == name)
     }
+
+    /// The pod with each container's memory as the kubelet has allocated it, when that differs
+    /// from the spec for some container (an in-place resize not finished, or finished in the
+    /// spec's direction before the annotation followed); `None` when nothing differs.
+    pub fn allocated_view(&self) -> Option<PodSpecView> {
+        let differs = |c: &ContainerSpecView| {
+            c.allocated
+                .is_some_and(|a| (a.request, a.limit) != (c.memory_request, c.memory_limit))
+        };
+        if !self.containers.iter().any(differs) {
+            return None;
+        }
+        let mut view = self.clone();
+        for c in &mut view.containers {
+            if let Some(a) = c
+                .allocated
+                .filter(|_| c.memory_request.is_some() || c.memory_limit.is_some())
+            {
+                c.memory_request = a.request;
+                c.memory_limit = a.limit;
+            }
+        }
+        Some(view)
+    }
+
+    /// `name memory request <spec> (allocated <status>)` for every container whose allocated
+    /// memory differs from its spec: the reason text of a held annotation.
+    pub fn resize_summary(&self) -> String {
+        let mut out = Vec::new();
+        for c in &self.containers {
+            let Some(a) = c.allocated else { continue };
+            if (a.request, a.limit) == (c.memory_request, c.memory_limit) {
+                continue;
+            }
+            out.push(format!(
+                "{:?} memory request {} limit {} (allocated {} / {})",
+                c.name,
+                show(c.memory_request),
+                show(c.memory_limit),
+                show(a.request),
+                show(a.limit)
+            ));
+        }
+        out.join(", ")
+    }
+}
+
+fn show(v: Option<i64>) -> String {
+    v.map_or_else(|| "none".to_owned(), |b| b.to_string())
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ pub enum PodStatus {
     Refused,
     /// Some write failed (the others were still made).
     Failed,
+    /// The annotation does not fit the resized pod yet (in-place resize): the values last
+    /// applied are kept (restored if changed), nothing new is written.
+    Held,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

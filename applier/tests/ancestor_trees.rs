@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read, snapshot};
-use koord_applier::ancestors::MemoryAncestors;
+use koord_applier::ancestors::{KubeletMemoryQos, MemoryAncestors};
 use koord_applier::apply::Applier;
 use koord_applier::cgroup::layout::{KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller, Outcome};
@@ -177,7 +177,12 @@ fn systemd_slices_library_pass_pod_deletion_shrinks_and_metrics() {
     assert!(burstable.ends_with("kubepods.slice/kubepods-burstable.slice"));
     let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
     Applier::new(l.clone(), false, None).apply(&redis);
-    let pass = MemoryAncestors::new(l.clone(), false, false, Some(metrics.clone()));
+    let pass = MemoryAncestors::new(
+        l.clone(),
+        false,
+        KubeletMemoryQos::Off,
+        Some(metrics.clone()),
+    );
     let r = pass.reconcile();
     assert_eq!(r.count(Outcome::Written), 4, "{r:#?}");
     assert_eq!(
@@ -256,7 +261,7 @@ fn alibaba_v1_memory_hierarchy_gets_the_sums() {
     let [burstable, besteffort, kubepods] = ancestor_dirs(&l);
     assert!(burstable.starts_with(tmp.path().join("memory")));
     Applier::new(l.clone(), false, None).apply(&redis);
-    let r = MemoryAncestors::new(l.clone(), false, false, None).reconcile();
+    let r = MemoryAncestors::new(l.clone(), false, KubeletMemoryQos::Off, None).reconcile();
     assert_eq!(r.count(Outcome::Written), 4, "{r:#?}");
     assert_eq!(
         held(&burstable),
@@ -270,7 +275,7 @@ fn alibaba_v1_memory_hierarchy_gets_the_sums() {
     // The cpu hierarchy is not touched.
     assert!(!tmp.path().join("cpu/kubepods/memory.min").exists());
     assert_eq!(
-        MemoryAncestors::new(l, false, false, None)
+        MemoryAncestors::new(l, false, KubeletMemoryQos::Off, None)
             .reconcile()
             .count(Outcome::Written),
         0
@@ -284,7 +289,7 @@ fn mainline_v1_reports_the_files_unsupported_and_creates_nothing() {
     let redis = PodSpecView::from_pod(&fixture("ls-redis.json")).expect("view");
     make_pod_tree(&l, Kernel::MainlineV1, &redis);
     let before = snapshot(tmp.path());
-    let r = MemoryAncestors::new(l, false, false, None).reconcile();
+    let r = MemoryAncestors::new(l, false, KubeletMemoryQos::Off, None).reconcile();
     assert_eq!(r.cgroups.len(), 6);
     assert_eq!(r.count(Outcome::Unsupported), 6, "{r:#?}");
     assert!(r.cgroups.iter().all(|c| c.children == 0 && c.new.is_none()));
@@ -319,59 +324,146 @@ fn flag_off_leaves_the_ancestors_alone() {
     assert_eq!((held(&burstable), held(&kubepods)), ((0, 0), (0, 0)));
 }
 
+/// What a 1.37 kubelet with `memoryReservationPolicy: TieredReservation` writes on every QoS
+/// cgroup update (`setMemoryQoS`, kubelet v1.37.2): kubepods memory.min = Guaranteed +
+/// Burstable requests, kubepods memory.low = Burstable requests, burstable memory.low =
+/// Burstable requests.
+fn tiered_kubelet_update(burstable: &Path, kubepods: &Path, g_requests: u64, b_requests: u64) {
+    std::fs::write(burstable.join("memory.low"), format!("{b_requests}\n")).expect("kubelet");
+    std::fs::write(
+        kubepods.join("memory.min"),
+        format!("{}\n", g_requests + b_requests),
+    )
+    .expect("kubelet");
+    std::fs::write(kubepods.join("memory.low"), format!("{b_requests}\n")).expect("kubelet");
+}
+
 #[test]
-fn kubelet_memory_qos_mode_never_lowers_the_kubelets_memory_min() {
+fn tiered_kubelet_files_are_the_kubelets_and_passes_never_write_them() {
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     node(&l, Kernel::MainlineV2);
     let [burstable, besteffort, kubepods] = ancestor_dirs(&l);
-    // What the kubelet wrote with its MemoryQoS gate: burstable memory.min = the Burstable
-    // pods' requests (above our sum), kubepods = a stale value below our sum; memory.low of
-    // burstable is 0 (a kubelet that does not write it).
-    std::fs::write(burstable.join("memory.min"), "1073741824\n").expect("kubelet");
-    std::fs::write(kubepods.join("memory.min"), "4096\n").expect("kubelet");
+    // The node's requests: Burstable 50+20 Mi (redis) + 256 Mi, Guaranteed 64 Mi.
+    let (g, b) = (64 * MIB, 326 * MIB);
+    tiered_kubelet_update(&burstable, &kubepods, g, b);
+    let (code, r) = once(
+        tmp.path(),
+        "cgroupfs",
+        "ls-redis.json",
+        &["--kubelet-memory-qos=tiered"],
+    );
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["ancestors"]["kubeletMemoryQos"], "tiered");
+    // burstable memory.min is the applier's (the kubelet does not write it): the sum.
+    let bu_min = REDIS_POD + 128 * MIB;
+    assert_eq!(held(&burstable), (bu_min, b), "memory.low is the kubelet's");
+    assert_eq!(
+        held(&kubepods),
+        (g + b, b),
+        "both kubepods files are the kubelet's"
+    );
+    assert_eq!(held(&besteffort), (0, 0));
+    let entries = r["ancestors"]["cgroups"].as_array().expect("cgroups");
+    let owned: Vec<(&str, &str, &str)> = entries
+        .iter()
+        .filter(|c| c["keptKubeletValue"] == true)
+        .map(|c| {
+            (
+                c["cgroup"].as_str().unwrap_or_default(),
+                c["file"].as_str().unwrap_or_default(),
+                c["outcome"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owned,
+        vec![
+            ("kubepods/burstable", "memory.low", "unchanged"),
+            ("kubepods", "memory.min", "unchanged"),
+            ("kubepods", "memory.low", "unchanged"),
+        ]
+    );
+    // kubepods memory.low counts Burstable requests only, below what the children hold
+    // (burstable's 326 Mi + the Guaranteed pod's 60 Mi): reported as capped, not raised.
+    let kp_low = &entries[5];
+    assert!(
+        kp_low["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the kernel caps them")),
+        "{kp_low}"
+    );
+
+    // Convergence: the kubelet keeps updating (here with a new Burstable pod's request), the
+    // applier keeps passing; the kubelet's files only ever hold the kubelet's values and no
+    // pass writes anything once the applier's own files hold their sums.
+    for round in 0..3u64 {
+        let b = b + round * 32 * MIB;
+        tiered_kubelet_update(&burstable, &kubepods, g, b);
+        let before = snapshot(tmp.path());
+        let (code, r) = once(
+            tmp.path(),
+            "cgroupfs",
+            "ls-redis.json",
+            &["--kubelet-memory-qos=tiered"],
+        );
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(
+            snapshot(tmp.path()),
+            before,
+            "round {round}: nothing written"
+        );
+        assert!(
+            ancestors_of(&r).iter().all(|(_, _, _, o)| o == "unchanged"),
+            "round {round}: {r}"
+        );
+        assert_eq!(held(&kubepods), (g + b, b));
+        assert_eq!(held(&burstable), (bu_min, b));
+    }
+    // The bare flag means tiered.
     let (code, r) = once(
         tmp.path(),
         "cgroupfs",
         "ls-redis.json",
         &["--kubelet-memory-qos"],
     );
-    assert_eq!(code, 0, "{r}");
-    assert_eq!(r["ancestors"]["kubeletMemoryQos"], true);
-    let bu_low = REDIS_POD + 160 * MIB;
     assert_eq!(
-        held(&burstable),
-        (1 << 30, bu_low),
-        "the kubelet's memory.min is kept; memory.low, at 0, is raised to the sum"
+        (code, r["ancestors"]["kubeletMemoryQos"].as_str()),
+        (0, Some("tiered"))
     );
-    let c = &r["ancestors"]["cgroups"][0];
-    assert_eq!(
-        (c["outcome"].as_str(), c["keptKubeletValue"].as_bool()),
-        (Some("unchanged"), Some(true)),
-        "{c}"
-    );
-    // kubepods: raised to the sum, which counts burstable at what it holds (1 GiB).
-    assert_eq!(held(&kubepods), ((1 << 30) + 50 * MIB, bu_low + 60 * MIB));
-    assert_eq!(held(&besteffort), (0, 0));
-    // A later kubelet (memoryReservationPolicy) writes burstable's memory.low: kept as well,
-    // and kubepods' memory.low follows it up.
-    std::fs::write(burstable.join("memory.low"), "2147483648\n").expect("kubelet");
-    let (code, _) = once(
-        tmp.path(),
-        "cgroupfs",
-        "ls-redis.json",
-        &["--kubelet-memory-qos"],
-    );
-    assert_eq!(code, 0);
-    assert_eq!(held(&burstable), (1 << 30, 2 << 30));
-    assert_eq!(
-        held(&kubepods),
-        ((1 << 30) + 50 * MIB, (2 << 30) + 60 * MIB)
-    );
-    // Without the mode the same tree goes back to the plain sums.
+    // Without the mode the same tree goes back to the plain sums: a kubelet with the policy
+    // None writes these files only when it starts.
     let (code, _) = once(tmp.path(), "cgroupfs", "ls-redis.json", &[]);
     assert_eq!(code, 0);
-    assert_eq!(held(&burstable), (REDIS_POD + 128 * MIB, bu_low));
+    assert_eq!(held(&burstable), (bu_min, REDIS_POD + 160 * MIB));
+}
+
+#[test]
+fn alpha_kubelet_owns_both_memory_min_files() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    node(&l, Kernel::MainlineV2);
+    let [burstable, besteffort, kubepods] = ancestor_dirs(&l);
+    // The 1.22-1.35 alpha: burstable memory.min = Burstable requests, kubepods memory.min =
+    // all requests; memory.low is not the kubelet's.
+    std::fs::write(burstable.join("memory.min"), "1073741824\n").expect("kubelet");
+    std::fs::write(kubepods.join("memory.min"), "4096\n").expect("kubelet");
+    for _ in 0..2 {
+        let (code, r) = once(
+            tmp.path(),
+            "cgroupfs",
+            "ls-redis.json",
+            &["--kubelet-memory-qos=alpha"],
+        );
+        assert_eq!(code, 0, "{r}");
+        assert_eq!(r["ancestors"]["kubeletMemoryQos"], "alpha");
+        let bu_low = REDIS_POD + 160 * MIB;
+        assert_eq!(held(&burstable), (1 << 30, bu_low));
+        // kubepods memory.min stays the kubelet's 4096 (capped, reported); its memory.low is
+        // the sum of burstable's and the Guaranteed pod's.
+        assert_eq!(held(&kubepods), (4096, bu_low + 60 * MIB));
+        assert_eq!(held(&besteffort), (0, 0));
+    }
 }
 
 #[test]
@@ -457,7 +549,7 @@ fn kept_child_files_see_new_values_and_replaced_children() {
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     node(&l, Kernel::MainlineV2);
     let [burstable, ..] = ancestor_dirs(&l);
-    let pass = MemoryAncestors::new(l.clone(), false, false, None);
+    let pass = MemoryAncestors::new(l.clone(), false, KubeletMemoryQos::Off, None);
     pass.reconcile();
     assert_eq!(
         held(&burstable),

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod report;
 
 pub use pass::MemoryAncestors;
+pub use plan::KubeletMemoryQos;
 pub use report::{AncestorReport, AncestorsReport, ProtectedPod};
 
 use clap::{ArgAction, Args};
@@ -33,18 +34,30 @@ pub struct AncestorArgs {
         global = true
     )]
     pub protect_ancestors: bool,
-    /// The kubelet runs with its `MemoryQoS` feature gate on and writes the protection of
-    /// `kubepods` and `kubepods/burstable` itself (sums of requests): never lower
-    /// `memory.min`/`memory.low` there, only raise them to the sum when they hold less.
-    #[arg(long, env = "KOORD_KUBELET_MEMORY_QOS", global = true)]
-    pub kubelet_memory_qos: bool,
+    /// What the kubelet's own Memory QoS (KEP-2570) writes on `kubepods` and
+    /// `kubepods/burstable`; the files it rewrites are the kubelet's and never written here.
+    /// `off` (gate off, or `memoryReservationPolicy: None`, the 1.37 default), `alpha` (the
+    /// 1.22-1.35 alpha with the gate on: both `memory.min`), `tiered` (1.36+
+    /// `TieredReservation`: `kubepods` `memory.min`/`memory.low`, `burstable` `memory.low`).
+    /// The bare flag and `true` mean `tiered`, `false` means `off`.
+    #[arg(
+        long,
+        env = "KOORD_KUBELET_MEMORY_QOS",
+        global = true,
+        value_enum,
+        default_value_t = KubeletMemoryQos::Off,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "tiered"
+    )]
+    pub kubelet_memory_qos: KubeletMemoryQos,
 }
 
 /// What the commands need of the flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AncestorSettings {
     pub enabled: bool,
-    pub kubelet_memory_qos: bool,
+    pub kubelet_memory_qos: KubeletMemoryQos,
 }
 
 impl Default for AncestorSettings {
@@ -52,7 +65,7 @@ impl Default for AncestorSettings {
     fn default() -> Self {
         Self {
             enabled: true,
-            kubelet_memory_qos: false,
+            kubelet_memory_qos: KubeletMemoryQos::Off,
         }
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::plan::{Level, Protection, ProtectionFile, decide, kubelet_writes};
+use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
 use crate::cgroup::layout::Layout;
 use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 pub struct MemoryAncestors {
     layout: Layout,
     writer: CgroupWriter,
-    kubelet_memory_qos: bool,
+    kubelet_memory_qos: KubeletMemoryQos,
     metrics: Option<Arc<Metrics>>,
     /// Mainline v1 has no protection files: said once, not every pass.
     unsupported_logged: AtomicBool,
@@ -48,7 +48,7 @@ impl MemoryAncestors {
     pub fn new(
         layout: Layout,
         dry_run: bool,
-        kubelet_memory_qos: bool,
+        kubelet_memory_qos: KubeletMemoryQos,
         metrics: Option<Arc<Metrics>>,
     ) -> Self {
         Self {
@@ -164,9 +164,8 @@ impl MemoryAncestors {
                         Err(e) => entry.reason = Some(format!("{}: {e}", entry.path.display())),
                         Ok(cur) => {
                             held[i] = Some(cur);
-                            let never_lower =
-                                self.kubelet_memory_qos && kubelet_writes(level, file);
-                            let d = decide(cur, values, never_lower);
+                            let owned = self.kubelet_memory_qos.owns(level, file);
+                            let d = decide(cur, values, owned);
                             let text = d.target.text(self.layout.version);
                             let r = self.writer.compare_write(
                                 &cg,
@@ -181,7 +180,13 @@ impl MemoryAncestors {
                             if matches!(r.outcome, Outcome::Written | Outcome::Unchanged) {
                                 entry.new = Some(text);
                                 held[i] = Some(d.target);
-                                entry.kept_kubelet_value = d.kept_above_sum();
+                                entry.kept_kubelet_value = d.kubelet_owned;
+                                if d.capped_by_kubelet() {
+                                    entry.reason = Some(format!(
+                                        "the kubelet's value is below the sum of the children ({}): the kernel caps them to it; the file is the kubelet's and is left as it is",
+                                        d.sum
+                                    ));
+                                }
                             }
                         }
                     }

@@ -140,14 +140,57 @@ impl Level {
     }
 }
 
-/// The files the kubelet itself may write when its `MemoryQoS` feature gate is on: KEP-2570's
-/// first version sets `memory.min` of `kubepods` (Guaranteed + Burstable requests) and of
-/// `kubepods/burstable` (Burstable requests); later kubelets with a `memoryReservationPolicy`
-/// set `memory.min` of `kubepods` and `memory.low` of `kubepods/burstable` (and reset them to 0
-/// under the policy `None`). The applier cannot tell the versions apart, so with the gate on
-/// it treats all four as the kubelet's. `besteffort` is never the kubelet's.
-pub fn kubelet_writes(level: Level, _file: ProtectionFile) -> bool {
-    matches!(level, Level::Kubepods | Level::Qos(KubeQos::Burstable))
+/// Which QoS-level protection files the kubelet keeps rewriting itself (KEP-2570, the
+/// kubelet's `MemoryQoS`), read from the kubelet's source (`pkg/kubelet/cm/
+/// qos_container_manager_linux.go`, `setMemoryQoS`, called on every QoS cgroup update, i.e.
+/// every pod sync). The kubelet's value wins in these files and the applier never writes them
+/// (docs/contract.md §6, Ownership): a second writer of a file the kubelet rewrites within
+/// seconds is a write loop, not a protection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum KubeletMemoryQos {
+    /// The gate off, or on with `memoryReservationPolicy: None` (the 1.37 default): the kubelet
+    /// writes these files only when it starts (a reset to 0, which the next pass undoes); the
+    /// applier owns all six.
+    #[default]
+    #[value(alias = "false", alias = "none")]
+    Off,
+    /// The alpha of 1.22-1.35 with the gate on: `memory.min` of `kubepods` (Guaranteed +
+    /// Burstable requests) and of `kubepods/burstable` (Burstable requests).
+    Alpha,
+    /// 1.36+ with `memoryReservationPolicy: TieredReservation` (beta, gate on by default in
+    /// 1.37): `kubepods` `memory.min` (Guaranteed + Burstable requests) and `memory.low`
+    /// (Burstable requests), `kubepods/burstable` `memory.low` (Burstable requests). Not
+    /// `kubepods/burstable` `memory.min`: the applier writes it.
+    #[value(alias = "true")]
+    Tiered,
+}
+
+impl KubeletMemoryQos {
+    /// Whether the kubelet in this mode rewrites `file` of `level`. `besteffort` is never the
+    /// kubelet's.
+    pub fn owns(self, level: Level, file: ProtectionFile) -> bool {
+        use ProtectionFile::{Low, Min};
+        let burstable = Level::Qos(KubeQos::Burstable);
+        match self {
+            KubeletMemoryQos::Off => false,
+            KubeletMemoryQos::Alpha => {
+                file == Min && (level == Level::Kubepods || level == burstable)
+            }
+            KubeletMemoryQos::Tiered => match level {
+                Level::Kubepods => true,
+                l => l == burstable && file == Low,
+            },
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KubeletMemoryQos::Off => "off",
+            KubeletMemoryQos::Alpha => "alpha",
+            KubeletMemoryQos::Tiered => "tiered",
+        }
+    }
 }
 
 /// What one ancestor file should hold.
@@ -155,29 +198,35 @@ pub fn kubelet_writes(level: Level, _file: ProtectionFile) -> bool {
 pub struct Decision {
     /// The sum of the direct children's values.
     pub sum: Protection,
-    /// The value to leave in the file: the sum, or the current value when the kubelet owns
-    /// the file and already protects more (never lowered).
+    /// The value to leave in the file: the sum, or, in a file the kubelet owns, whatever the
+    /// kubelet wrote.
     pub target: Protection,
+    /// The kubelet owns the file: never written.
+    pub kubelet_owned: bool,
 }
 
 impl Decision {
-    /// The file keeps a larger value someone else (the kubelet) wrote.
-    pub fn kept_above_sum(&self) -> bool {
-        self.target > self.sum
+    /// The kubelet's value protects less than the children hold: the kernel caps them to it.
+    /// Reported, never fought.
+    pub fn capped_by_kubelet(&self) -> bool {
+        self.kubelet_owned && self.target < self.sum
     }
 }
 
 /// The value for an ancestor file holding `current`, whose direct children hold `children`.
-/// `never_lower`: the kubelet owns the file (its `MemoryQoS` gate is on); its value, the sum of
-/// the pods' requests, is kept when it is at least the sum, and raised to the sum otherwise.
-/// Otherwise the file gets exactly the sum, down as well as up: a parent protecting more than
-/// its children claim would only shelter memory no pod asked for.
-pub fn decide(current: Protection, children: &[Protection], never_lower: bool) -> Decision {
+/// `kubelet_owned`: the kubelet rewrites the file (see [`KubeletMemoryQos::owns`]); it keeps
+/// `current`, whatever it is. Otherwise the file gets exactly the sum, down as well as up: a
+/// parent protecting more than its children claim would only shelter memory no pod asked for.
+pub fn decide(current: Protection, children: &[Protection], kubelet_owned: bool) -> Decision {
     let sum = children
         .iter()
         .fold(Protection::ZERO, |acc, v| acc.saturating_add(*v));
-    let target = if never_lower { sum.max(current) } else { sum };
-    Decision { sum, target }
+    let target = if kubelet_owned { current } else { sum };
+    Decision {
+        sum,
+        target,
+        kubelet_owned,
+    }
 }
 
 #[cfg(test)]
@@ -259,7 +308,7 @@ mod tests {
                 Protection::Max,
                 Protection::Max,
             ),
-            // The kubelet's larger value (sum of requests) is kept...
+            // The kubelet's file keeps the kubelet's value, above the sum...
             (
                 b(512 * MIB),
                 vec![b(128 * MIB)],
@@ -267,41 +316,51 @@ mod tests {
                 b(128 * MIB),
                 b(512 * MIB),
             ),
-            // ...and raised when the children claim more.
+            // ...and below it too: raising it would be undone by the kubelet's next update,
+            // and raised again by the next pass (a write loop).
             (
                 b(64 * MIB),
                 vec![b(128 * MIB)],
                 true,
                 b(128 * MIB),
-                b(128 * MIB),
+                b(64 * MIB),
             ),
-            (b(0), vec![b(128 * MIB)], true, b(128 * MIB), b(128 * MIB)),
+            (b(0), vec![b(128 * MIB)], true, b(128 * MIB), b(0)),
         ];
         for (current, children, never_lower, sum, target) in cases {
             let d = decide(current, &children, never_lower);
             assert_eq!(
                 (d.sum, d.target),
                 (sum, target),
-                "current {current}, children {children:?}, never_lower {never_lower}"
+                "current {current}, children {children:?}, kubelet owned {never_lower}"
             );
-            assert_eq!(d.kept_above_sum(), target > sum);
+            assert_eq!(d.capped_by_kubelet(), never_lower && target < sum);
         }
     }
 
     #[test]
-    fn the_kubelet_writes_burstable_and_kubepods_never_besteffort() {
-        let owned: Vec<(Level, ProtectionFile)> = Level::BOTTOM_UP
-            .iter()
-            .flat_map(|l| ProtectionFile::BOTH.map(|f| (*l, f)))
-            .filter(|(l, f)| kubelet_writes(*l, *f))
-            .collect();
+    fn the_files_each_kubelet_mode_owns() {
+        use KubeQos::Burstable;
+        use ProtectionFile::{Low, Min};
+        let owned = |mode: KubeletMemoryQos| -> Vec<(Level, ProtectionFile)> {
+            Level::BOTTOM_UP
+                .iter()
+                .flat_map(|l| ProtectionFile::BOTH.map(|f| (*l, f)))
+                .filter(|(l, f)| mode.owns(*l, *f))
+                .collect()
+        };
+        assert_eq!(owned(KubeletMemoryQos::Off), vec![]);
         assert_eq!(
-            owned,
+            owned(KubeletMemoryQos::Alpha),
+            vec![(Level::Qos(Burstable), Min), (Level::Kubepods, Min)]
+        );
+        // v1.37.2 setMemoryQoS: root min = G+B, root low = B, burstable low = B.
+        assert_eq!(
+            owned(KubeletMemoryQos::Tiered),
             vec![
-                (Level::Qos(KubeQos::Burstable), ProtectionFile::Min),
-                (Level::Qos(KubeQos::Burstable), ProtectionFile::Low),
-                (Level::Kubepods, ProtectionFile::Min),
-                (Level::Kubepods, ProtectionFile::Low),
+                (Level::Qos(Burstable), Low),
+                (Level::Kubepods, Min),
+                (Level::Kubepods, Low)
             ]
         );
     }

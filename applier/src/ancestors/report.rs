@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::plan::Level;
+use super::plan::{KubeletMemoryQos, Level};
 use crate::cgroup::Outcome;
 use crate::cgroup::layout::KubeQos;
 
@@ -29,7 +29,7 @@ pub struct AncestorReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new: Option<String>,
     pub outcome: Outcome,
-    /// `--kubelet-memory-qos`: the file keeps the kubelet's larger value.
+    /// `--kubelet-memory-qos`: the file is the kubelet's and keeps the kubelet's value.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub kept_kubelet_value: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -40,8 +40,8 @@ pub struct AncestorReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AncestorsReport {
-    /// `--kubelet-memory-qos`: `memory.min` of `kubepods` and `burstable` is never lowered.
-    pub kubelet_memory_qos: bool,
+    /// `--kubelet-memory-qos`: which files the kubelet owns (never written).
+    pub kubelet_memory_qos: KubeletMemoryQos,
     pub cgroups: Vec<AncestorReport>,
 }
 

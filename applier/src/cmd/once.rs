@@ -144,7 +144,7 @@ pub fn run(
 fn ancestors_pass(config: &Config, layout: &Layout, pod: &PodReport) -> Option<AncestorsReport> {
     let applied = matches!(
         pod.status,
-        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Failed
+        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Failed | PodStatus::Held
     );
     (config.ancestors.enabled && applied).then(|| {
         MemoryAncestors::new(
@@ -198,7 +198,7 @@ pub fn exit_code(report: &OnceReport) -> i32 {
         return 2;
     }
     match report.pod.status {
-        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Unmanaged => 0,
+        PodStatus::Applied | PodStatus::Unchanged | PodStatus::Unmanaged | PodStatus::Held => 0,
         PodStatus::Refused | PodStatus::Failed => 2,
     }
 }

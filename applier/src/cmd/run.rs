@@ -12,7 +12,7 @@ use kube::runtime::reflector;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
-use crate::ancestors::MemoryAncestors;
+use crate::ancestors::{KubeletMemoryQos, MemoryAncestors};
 use crate::apply::Applier;
 use crate::cli::{Config, ConfigError, RunConfig};
 use crate::collectors::{CollectorConfig, GateError};
@@ -143,7 +143,7 @@ fn cgroup_passes(
     });
     tracing::info!(
         protect_ancestors = config.ancestors.enabled,
-        kubelet_memory_qos = config.ancestors.kubelet_memory_qos,
+        kubelet_memory_qos = config.ancestors.kubelet_memory_qos.as_str(),
         "QoS-level memory protection: {}",
         match (
             config.ancestors.enabled,
@@ -151,9 +151,10 @@ fn cgroup_passes(
         ) {
             (false, _) =>
                 "off (pod-level memory.min/low are capped by kubepods and its QoS-class cgroups)",
-            (true, false) => "kubepods and its QoS-class cgroups get the sums of their children",
-            (true, true) =>
-                "sums of the children; the kubelet's values on kubepods and burstable are never lowered",
+            (true, KubeletMemoryQos::Off) =>
+                "kubepods and its QoS-class cgroups get the sums of their children",
+            (true, _) =>
+                "sums of the children, except in the files the kubelet's Memory QoS rewrites, which are left to it",
         }
     );
     (applier, node_qos, ancestors)
