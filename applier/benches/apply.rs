@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::ancestors::MemoryAncestors;
+use koord_applier::ancestors::{KubeletMemoryQos, MemoryAncestors};
 use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
@@ -124,7 +124,7 @@ fn bench(c: &mut Criterion) {
     });
     // What `run` adds after each resync: burstable's 1,000 children and kubepods' 3 read
     // (2 files each), sums compared, nothing written (asserted).
-    let ancestors = MemoryAncestors::new(layout.clone(), false, false, None);
+    let ancestors = MemoryAncestors::new(layout.clone(), false, KubeletMemoryQos::Off, None);
     ancestors.reconcile();
     g.bench_function("ancestors_nothing_to_change_1000_pods", |b| {
         b.iter(|| {

@@ -540,7 +540,8 @@ fn resized_ls(spec_mi: i64, status_mi: Option<i64>) -> (ResolvedQos, PodSpecView
 fn resize_hold_table() {
     // The fixture's annotation was computed for redis at 50Mi (min = request, high = 80% of
     // the 100Mi limit). (case, spec Mi, status Mi, matched before, valid, held)
-    let cases: &[(&str, i64, Option<i64>, bool, bool, bool)] = &[
+    type Case = (&'static str, i64, Option<i64>, bool, bool, bool);
+    let cases: &[Case] = &[
         ("not resized", 50, Some(50), false, true, false),
         (
             "up, pending or in progress",
