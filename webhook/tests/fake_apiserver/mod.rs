@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod objects;
+
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
