@@ -119,9 +119,12 @@ mod tests {
         }
     }
 
+    /// (what, the checks' names and statuses, the first broken one).
+    type Case<'a> = (&'a str, &'a [(&'static str, Status)], Option<&'a str>);
+
     #[test]
     fn first_broken_link_table() {
-        let cases: &[(&str, &[(&'static str, Status)], Option<&str>)] = &[
+        let cases: &[Case<'_>] = &[
             ("all ok", &[("a", Status::Ok), ("b", Status::Ok)], None),
             (
                 "warnings are not broken",

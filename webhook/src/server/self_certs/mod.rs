@@ -98,9 +98,9 @@ where
     (reader, task)
 }
 
-fn first<K: Clone>(store: &Store<K>) -> Option<Arc<K>>
+fn first<K>(store: &Store<K>) -> Option<Arc<K>>
 where
-    K: Resource + 'static,
+    K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     store.state().into_iter().next()
