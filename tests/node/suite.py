@@ -5,7 +5,7 @@ Run it through `tests/node/run` (see README.md). Stdlib only (Python 3.11+).
 
   make images -> node.sh start (etcd, kube-apiserver, controller-manager, scheduler, containerd,
   kubelet, kube-proxy on a test bridge) -> ctr import of the product's images -> koord-webhook
-  certs, kubectl apply -k, TLS Secret, caBundle -> scenarios with real pods -> figures ->
+  kubectl apply -k (self-managed certificates) -> scenarios with real pods -> figures ->
   kubectl delete -k manifests/ -> node.sh stop -> node.sh check-clean.
 
 Each scenario prints `PASS <name> (<s>)` or `FAIL <name>: <reason>`; the last line is
@@ -299,20 +299,12 @@ def s_images(h: Harness) -> None:
         check(ref in out.split(), f"{ref} not in the node's containerd: {out.split()}")
 
 
-@scenario("install: certs + kubectl apply -k + TLS Secret + caBundle; webhook Deployment "
-          "Available, applier DaemonSet ready, example ConfigMaps applied")
+@scenario("install: the README's quickstart (kubectl apply -k, label a namespace) and nothing "
+          "else: the webhook makes its own certificates; webhook Available, applier DaemonSet "
+          "ready, example ConfigMaps applied, a pod in an opted-in namespace mutated")
 def s_install(h: Harness) -> None:
-    certs = h.dir / "certs"
-    r = subprocess.run([h.webhook_bin, "certs", "--out", str(certs), "--service", "koord-webhook",
-                        "--namespace", SYSTEM_NS], capture_output=True, text=True)
-    check(r.returncode == 0, f"koord-webhook certs failed: {r.stderr}")
-    ca_bundle = r.stdout.strip()
+    t_install = time.monotonic()
     h.kubectl("apply", "-k", str(OVERLAY))
-    h.kubectl("-n", SYSTEM_NS, "create", "secret", "tls", "koord-webhook-tls",
-              f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
-    h.kubectl("patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
-              json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
-                           "value": ca_bundle}]))
     # The reference's example ConfigMaps, applied explicitly (not relying on the base).
     for f in ("ack-slo-config.yaml", "ack-slo-pod-config.yaml"):
         h.kubectl("apply", "-f", str(TESTDATA / f))
@@ -337,7 +329,18 @@ def s_install(h: Harness) -> None:
              "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"]}]}}
     wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(h.kubectl(
         "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
-        ["metadata"].get("annotations") or {}), 60, 1)
+        ["metadata"].get("annotations") or {}), 60, 0.5)
+    h.figures.append(f"figure install: first mutated pod {time.monotonic() - t_install:.1f} s "
+                     "after `kubectl apply -k` (images already on the node)")
+    log(h.figures[-1])
+    # The Secret the webhook made: owned by the MutatingWebhookConfiguration (uninstall deletes
+    # it), and its CA is what the caBundle holds.
+    secret = h.kjson("-n", SYSTEM_NS, "get", "secret", "koord-webhook-tls")
+    mwc = h.kjson("get", "mutatingwebhookconfiguration", "koord-webhook")
+    owners = secret["metadata"].get("ownerReferences") or []
+    check([o["uid"] for o in owners] == [mwc["metadata"]["uid"]], f"Secret owners {owners}")
+    check(mwc["webhooks"][0]["clientConfig"].get("caBundle") == secret["data"]["ca.crt"],
+          "the caBundle is not the Secret's CA")
 
 
 @scenario("processes: webhook runs as 65532 with no capabilities; applier as root with exactly "
@@ -1009,6 +1012,86 @@ def s_admission_latency(h: Harness) -> None:
     log(h.figures[-1])
 
 
+def doctor(h: Harness) -> dict:
+    r = subprocess.run([h.webhook_bin, "doctor", f"--kubeconfig={h.env['KUBECONFIG']}", "-o", "json"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode in (0, 1), f"doctor exit {r.returncode}: {r.stderr.strip()}")
+    report = json.loads(r.stdout)
+    check((r.returncode == 0) == report["healthy"], f"doctor exit {r.returncode} vs {report}")
+    return report
+
+
+def doctor_status(report: dict) -> dict[str, str]:
+    return {c["name"]: c["status"] for c in report["checks"]}
+
+
+def doctor_green(h: Harness) -> bool:
+    return doctor(h)["healthy"]
+
+
+@scenario("doctor: green on the install; with the writer stopped, a deleted Secret and an "
+          "emptied caBundle are named; each repairs itself with the webhook running; a node "
+          "without the applier is named")
+def s_doctor(h: Harness) -> None:
+    report = doctor(h)
+    check(report["healthy"], f"doctor not green on a good install: {report}")
+    table = subprocess.run([h.webhook_bin, "doctor", f"--kubeconfig={h.env['KUBECONFIG']}"],
+                           capture_output=True, text=True, timeout=60).stdout
+    log("doctor on a good install:\n" + table)
+    # Broken with nobody to repair it: every replica stopped, the Secret deleted, the caBundle
+    # emptied. Doctor names each link.
+    h.kubectl("-n", SYSTEM_NS, "scale", "deployment/koord-webhook", "--replicas=0")
+    wait_until("webhook pods gone", lambda: not h.kjson("-n", SYSTEM_NS, "get", "pods", "-l",
+               "app.kubernetes.io/name=koord-webhook")["items"], 90, 1)
+    h.kubectl("-n", SYSTEM_NS, "delete", "secret", "koord-webhook-tls")
+    h.kubectl("patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
+              json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}]))
+    report = doctor(h)
+    st = doctor_status(report)
+    check(not report["healthy"] and report["first_broken"] == "webhook-deployment", f"{report}")
+    for name in ("webhook-endpoints", "webhook-configuration", "serving-certificate", "dry-run-pod"):
+        check(st[name] == "fail", f"doctor did not name {name}: {report}")
+    table = subprocess.run([h.webhook_bin, "doctor", f"--kubeconfig={h.env['KUBECONFIG']}"],
+                           capture_output=True, text=True, timeout=60).stdout
+    log("doctor on a broken install:\n" + table)
+    t0 = time.monotonic()
+    h.kubectl("-n", SYSTEM_NS, "scale", "deployment/koord-webhook", "--replicas=2")
+    wait_until("doctor green after the restart", lambda: doctor_green(h), 180, 1)
+    h.figures.append(f"figure repair: replicas 0 -> 2 with the Secret deleted and the caBundle "
+                     f"emptied: doctor green after {time.monotonic() - t0:.1f} s")
+    log(h.figures[-1])
+    # With the webhook running: each repairs itself.
+    for what, act in (
+        ("Secret deleted", lambda: h.kubectl("-n", SYSTEM_NS, "delete", "secret", "koord-webhook-tls")),
+        ("caBundle emptied", lambda: h.kubectl(
+            "patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
+            json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle", "value": ""}]))),
+    ):
+        t0 = time.monotonic()
+        act()
+        wait_until(f"doctor green after: {what}", lambda: doctor_green(h), 60, 0.5)
+        took = time.monotonic() - t0
+        check(took < 30, f"{what}: repaired after {took:.1f} s, more than 30 s")
+        h.figures.append(f"figure repair: {what}: doctor green again after {took:.1f} s")
+        log(h.figures[-1])
+    # The applier kept off the node.
+    h.kubectl("-n", SYSTEM_NS, "patch", "daemonset", "koord-applier", "--type=merge", "-p",
+              json.dumps({"spec": {"template": {"spec": {"nodeSelector": {"koord-qos/doctor": "away"}}}}}))
+    try:
+        wait_until("applier named by doctor", lambda: doctor_status(doctor(h))["applier"] == "fail",
+                   120, 1)
+        report = doctor(h)
+        applier = next(c for c in report["checks"] if c["name"] == "applier")
+        check("no ready applier on node" in applier["detail"], f"{applier}")
+        log(f"doctor, applier missing: {applier['detail']}")
+    finally:
+        h.kubectl("-n", SYSTEM_NS, "patch", "daemonset", "koord-applier", "--type=json", "-p",
+                  json.dumps([{"op": "remove", "path": "/spec/template/spec/nodeSelector/koord-qos~1doctor"}]))
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=180s",
+              timeout=200)
+    wait_until("doctor green with the applier back", lambda: doctor_green(h), 120, 1)
+
+
 @scenario("kubectl delete -k manifests/: the webhook configuration is gone, the workload pods "
           "keep running, new pods are no longer mutated")
 def s_uninstall(h: Harness) -> None:
@@ -1019,6 +1102,8 @@ def s_uninstall(h: Harness) -> None:
     h.kubectl("delete", "-k", str(MANIFESTS), "--wait=true", timeout=180)
     r = h.kubectl("get", "mutatingwebhookconfiguration", "koord-webhook", check_rc=False)
     check(r.returncode != 0 and "NotFound" in r.stderr, "the MutatingWebhookConfiguration is still there")
+    r = h.kubectl("-n", SYSTEM_NS, "get", "secret", "koord-webhook-tls", check_rc=False)
+    check(r.returncode != 0 and "NotFound" in r.stderr, "the serving certificate Secret is still there")
     wait_until(f"namespace {SYSTEM_NS} gone", lambda: h.kubectl(
         "get", "namespace", SYSTEM_NS, check_rc=False).returncode != 0, 120, 1)
     time.sleep(3)

@@ -1,10 +1,10 @@
-//! Command line: `serve`, `resolve`, `certs`. Every flag also reads an environment variable.
+//! Command line: `serve`, `resolve`, `certs`, `doctor`. Every flag also reads an environment variable.
 //! Logging is set up by `main` with [`koord_runtime::init_logging`].
 
 use clap::{Parser, Subcommand};
 use koord_runtime::LogFormat;
 
-use crate::{certs, resolve_cmd, server};
+use crate::{certs, doctor, resolve_cmd, server};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +29,9 @@ pub enum Command {
     Serve(Box<server::ServeArgs>),
     /// Resolve pod manifests offline and print them as the webhook would mutate them.
     Resolve(resolve_cmd::ResolveArgs),
-    /// Write a CA and a serving certificate for the webhook Service.
+    /// Write a CA and a serving certificate for the webhook Service (bring your own; the
+    /// default install manages its own with `serve --tls-secret`).
     Certs(certs::CertsArgs),
+    /// Check an install from a kubeconfig and name the first broken link (exit 1 if any).
+    Doctor(doctor::DoctorArgs),
 }

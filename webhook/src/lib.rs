@@ -6,7 +6,7 @@
 //! as a JSON patch or applied to a manifest), [`pod_patch`] (one pod's answer, shared by
 //! admission and the re-resolver) and [`reresolve`] (what re-resolving stored pods changes, and
 //! when). IO is thin around them: [`cli`], the commands ([`server`], [`resolve_cmd`],
-//! [`certs`]) and [`manifest`] (reading manifest files).
+//! [`certs`], [`doctor`]) and [`manifest`] (reading manifest files).
 //! Dependencies point one way: commands -> reresolve -> pod_patch -> mutation -> resolve ->
 //! policy -> manifest.
 
@@ -18,6 +18,7 @@ pub mod resolve;
 
 pub mod certs;
 pub mod cli;
+pub mod doctor;
 pub mod manifest;
 pub mod resolve_cmd;
 pub mod server;

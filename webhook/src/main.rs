@@ -15,6 +15,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => koord_webhook::server::run(*args),
         Command::Resolve(args) => return koord_webhook::resolve_cmd::run(args),
         Command::Certs(args) => koord_webhook::certs::run(args),
+        Command::Doctor(args) => return koord_webhook::doctor::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

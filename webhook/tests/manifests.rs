@@ -784,3 +784,194 @@ fn applier_monitoring_matches_the_references_job_and_port() {
             .any(|p| p.name.as_deref() == Some("metrics") && p.container_port == 9316)
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Serving certificates: self-managed by default, cert-manager as a component / Helm value
+// ---------------------------------------------------------------------------------------------
+
+/// Renders `manifests/` plus one component through an overlay inside the repository.
+fn render_with_component(component: &str) -> Vec<Value> {
+    let root = repo().canonicalize().expect("repo");
+    let overlay = tempfile::Builder::new()
+        .prefix("component-overlay")
+        .tempdir_in(root.join("target"))
+        .expect("overlay dir");
+    let depth = overlay
+        .path()
+        .strip_prefix(&root)
+        .map(|p| p.components().count())
+        .expect("inside the repository");
+    let up = "../".repeat(depth);
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!("resources: [{up}manifests]\ncomponents: [{up}manifests/components/{component}]\n"),
+    )
+    .expect("write overlay");
+    render_path(overlay.path())
+}
+
+fn webhook_pod(objects: &[Value]) -> k8s_openapi::api::core::v1::PodSpec {
+    let d: Deployment = round_trip(find(objects, "Deployment", "koord-webhook"));
+    d.spec.expect("spec").template.spec.expect("pod")
+}
+
+fn has(objects: &[Value], kind: &str, name: &str) -> bool {
+    objects
+        .iter()
+        .any(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn self_managed_certificates_get_the_one_secret_and_the_one_configuration() {
+    let objects = render("manifests");
+    let defaults = serve_defaults();
+    let pod = webhook_pod(&objects);
+    let args = pod.containers[0].args.clone().unwrap_or_default();
+    let secret = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--tls-secret="))
+        .expect("--tls-secret")
+        .to_owned();
+    assert!(
+        !args.iter().any(|a| a.starts_with("--tls-cert")),
+        "{args:?}"
+    );
+    assert!(pod.volumes.is_none(), "no Secret volume: the API is read");
+    let configuration = defaults.self_certs.webhook_configuration;
+    let m: MutatingWebhookConfiguration = round_trip(find(
+        &objects,
+        "MutatingWebhookConfiguration",
+        &configuration,
+    ));
+    for w in m.webhooks.expect("webhooks") {
+        assert!(
+            w.client_config.ca_bundle.is_none(),
+            "a caBundle in the manifest would be reset by every apply"
+        );
+    }
+    let role: Role = round_trip(find(&objects, "Role", "koord-webhook-certs"));
+    assert_eq!(
+        role.metadata.namespace.as_deref(),
+        Some("koordinator-system")
+    );
+    assert_eq!(
+        rules_of(role.rules),
+        vec![
+            (
+                strings(&[""]),
+                strings(&["secrets"]),
+                vec![secret],
+                strings(&["get", "list", "watch", "update"])
+            ),
+            (
+                strings(&[""]),
+                strings(&["secrets"]),
+                vec![],
+                strings(&["create"])
+            ),
+        ]
+    );
+    let cr: ClusterRole = round_trip(find(&objects, "ClusterRole", "koord-webhook-cabundle"));
+    assert_eq!(
+        rules_of(cr.rules),
+        vec![(
+            strings(&["admissionregistration.k8s.io"]),
+            strings(&["mutatingwebhookconfigurations"]),
+            vec![configuration],
+            strings(&["get", "list", "watch", "update"])
+        )]
+    );
+    let rb: RoleBinding = round_trip(find(&objects, "RoleBinding", "koord-webhook-certs"));
+    bound_to_the_webhook(rb.subjects);
+    let crb: ClusterRoleBinding = round_trip(find(
+        &objects,
+        "ClusterRoleBinding",
+        "koord-webhook-cabundle",
+    ));
+    bound_to_the_webhook(crb.subjects);
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn the_cert_manager_component_hands_the_certificate_to_cert_manager() {
+    let objects = render_with_component("cert-manager");
+    let pod = webhook_pod(&objects);
+    let args = pod.containers[0].args.clone().unwrap_or_default();
+    assert!(
+        args.contains(&"--tls-cert=/etc/koord-webhook/tls/tls.crt".to_owned())
+            && args.contains(&"--tls-key=/etc/koord-webhook/tls/tls.key".to_owned())
+            && !args.iter().any(|a| a.starts_with("--tls-secret")),
+        "{args:?}"
+    );
+    let volumes = pod.volumes.expect("volumes");
+    assert_eq!(
+        volumes[0]
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("koord-webhook-tls")
+    );
+    let cert = find(&objects, "Certificate", "koord-webhook");
+    assert_eq!(cert["spec"]["secretName"], "koord-webhook-tls");
+    assert_eq!(cert["spec"]["privateKey"]["algorithm"], "ECDSA");
+    let m = find(&objects, "MutatingWebhookConfiguration", "koord-webhook");
+    assert_eq!(
+        m["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "koordinator-system/koord-webhook"
+    );
+    for (kind, name) in [
+        ("Role", "koord-webhook-certs"),
+        ("RoleBinding", "koord-webhook-certs"),
+        ("ClusterRole", "koord-webhook-cabundle"),
+        ("ClusterRoleBinding", "koord-webhook-cabundle"),
+    ] {
+        assert!(
+            !has(&objects, kind, name),
+            "{kind} {name}: the webhook writes nothing then"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs kubectl and helm (tests/e2e/helm.sh build)"]
+fn helm_certificate_modes() {
+    let cm = helm_template(&["webhook.certificates=cert-manager"]);
+    let args = webhook_pod(&cm).containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        args.contains(&"--tls-cert=/etc/koord-webhook/tls/tls.crt".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        has(&cm, "Certificate", "koord-webhook") && has(&cm, "Issuer", "koord-webhook-selfsigned")
+    );
+    assert!(!has(&cm, "Role", "koord-webhook-certs"));
+    let m = find(&cm, "MutatingWebhookConfiguration", "koord-webhook");
+    assert_eq!(
+        m["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "koordinator-system/koord-webhook"
+    );
+    let own = helm_template(&["webhook.certificates=secret", "webhook.caBundle=Q0E="]);
+    let m = find(&own, "MutatingWebhookConfiguration", "koord-webhook");
+    assert_eq!(m["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+    assert!(
+        !has(&own, "Certificate", "koord-webhook") && !has(&own, "Role", "koord-webhook-certs")
+    );
+    let short = helm_template(&["webhook.certValidity=30d"]);
+    let args = webhook_pod(&short).containers[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert!(args.contains(&"--cert-validity=30d".to_owned()), "{args:?}");
+    let out = Command::new(helm())
+        .args(["template", "koord-qos"])
+        .arg(repo().join("charts/koord-qos"))
+        .args(["--set", "webhook.certificates=vault"])
+        .output()
+        .expect("helm");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("webhook.certificates must be"));
+}

@@ -176,12 +176,20 @@ async fn annotations_follow_in_place_resizes_within_seconds() {
     let uri: http::Uri = format!("http://{addr}").parse().expect("uri");
     let client = kube::Client::try_from(kube::Config::new(uri)).expect("client");
     let (namespaces, _writer) = namespace_store();
+    let config = config();
+    let st = state();
+    let election = reresolver::Election::spawn(
+        client.clone(),
+        config.lease.clone(),
+        st.metrics.reresolve.clone(),
+    );
     let running = reresolver::spawn(
         client,
-        state(),
+        st,
         namespaces,
-        config(),
+        config,
         reresolver::triggers(),
+        election.leadership.clone(),
     );
 
     // The election's pass resolves the pods (admitted while the webhook was down).
@@ -248,5 +256,6 @@ async fn annotations_follow_in_place_resizes_within_seconds() {
         notes.iter().any(|n| n.starts_with("in-place resize: ")),
         "{notes:?}"
     );
-    running.finish().await;
+    running.finish();
+    election.finish().await;
 }

@@ -39,13 +39,23 @@ pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
     ]
 }
 
-fn validity(params: &mut CertificateParams, days: u32) {
-    // Backdated an hour so a node with a slightly slow clock accepts a fresh certificate.
+/// How far `notBefore` is set back: a node with a slightly slow clock still accepts a fresh
+/// certificate. The rotation plan adds it back to know when a certificate was made.
+pub const BACKDATE: Duration = Duration::from_secs(3600);
+
+fn days(n: u32) -> Duration {
+    Duration::from_secs(u64::from(n) * 86_400)
+}
+
+/// Valid from now (backdated) for `lifetime`, but never past `cap` (a serving certificate
+/// outliving its CA would stop verifying when the CA expires).
+fn validity(params: &mut CertificateParams, lifetime: Duration, cap: Option<SystemTime>) {
     let now = SystemTime::now();
-    let not_before = now.checked_sub(Duration::from_secs(3600)).unwrap_or(now);
-    let not_after = now
-        .checked_add(Duration::from_secs(u64::from(days) * 86_400))
-        .unwrap_or(now);
+    let not_before = now.checked_sub(BACKDATE).unwrap_or(now);
+    let mut not_after = now.checked_add(lifetime).unwrap_or(now);
+    if let Some(cap) = cap {
+        not_after = not_after.min(cap);
+    }
     params.not_before = not_before.into();
     params.not_after = not_after.into();
 }
@@ -57,7 +67,11 @@ fn name(common_name: &str) -> DistinguishedName {
     dn
 }
 
-fn serving_params(sans: Vec<String>, days: u32) -> Result<CertificateParams, GenerateError> {
+fn serving_params(
+    sans: Vec<String>,
+    lifetime: Duration,
+    cap: Option<SystemTime>,
+) -> Result<CertificateParams, GenerateError> {
     let common_name = sans
         .first()
         .cloned()
@@ -67,41 +81,68 @@ fn serving_params(sans: Vec<String>, days: u32) -> Result<CertificateParams, Gen
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
-    validity(&mut params, days);
+    validity(&mut params, lifetime, cap);
     Ok(params)
+}
+
+fn ca_params(lifetime: Duration) -> CertificateParams {
+    let mut ca_params = CertificateParams::default();
+    ca_params.distinguished_name = name("koord-webhook-ca");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    validity(&mut ca_params, lifetime, None);
+    ca_params
+}
+
+/// A self-signed CA valid for `lifetime`.
+pub fn generate_ca(lifetime: Duration) -> Result<CertKeyPem, GenerateError> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params(lifetime).self_signed(&key)?;
+    Ok(CertKeyPem {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A serving certificate for `sans`, signed by the CA `ca` (PEM certificate and key), valid
+/// for `lifetime` but not past `cap` (the CA's own expiry).
+pub fn sign_serving(
+    ca: &CertKeyPem,
+    sans: Vec<String>,
+    lifetime: Duration,
+    cap: Option<SystemTime>,
+) -> Result<CertKeyPem, GenerateError> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem)?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key)?;
+    let key = KeyPair::generate()?;
+    let cert = serving_params(sans, lifetime, cap)?.signed_by(&key, &issuer)?;
+    Ok(CertKeyPem {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// A CA valid for `ca_days` and a serving certificate for `sans` (DNS names or IPs) valid for
 /// `days`, signed by it.
 pub fn generate_bundle(
     sans: Vec<String>,
-    days: u32,
+    days_valid: u32,
     ca_days: u32,
 ) -> Result<CertBundle, GenerateError> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = name("koord-webhook-ca");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    validity(&mut ca_params, ca_days);
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let ca_key_pem = ca_key.serialize_pem();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let key = KeyPair::generate()?;
-    let cert = serving_params(sans, days)?.signed_by(&key, &issuer)?;
+    let ca = generate_ca(days(ca_days))?;
+    let cert = sign_serving(&ca, sans, days(days_valid), None)?;
     Ok(CertBundle {
-        ca_cert_pem: ca_cert.pem(),
-        ca_key_pem,
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
+        ca_cert_pem: ca.cert_pem,
+        ca_key_pem: ca.key_pem,
+        cert_pem: cert.cert_pem,
+        key_pem: cert.key_pem,
     })
 }
 
 /// A self-signed serving certificate (standalone mode: nobody needs to trust it in advance).
-pub fn self_signed(sans: Vec<String>, days: u32) -> Result<CertKeyPem, GenerateError> {
+pub fn self_signed(sans: Vec<String>, days_valid: u32) -> Result<CertKeyPem, GenerateError> {
     let key = KeyPair::generate()?;
-    let cert = serving_params(sans, days)?.self_signed(&key)?;
+    let cert = serving_params(sans, days(days_valid), None)?.self_signed(&key)?;
     Ok(CertKeyPem {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),

@@ -1,13 +1,18 @@
-//! Serving certificates: `koord-webhook certs` (a CA plus a serving cert for the Service) and
-//! the self-signed certificate `serve --standalone` makes at start.
+//! Serving certificates: `koord-webhook certs` (a CA plus a serving cert for the Service), the
+//! self-signed certificate `serve --standalone` makes at start, and the pure parts of the
+//! self-managed mode (`serve --tls-secret`): reading certificates back ([`inspect`]) and the
+//! rotation plan ([`rotation`]).
 //!
 //! Keys are ECDSA P-256: a full TLS handshake with it costs ~295 us of server CPU against
 //! ~860 us with RSA-2048, and kube-apiserver's webhook client does not resume sessions.
 
 mod command;
 mod generate;
+pub mod inspect;
+pub mod rotation;
 
-pub use command::{CertsArgs, CertsError, run, write_certs};
+pub use command::{CertsArgs, CertsError, run, sans, write_certs};
 pub use generate::{
-    CertBundle, CertKeyPem, GenerateError, generate_bundle, self_signed, service_dns_names,
+    BACKDATE, CertBundle, CertKeyPem, GenerateError, generate_bundle, generate_ca, self_signed,
+    service_dns_names, sign_serving,
 };

@@ -17,7 +17,8 @@ pub struct ServeArgs {
     /// they are also served on the TLS listener.
     #[arg(long, env = "KOORD_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Serving certificate (PEM chain); re-read when its bytes change.
+    /// Serving certificate (PEM chain, e.g. from cert-manager); re-read when its bytes change.
+    /// Without it (and without --standalone), --tls-secret makes the webhook manage its own.
     #[arg(long, env = "KOORD_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,
     /// Serving key (PEM).
@@ -115,4 +116,6 @@ pub struct ServeArgs {
     pub worker_threads: Option<usize>,
     #[command(flatten)]
     pub reresolve: super::reresolver::ReresolveArgs,
+    #[command(flatten)]
+    pub self_certs: super::self_certs::SelfCertArgs,
 }

@@ -1,9 +1,9 @@
-//! The duration syntax of the serve flags (`500ms`, `3s`, `2m`), a leaf both the flag
+//! The duration syntax of the serve flags (`500ms`, `3s`, `2m`, `24h`, `90d`), a leaf both the flag
 //! definitions and the re-resolver's settings use.
 
 use std::time::Duration;
 
-/// `500ms`, `3s`, `2m`, or a bare number of seconds.
+/// `500ms`, `3s`, `2m`, `24h`, `90d`, or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
@@ -12,13 +12,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         (n, 1.0)
     } else if let Some(n) = text.strip_suffix('m') {
         (n, 60.0)
+    } else if let Some(n) = text.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = text.strip_suffix('d') {
+        (n, 86_400.0)
     } else {
         (text, 1.0)
     };
     let value: f64 = number
         .trim()
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 3s, 2m)"))?;
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 3s, 2m, 24h, 90d)"))?;
     Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
 }
 
@@ -33,6 +37,8 @@ mod tests {
         assert_eq!(parse_duration("3s"), Ok(Duration::from_secs(3)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("90d"), Ok(Duration::from_secs(90 * 86_400)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
     }

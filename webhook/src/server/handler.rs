@@ -388,6 +388,9 @@ pub async fn healthz() -> &'static str {
 
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let pending = state.readiness.pending();
+    if let (true, Some(problem)) = (pending.is_empty(), state.readiness.certificate_problem()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, problem).into_response();
+    }
     if pending.is_empty() {
         "ready".into_response()
     } else {

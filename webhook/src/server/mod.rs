@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod reresolver;
 pub mod response;
 pub mod review_names;
+pub mod self_certs;
 pub mod state;
 pub mod tls;
 mod tls_accept;
@@ -38,7 +39,8 @@ use tracing::Instrument as _;
 pub use args::{ServeArgs, parse_duration};
 use connections::{ConnectionLimits, FirstBytesAcceptor, GuardedAcceptor};
 use metrics::Metrics;
-use reresolver::{ReresolveConfig, ReresolveConfigError, Triggers};
+use reresolver::{Election, LeaseConfig, ReresolveConfig, ReresolveConfigError, Triggers};
+use self_certs::{SelfCertConfig, SelfCertConfigError};
 use state::{AppState, Limits, NamespaceGate, Readiness};
 use tls::CertFiles;
 use tls_accept::TlsAcceptor;
@@ -53,6 +55,9 @@ pub enum TlsSource {
     Files(CertFiles),
     /// Made at start (standalone without `--tls-cert`): self-signed for these names.
     SelfSigned { sans: Vec<String> },
+    /// Self-managed (`--tls-secret`): the Secret's certificate, read through the API once it
+    /// verifies against the published caBundle; a throwaway self-signed one until then.
+    Secret(SelfCertConfig),
 }
 
 /// Where the policy comes from.
@@ -85,6 +90,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// The re-resolver (cluster mode only; `None` standalone or with `--reresolve=false`).
     pub reresolve: Option<ReresolveConfig>,
+    /// The Lease that elects the one writer (re-resolver, self-managed certificates); `None`
+    /// when nothing writes.
+    pub lease: Option<LeaseConfig>,
 }
 
 /// How long and how many connections may be held (webhook/README.md, "Abuse").
@@ -121,7 +129,7 @@ const H2_MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 pub enum ServeError {
     #[error("--tls-cert and --tls-key go together")]
     HalfTls,
-    #[error("--tls-cert/--tls-key are required unless --standalone")]
+    #[error("--tls-secret (self-managed) or --tls-cert/--tls-key are required unless --standalone")]
     NoTls,
     #[error("--cluster-config/--namespace-config only apply with --standalone")]
     ConfigFilesNeedStandalone,
@@ -142,15 +150,19 @@ pub enum ServeError {
     Kube(#[from] kube::Error),
     #[error("re-resolver: {0}")]
     Reresolve(#[from] ReresolveConfigError),
+    #[error("self-managed certificates: {0}")]
+    SelfCert(#[from] SelfCertConfigError),
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
 }
 
 impl Config {
     pub fn from_args(args: ServeArgs) -> Result<Self, ServeError> {
-        let tls = match (args.tls_cert, args.tls_key) {
-            (Some(cert), Some(key)) => TlsSource::Files(CertFiles { cert, key }),
-            (None, None) if args.standalone => {
+        let self_cert = SelfCertConfig::from_args(&args.self_certs, &args.own_namespace)?;
+        let tls = match (args.tls_cert, args.tls_key, self_cert) {
+            (None, None, Some(c)) if !args.standalone => TlsSource::Secret(c),
+            (Some(cert), Some(key), _) => TlsSource::Files(CertFiles { cert, key }),
+            (None, None, _) if args.standalone => {
                 let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
                 let ip = args.listen.ip();
                 if !ip.is_unspecified() && !ip.is_loopback() {
@@ -158,7 +170,7 @@ impl Config {
                 }
                 TlsSource::SelfSigned { sans }
             }
-            (None, None) => return Err(ServeError::NoTls),
+            (None, None, _) => return Err(ServeError::NoTls),
             _ => return Err(ServeError::HalfTls),
         };
         let policy = if args.standalone {
@@ -180,6 +192,14 @@ impl Config {
                 ReresolveConfig::from_args(&args.reresolve, &args.own_namespace)?
             }
             PolicySource::Standalone { .. } => None,
+        };
+        let lease = match (&reresolve, &tls) {
+            (Some(r), _) => Some(r.lease.clone()),
+            (None, TlsSource::Secret(_)) => Some(LeaseConfig::from_args(
+                &args.reresolve,
+                &args.own_namespace,
+            )?),
+            (None, _) => None,
         };
         let mut exempt_namespaces = vec!["kube-system".to_owned(), args.own_namespace];
         exempt_namespaces.extend(args.exempt_namespaces);
@@ -213,6 +233,7 @@ impl Config {
             },
             shutdown_grace: args.shutdown_grace,
             reresolve,
+            lease,
         })
     }
 }
@@ -240,6 +261,12 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 type NamespaceStore = Store<PartialObjectMeta<Namespace>>;
+/// The background tasks of cluster mode, the re-resolver and the Lease loop.
+type Background = (
+    Vec<JoinHandle<()>>,
+    Option<reresolver::Running>,
+    Option<Election>,
+);
 type NamespaceWriter = Writer<PartialObjectMeta<Namespace>>;
 
 /// The policy a server starts with, and how it gets ready.
@@ -300,6 +327,8 @@ fn load_tls(source: &TlsSource) -> Result<(RustlsConfig, tls::PemPair), ServeErr
             let rustls = RustlsConfig::from_config(tls::server_config(&cert, &key)?);
             (rustls, (cert, key))
         }
+        // Not trusted by anyone: /readyz stays false until the Secret's certificate is served.
+        TlsSource::Secret(c) => load_tls(&TlsSource::SelfSigned { sans: c.sans() })?,
     })
 }
 
@@ -320,6 +349,12 @@ impl WebhookServer {
             metrics,
             config.limits,
         );
+        if let TlsSource::Secret(_) = config.tls {
+            // The throwaway certificate is trusted by nobody: not ready until the Secret's is served.
+            state
+                .readiness
+                .set_certificate_problem(Some(self_certs::NOT_CHECKED.into()));
+        }
         let listener = bind(config.listen)?;
         let metrics_listener = config.metrics_listen.map(bind).transpose()?;
         let (namespace_store, namespace_writer) = initial.namespaces.unzip();
@@ -379,10 +414,10 @@ impl WebhookServer {
 
     /// Serves until SIGTERM/SIGINT (or [`Self::handle`] shuts it down). Each background task
     /// runs in a span naming it: `config-watch`, `namespace-watch`, `leader-election`,
-    /// `reresolve`, `reresolve-events`, `tls-reload`, `probes`, `shutdown`.
+    /// `reresolve`, `reresolve-events`, `self-certs`, `tls-reload`, `probes`, `shutdown`.
     pub async fn run(mut self) -> Result<(), ServeError> {
         let router = self.router();
-        let (mut tasks, reresolver) = self.spawn_watches().await?;
+        let (mut tasks, reresolver, election) = self.spawn_watches().await?;
         tasks.extend(self.spawn_tls_reload());
         tasks.extend(self.spawn_probes()?);
         tasks.push(self.spawn_shutdown());
@@ -425,22 +460,24 @@ impl WebhookServer {
             t.abort();
         }
         if let Some(r) = reresolver {
-            r.finish().await;
+            r.finish();
+        }
+        if let Some(e) = election {
+            e.finish().await;
         }
         Ok(result?)
     }
 
     /// In cluster mode, the ConfigMap and Namespace watches (and the client admission uses to
-    /// confirm a namespace's opt-in label), and the re-resolver they trigger.
-    async fn spawn_watches(
-        &mut self,
-    ) -> Result<(Vec<JoinHandle<()>>, Option<reresolver::Running>), ServeError> {
+    /// confirm a namespace's opt-in label), the Lease loop, the re-resolver the watches
+    /// trigger and the self-managed certificates.
+    async fn spawn_watches(&mut self) -> Result<Background, ServeError> {
         let (PolicySource::Cluster(names), Some(writer), Some(store)) = (
             &self.config.policy,
             self.namespace_writer.take(),
             self.namespace_store.take(),
         ) else {
-            return Ok((Vec::new(), None));
+            return Ok((Vec::new(), None, None));
         };
         let client = match self.client.take() {
             Some(c) => c,
@@ -454,17 +491,42 @@ impl WebhookServer {
             }
             None => (Triggers::default(), None),
         };
-        let tasks = watch::spawn_watches(
+        let mut tasks = watch::spawn_watches(
             client.clone(),
             self.state.clone(),
             names.clone(),
             writer,
             triggers,
         );
-        let running = reresolver.map(|(config, channel)| {
-            reresolver::spawn(client, self.state.clone(), store, config, channel)
+        let election = self.config.lease.clone().map(|lease| {
+            Election::spawn(client.clone(), lease, self.state.metrics.reresolve.clone())
         });
-        Ok((tasks, running))
+        if let (TlsSource::Secret(config), Some(e)) = (&self.config.tls, &election) {
+            let task = self_certs::run(
+                client.clone(),
+                config.clone(),
+                self.tls.clone(),
+                std::mem::take(&mut self.tls_current),
+                self.state.clone(),
+                e.leadership.clone(),
+            );
+            tasks.push(tokio::spawn(
+                task.instrument(tracing::info_span!("self-certs")),
+            ));
+        }
+        let running = reresolver
+            .zip(election.as_ref())
+            .map(|((config, channel), e)| {
+                reresolver::spawn(
+                    client,
+                    self.state.clone(),
+                    store,
+                    config,
+                    channel,
+                    e.leadership.clone(),
+                )
+            });
+        Ok((tasks, running, election))
     }
 
     /// With certificate files, the poller that swaps in a rotated pair.
@@ -549,7 +611,7 @@ mod tests {
         let c = config(&["--standalone", "--listen", "10.1.2.3:9443"]).expect("config");
         match c.tls {
             TlsSource::SelfSigned { sans } => assert!(sans.contains(&"10.1.2.3".to_owned())),
-            TlsSource::Files(_) => panic!("expected a self-signed cert"),
+            TlsSource::Files(_) | TlsSource::Secret(_) => panic!("expected a self-signed cert"),
         }
         assert!(matches!(c.policy, PolicySource::Standalone { .. }));
     }
@@ -584,5 +646,50 @@ mod tests {
         assert_eq!(c.exempt_namespaces, vec!["kube-system", "qos"]);
         assert!(matches!(c.policy, PolicySource::Cluster(_)));
         assert_eq!(c.limits.deadline, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn tls_secret_means_self_managed_with_a_lease_even_without_reresolve() {
+        let c = config(&[
+            "--tls-secret",
+            "koord-webhook-tls",
+            "--own-namespace",
+            "qos",
+        ])
+        .expect("config");
+        let TlsSource::Secret(s) = &c.tls else {
+            panic!("expected self-managed: {:?}", c.tls);
+        };
+        assert_eq!(s.dns_name(), "koord-webhook.qos.svc");
+        assert_eq!(s.policy.cert_lifetime, Duration::from_secs(90 * 86_400));
+        assert!(c.lease.is_some());
+        let c = config(&["--tls-secret", "s", "--reresolve=false"]).expect("config");
+        assert!(
+            c.reresolve.is_none() && c.lease.is_some(),
+            "the writer is still elected"
+        );
+        let c =
+            config(&["--tls-cert", "/c", "--tls-key", "/k", "--reresolve=false"]).expect("config");
+        assert!(c.lease.is_none(), "nothing writes: no Lease");
+        assert!(matches!(
+            config(&[
+                "--tls-secret",
+                "s",
+                "--cert-validity",
+                "90d",
+                "--ca-validity",
+                "30d"
+            ]),
+            Err(ServeError::SelfCert(SelfCertConfigError::CaValidity { .. }))
+        ));
+        let both = Cli::try_parse_from([
+            "koord-webhook",
+            "serve",
+            "--tls-secret",
+            "s",
+            "--tls-cert",
+            "/c",
+        ]);
+        assert!(both.is_err(), "--tls-secret conflicts with --tls-cert");
     }
 }

@@ -51,12 +51,16 @@ impl NamespaceGate {
     }
 }
 
-/// Readiness: true once every watched cache has listed (always true in standalone mode).
+/// Readiness: true once every watched cache has listed (always true in standalone mode), and,
+/// with self-managed certificates, while the served certificate verifies against the
+/// published caBundle.
 #[derive(Debug, Default)]
 pub struct Readiness {
     cluster_config: AtomicBool,
     namespace_config: AtomicBool,
     namespaces: AtomicBool,
+    /// Why the served certificate would not be accepted (`None`: it would, or not checked).
+    certificate: std::sync::Mutex<Option<String>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +76,20 @@ impl Readiness {
             cluster_config: AtomicBool::new(true),
             namespace_config: AtomicBool::new(true),
             namespaces: AtomicBool::new(true),
+            certificate: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Self-managed certificates: why kube-apiserver would refuse the served certificate.
+    pub fn set_certificate_problem(&self, problem: Option<String>) {
+        *self.certificate.lock().unwrap_or_else(|p| p.into_inner()) = problem;
+    }
+
+    pub fn certificate_problem(&self) -> Option<String> {
+        self.certificate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn flag(&self, cache: Cache) -> &AtomicBool {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod objects;
 pub mod pods;
 
 use std::collections::BTreeMap;

@@ -78,6 +78,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
         },
         shutdown_grace: Duration::from_secs(1),
         reresolve: None,
+        lease: None,
     }
 }
 

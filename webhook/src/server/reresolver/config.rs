@@ -99,6 +99,34 @@ fn default_identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
+impl LeaseConfig {
+    /// The Lease settings, also when re-resolution is off (self-managed certificates have
+    /// the same one writer).
+    pub fn from_args(
+        args: &ReresolveArgs,
+        own_namespace: &str,
+    ) -> Result<Self, ReresolveConfigError> {
+        let identity = match &args.leader_election_identity {
+            Some(id) if id.trim().is_empty() => return Err(ReresolveConfigError::Identity),
+            Some(id) => id.trim().to_owned(),
+            None => default_identity(),
+        };
+        Ok(LeaseConfig {
+            name: args.leader_election_lease.clone(),
+            namespace: args
+                .leader_election_namespace
+                .clone()
+                .unwrap_or_else(|| own_namespace.to_owned()),
+            identity,
+            timing: LeaseTiming::new(
+                args.leader_election_lease_duration,
+                args.leader_election_renew_deadline,
+                args.leader_election_retry_period,
+            )?,
+        })
+    }
+}
+
 impl ReresolveConfig {
     /// `None` when re-resolution is switched off.
     pub fn from_args(
@@ -114,11 +142,7 @@ impl ReresolveConfig {
         if args.reresolve_interval < Duration::from_secs(1) {
             return Err(ReresolveConfigError::Interval);
         }
-        let identity = match &args.leader_election_identity {
-            Some(id) if id.trim().is_empty() => return Err(ReresolveConfigError::Identity),
-            Some(id) => id.trim().to_owned(),
-            None => default_identity(),
-        };
+        let lease = LeaseConfig::from_args(args, own_namespace)?;
         Ok(Some(ReresolveConfig {
             interval: args.reresolve_interval,
             qps: args.reresolve_qps,
@@ -126,19 +150,7 @@ impl ReresolveConfig {
             dry_run: args.reresolve_dry_run,
             debounce: args.reresolve_debounce,
             event_window: args.reresolve_event_window,
-            lease: LeaseConfig {
-                name: args.leader_election_lease.clone(),
-                namespace: args
-                    .leader_election_namespace
-                    .clone()
-                    .unwrap_or_else(|| own_namespace.to_owned()),
-                identity,
-                timing: LeaseTiming::new(
-                    args.leader_election_lease_duration,
-                    args.leader_election_renew_deadline,
-                    args.leader_election_retry_period,
-                )?,
-            },
+            lease,
         }))
     }
 }

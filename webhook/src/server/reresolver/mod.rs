@@ -70,17 +70,47 @@ pub fn triggers() -> (Triggers, mpsc::UnboundedReceiver<(Trigger, Scope)>) {
 /// The running re-resolver.
 pub struct Running {
     tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    pub fn finish(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The running Lease loop: the one writer for the re-resolver and the self-managed
+/// certificates.
+pub struct Election {
+    pub leadership: Arc<Leadership>,
     elector: JoinHandle<()>,
     stop: Arc<Notify>,
 }
 
-impl Running {
+impl Election {
+    /// Spawns the Lease loop in a `leader-election` span.
+    pub fn spawn(
+        client: kube::Client,
+        lease: LeaseConfig,
+        metrics: metrics::ReresolveMetrics,
+    ) -> Self {
+        let stop = Arc::new(Notify::new());
+        let leadership = Leadership::new(lease.identity.clone(), lease.timing);
+        let elector = tokio::spawn(
+            elector::run(client, lease, leadership.clone(), metrics, stop.clone())
+                .instrument(tracing::info_span!("leader-election")),
+        );
+        Election {
+            leadership,
+            elector,
+            stop,
+        }
+    }
+
     /// Stops it: the Lease is released (within a few seconds at most) so another replica
     /// takes over at once instead of after the lease duration.
     pub async fn finish(self) {
-        for t in &self.tasks {
-            t.abort();
-        }
         self.stop.notify_one();
         let elector = self.elector.abort_handle();
         if tokio::time::timeout(RELEASE_TIMEOUT, self.elector)
@@ -95,37 +125,27 @@ impl Running {
 /// How long shutdown waits for the Lease to be released.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Spawns the Lease loop, the Event publisher and the re-resolver, each in a span naming it
-/// (`leader-election`, `reresolve-events`, `reresolve`).
+/// Spawns the Event publisher and the re-resolver, each in a span naming it
+/// (`reresolve-events`, `reresolve`); `leadership` comes from the [`Election`].
 pub fn spawn(
     client: kube::Client,
     state: Arc<AppState>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
     config: ReresolveConfig,
     triggers: (Triggers, mpsc::UnboundedReceiver<(Trigger, Scope)>),
+    leadership: Arc<Leadership>,
 ) -> Running {
-    let stop = Arc::new(Notify::new());
     let metrics = state.metrics.reresolve.clone();
-    let leadership = Leadership::new(config.lease.identity.clone(), config.lease.timing);
     tracing::info!(
         identity = %config.lease.identity, lease = %config.lease.name,
         namespace = %config.lease.namespace, dry_run = config.dry_run,
         interval_seconds = config.interval.as_secs(), qps = config.qps, burst = config.burst,
         "re-resolver enabled"
     );
-    // Subscribed before the elector runs: a Lease won before the driver's first poll must
-    // still reach it as a change (its first pass).
-    let leader = leadership.subscribe();
-    let elector = tokio::spawn(
-        elector::run(
-            client.clone(),
-            config.lease.clone(),
-            leadership.clone(),
-            metrics.clone(),
-            stop.clone(),
-        )
-        .instrument(tracing::info_span!("leader-election")),
-    );
+    // The Lease may have been won before the driver first polls (the election runs
+    // already): marked changed, its first poll looks at the current state either way.
+    let mut leader = leadership.subscribe();
+    leader.mark_changed();
     let (events, publisher) = event_post::spawn(
         client.clone(),
         config.lease.identity.clone(),
@@ -161,8 +181,6 @@ pub fn spawn(
     );
     Running {
         tasks: vec![publisher, driver, resizes],
-        elector,
-        stop,
     }
 }
 

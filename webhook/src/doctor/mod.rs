@@ -1,0 +1,120 @@
+//! `koord-webhook doctor`: from a kubeconfig, whether the install works, link by link, and the
+//! first broken one ([`report`]). Each check reads what a person would look at with kubectl;
+//! the last one asks the apiserver for a server-side dry-run pod create in an opted-in
+//! namespace and looks for the annotation the webhook writes.
+
+mod checks;
+pub mod report;
+
+use std::path::PathBuf;
+
+pub use report::{Check, Report, Status};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, env = "KOORD_DOCTOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace the product is installed in.
+    #[arg(
+        long,
+        env = "KOORD_DOCTOR_NAMESPACE",
+        default_value = "koordinator-system"
+    )]
+    pub namespace: String,
+    /// The webhook's Deployment and Service.
+    #[arg(long, env = "KOORD_DOCTOR_WEBHOOK", default_value = "koord-webhook")]
+    pub webhook: String,
+    /// The MutatingWebhookConfiguration.
+    #[arg(
+        long,
+        env = "KOORD_DOCTOR_WEBHOOK_CONFIGURATION",
+        default_value = "koord-webhook"
+    )]
+    pub webhook_configuration: String,
+    /// The serving certificate Secret.
+    #[arg(
+        long,
+        env = "KOORD_DOCTOR_TLS_SECRET",
+        default_value = "koord-webhook-tls"
+    )]
+    pub tls_secret: String,
+    /// The applier's DaemonSet.
+    #[arg(long, env = "KOORD_DOCTOR_APPLIER", default_value = "koord-applier")]
+    pub applier: String,
+    /// Namespace of the two ConfigMaps.
+    #[arg(long, env = "KOORD_DOCTOR_CONFIG_NAMESPACE", default_value = koord_api::keys::CONFIG_NAMESPACE)]
+    pub config_namespace: String,
+    /// Namespace for the dry-run pod (default: the first opted-in namespace).
+    #[arg(long, env = "KOORD_DOCTOR_DRY_RUN_NAMESPACE")]
+    pub dry_run_namespace: Option<String>,
+    /// `table` for a person, `json` for a script.
+    #[arg(short, long, env = "KOORD_DOCTOR_OUTPUT", value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("Kubernetes client: {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("runtime: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+async fn client(args: &DoctorArgs) -> Result<kube::Client, DoctorError> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Runs the checks; exit code 0 when the install works, 1 when a link is broken, 2 when the
+/// API server could not be asked at all.
+pub fn run(args: DoctorArgs) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let report = runtime.block_on(async {
+        let client = client(&args).await?;
+        Ok::<_, DoctorError>(checks::run(&client, &args).await)
+    });
+    match report {
+        Ok(report) => {
+            match args.output {
+                Output::Table => print!("{}", report.table()),
+                Output::Json => println!("{}", report.json()),
+            }
+            if report.healthy() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
