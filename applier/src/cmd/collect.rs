@@ -83,7 +83,12 @@ async fn serve_loops(
         .await
         .map_err(|source| CollectError::Bind { addr, source })?;
     tokio::spawn(
-        server::serve(listener, metrics, Arc::new(AtomicBool::new(true)))
+        server::serve(
+            listener,
+            metrics,
+            Arc::new(AtomicBool::new(true)),
+            server::EndpointSettings::default(),
+        )
             .instrument(tracing::info_span!("metrics_server")),
     );
     let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
