@@ -173,8 +173,13 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> Result<(String, String),
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").ok_or(format!("no head: {text:?}"))?;
-    Ok((head.lines().next().unwrap_or("").to_owned(), body.to_owned()))
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or(format!("no head: {text:?}"))?;
+    Ok((
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    ))
 }
 
 /// A field of `/proc/<pid>/status` in KiB.
@@ -182,7 +187,14 @@ fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
@@ -196,13 +208,23 @@ fn cpu_ticks(pid: u32) -> u64 {
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
     // Fields 14 and 15 of stat(5); `after` starts at field 3.
-    let tick = |i: usize| fields.get(i - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let tick = |i: usize| {
+        fields
+            .get(i - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     tick(14) + tick(15)
 }
 
 /// One attacker connection after another: opens, holds (silent, or a head a byte a second)
 /// until the applier closes it, waits a second, opens again.
-async fn attacker(addr: std::net::SocketAddr, drip: bool, stop: Arc<AtomicBool>, opened: Arc<AtomicU64>) {
+async fn attacker(
+    addr: std::net::SocketAddr,
+    drip: bool,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicU64>,
+) {
     let head = b"GET /metrics HTTP/1.1\r\nHost: applier\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     while !stop.load(Ordering::Relaxed) {
         if let Ok(mut s) = TcpStream::connect(addr).await {
@@ -217,7 +239,8 @@ async fn attacker(addr: std::net::SocketAddr, drip: bool, stop: Arc<AtomicBool>,
             } else {
                 let mut byte = [0u8; 1];
                 while !stop.load(Ordering::Relaxed) {
-                    match tokio::time::timeout(Duration::from_millis(500), s.read(&mut byte)).await {
+                    match tokio::time::timeout(Duration::from_millis(500), s.read(&mut byte)).await
+                    {
                         Ok(Ok(0) | Err(_)) => break,
                         _ => {}
                     }
@@ -251,7 +274,10 @@ async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
             "CI must allow {} open files (hard RLIMIT_NOFILE), has {nofile}",
             ATTACKERS + 500
         );
-        eprintln!("NOT RUN: the open-file limit here is {nofile}, the test needs {}", ATTACKERS + 500);
+        eprintln!(
+            "NOT RUN: the open-file limit here is {nofile}, the test needs {}",
+            ATTACKERS + 500
+        );
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");
@@ -295,7 +321,14 @@ async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
     let stop = Arc::new(AtomicBool::new(false));
     let opened = Arc::new(AtomicU64::new(0));
     let attack: Vec<_> = (0..ATTACKERS)
-        .map(|i| tokio::spawn(attacker(metrics_addr, i % 2 == 1, stop.clone(), opened.clone())))
+        .map(|i| {
+            tokio::spawn(attacker(
+                metrics_addr,
+                i % 2 == 1,
+                stop.clone(),
+                opened.clone(),
+            ))
+        })
         .collect();
 
     // The observer: the applier's RSS and open descriptors while the attack lasts.

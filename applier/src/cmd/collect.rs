@@ -89,7 +89,7 @@ async fn serve_loops(
             Arc::new(AtomicBool::new(true)),
             server::EndpointSettings::default(),
         )
-            .instrument(tracing::info_span!("metrics_server")),
+        .instrument(tracing::info_span!("metrics_server")),
     );
     let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
     tracing::info!(%addr, pods = pods.len(), "collecting for a fixed pod list");

@@ -15,11 +15,19 @@ pub struct EndpointArgs {
     pub metrics_max_connections: usize,
     /// A connection whose request head has not arrived this long after it opened is closed
     /// (silent clients, heads sent a byte at a time).
-    #[arg(long, env = "KOORD_METRICS_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 5)]
+    #[arg(
+        long,
+        env = "KOORD_METRICS_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
     pub metrics_header_read_timeout_seconds: u64,
     /// Once the head is in, the answer must be written within this (a client that does not
     /// read it is closed).
-    #[arg(long, env = "KOORD_METRICS_WRITE_TIMEOUT_SECONDS", default_value_t = 10)]
+    #[arg(
+        long,
+        env = "KOORD_METRICS_WRITE_TIMEOUT_SECONDS",
+        default_value_t = 10
+    )]
     pub metrics_write_timeout_seconds: u64,
 }
 
@@ -129,7 +137,10 @@ mod tests {
     #[test]
     fn a_refused_cap_names_the_flag_and_the_range() {
         let e = check_cap(300, 1024).expect_err("too many").to_string();
-        assert!(e.contains("--metrics-max-connections must be between 1 and 128"), "{e}");
+        assert!(
+            e.contains("--metrics-max-connections must be between 1 and 128"),
+            "{e}"
+        );
         assert!(e.contains("1024"), "{e}");
     }
 

@@ -33,7 +33,15 @@ fn is_per_connection(error: &io::Error) -> bool {
     ) || matches!(
         error.raw_os_error(),
         // accept(2): a pending network error of the new socket (Linux passes these on).
-        Some(libc::EPROTO | libc::ENETDOWN | libc::ENONET | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN | libc::EOPNOTSUPP)
+        Some(
+            libc::EPROTO
+                | libc::ENETDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::EOPNOTSUPP
+        )
     )
 }
 
@@ -60,7 +68,11 @@ mod tests {
             (None, libc::EINTR, None),
         ];
         for (previous, code, want) in table {
-            assert_eq!(after_error(previous, &os(code)), want, "{previous:?} {code}");
+            assert_eq!(
+                after_error(previous, &os(code)),
+                want,
+                "{previous:?} {code}"
+            );
         }
     }
 

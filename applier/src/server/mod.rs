@@ -138,7 +138,9 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, ready: bool) -> Response<
 }
 
 fn response_len(body: &Full<Bytes>) -> u64 {
-    hyper::body::Body::size_hint(body).exact().unwrap_or_default()
+    hyper::body::Body::size_hint(body)
+        .exact()
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -152,7 +154,12 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(serve(listener, m, Arc::new(AtomicBool::new(true)), settings));
+        tokio::spawn(serve(
+            listener,
+            m,
+            Arc::new(AtomicBool::new(true)),
+            settings,
+        ));
         addr
     }
 
@@ -202,7 +209,8 @@ mod tests {
         // Closed (EOF or reset), never answered.
         assert!(read.is_err() || !String::from_utf8_lossy(&out).contains("200 OK"));
         assert!(
-            took >= std::time::Duration::from_millis(900) && took < std::time::Duration::from_secs(3),
+            took >= std::time::Duration::from_millis(900)
+                && took < std::time::Duration::from_secs(3),
             "closed after {took:?}"
         );
     }

@@ -25,7 +25,11 @@ pub fn route(
             "text/plain",
             "pod cache not synced\n".to_owned(),
         ),
-        ("GET", _) => (StatusCode::NOT_FOUND, "text/plain", "not found\n".to_owned()),
+        ("GET", _) => (
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found\n".to_owned(),
+        ),
         _ => (
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
