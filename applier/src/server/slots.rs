@@ -125,14 +125,12 @@ mod tests {
     use super::*;
 
     /// A connection task: holds its slot until evicted.
-    fn open(slots: &Slots) -> impl Future<Output = Result<tokio::task::JoinHandle<()>, Shed>> {
-        async move {
-            let (permit, conn) = slots.take().await?;
-            Ok(tokio::spawn(async move {
-                conn.evicted().await;
-                drop(permit);
-            }))
-        }
+    async fn open(slots: &Slots) -> Result<tokio::task::JoinHandle<()>, Shed> {
+        let (permit, conn) = slots.take().await?;
+        Ok(tokio::spawn(async move {
+            conn.evicted().await;
+            drop(permit);
+        }))
     }
 
     #[tokio::test]
