@@ -239,10 +239,9 @@ async fn attacker(
             } else {
                 let mut byte = [0u8; 1];
                 while !stop.load(Ordering::Relaxed) {
-                    match tokio::time::timeout(Duration::from_millis(500), s.read(&mut byte)).await
-                    {
-                        Ok(Ok(0) | Err(_)) => break,
-                        _ => {}
+                    let read = tokio::time::timeout(Duration::from_millis(500), s.read(&mut byte));
+                    if let Ok(Ok(0) | Err(_)) = read.await {
+                        break;
                     }
                 }
             }
