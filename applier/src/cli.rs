@@ -111,6 +111,9 @@ pub struct RunArgs {
     pub event_window_seconds: u64,
     #[command(flatten)]
     pub colocation: crate::colocation::ColocationArgs,
+    /// The metrics endpoint's connection cap and timeouts.
+    #[command(flatten)]
+    pub endpoint: crate::server::EndpointArgs,
 }
 
 #[derive(Debug, Args)]
@@ -159,6 +162,8 @@ pub struct RunConfig {
     pub event_window: Duration,
     /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
     pub colocation: crate::colocation::Settings,
+    /// The metrics endpoint's connection cap and timeouts.
+    pub endpoint: crate::server::EndpointSettings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -205,6 +210,8 @@ pub enum ConfigError {
     Detect(#[from] DetectError),
     #[error(transparent)]
     Colocation(#[from] crate::colocation::SettingsError),
+    #[error(transparent)]
+    Endpoint(#[from] crate::server::EndpointError),
 }
 
 /// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
@@ -264,6 +271,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             metrics_addr: parse_addr(&a.metrics_addr)?,
             event_window: Duration::from_secs(a.event_window_seconds),
             colocation: crate::colocation::Settings::try_from(&a.colocation)?,
+            endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
         })
     }
 }
@@ -297,6 +305,7 @@ mod tests {
         let rc = RunConfig::try_from(run).expect("valid");
         assert_eq!(rc.metrics_addr, "0.0.0.0:9316".parse().expect("addr"));
         assert_eq!(rc.resync, Duration::from_secs(60));
+        assert_eq!(rc.endpoint, crate::server::EndpointSettings::default());
         assert!(
             !cfg.cpu_idle_fallback,
             "the cpu.idle fallback is off by default"

@@ -94,11 +94,17 @@ fn nofile_soft_limit() -> usize {
     }
 }
 
-/// Fds the applier may keep open: leave 1024 (or half of a small limit) for everything else.
+/// Fds left for everything but kept knobs under a soft limit of `soft`: 1024, or half of a
+/// limit of 2048 or less (the watch, writes, the metrics endpoint's connections).
+pub fn reserved_fds(soft: usize) -> usize {
+    if soft > 2048 { 1024 } else { soft / 2 }
+}
+
+/// Fds the applier may keep open: the limit minus [`reserved_fds`].
 fn kept_max() -> usize {
     *KEPT_MAX.get_or_init(|| {
         let soft = nofile_soft_limit();
-        if soft > 2048 { soft - 1024 } else { soft / 2 }
+        soft - reserved_fds(soft)
     })
 }
 

@@ -83,8 +83,13 @@ async fn serve_loops(
         .await
         .map_err(|source| CollectError::Bind { addr, source })?;
     tokio::spawn(
-        server::serve(listener, metrics, Arc::new(AtomicBool::new(true)))
-            .instrument(tracing::info_span!("metrics_server")),
+        server::serve(
+            listener,
+            metrics,
+            Arc::new(AtomicBool::new(true)),
+            server::EndpointSettings::default(),
+        )
+        .instrument(tracing::info_span!("metrics_server")),
     );
     let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
     tracing::info!(%addr, pods = pods.len(), "collecting for a fixed pod list");

@@ -34,6 +34,8 @@ pub enum RunError {
     Gates(#[from] GateError),
     #[error(transparent)]
     Metrics(#[from] MetricError),
+    #[error(transparent)]
+    Endpoint(#[from] server::EndpointError),
     #[error("metrics listener {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -55,6 +57,8 @@ pub async fn run_with_client(
     client: kube::Client,
 ) -> Result<(), RunError> {
     let layout = config.layout()?;
+    let nofile = raise_nofile_limit();
+    server::check_cap(run.endpoint.max_connections, nofile)?;
     tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, node = %run.node_name, "starting");
     // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
     let (store, writer) = reflector::store::<Pod>();
@@ -173,8 +177,21 @@ async fn serve_metrics(
             source,
         })?;
     tokio::spawn(
-        server::serve(listener, ctx.metrics.clone(), ready)
+        server::serve(listener, ctx.metrics.clone(), ready, run.endpoint)
             .instrument(tracing::info_span!("metrics_server")),
     );
     Ok(())
+}
+
+/// Raises the soft open-file limit to the hard one before anything opens a file: the kept knob
+/// files and the metrics endpoint's connection cap are sized from it. Returns the soft limit
+/// in force (the old one if raising failed).
+fn raise_nofile_limit() -> usize {
+    match crate::collectors::perf_sys::raise_nofile_limit() {
+        Ok(soft) => usize::try_from(soft).unwrap_or(usize::MAX),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read or raise RLIMIT_NOFILE; assuming 1024");
+            1024
+        }
+    }
 }

@@ -243,6 +243,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         metrics_addr,
         event_window: std::time::Duration::from_secs(600),
         colocation: Default::default(),
+        endpoint: Default::default(),
     }
 }
 
