@@ -166,7 +166,8 @@ async fn attacker(
                 Ok(Ok(_)) => {}
                 Err(_) => {
                     if let Some(byte) = next.next() {
-                        alive = conn.write_all(&[*byte]).await.is_ok() && conn.flush().await.is_ok();
+                        alive =
+                            conn.write_all(&[*byte]).await.is_ok() && conn.flush().await.is_ok();
                         tally.bytes.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -197,7 +198,7 @@ async fn connect_from(
 /// A connector offering `h2` and `http/1.1`, as the attacker's (and the apiserver's) does.
 fn both(server: &Server) -> TlsConnector {
     let h2 = server.connector(b"h2");
-    let mut config = (*h2.config()).clone();
+    let mut config = (**h2.config()).clone();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     TlsConnector::from(Arc::new(config))
 }
@@ -340,7 +341,9 @@ fn normal_client(
             .expect("runtime");
         rt.block_on(async move {
             let port = addr.port();
-            let mut h1 = h1_connect(addr, &h1_connector).await.expect("h1 connection");
+            let mut h1 = h1_connect(addr, &h1_connector)
+                .await
+                .expect("h1 connection");
             h1_admit(&mut h1, port, &body).await.expect("h1 before");
             let tls = connect_from(addr, IpAddr::from([127, 0, 0, 1]), &h2_connector)
                 .await
@@ -506,7 +509,10 @@ async fn half_sent_and_silent_connections_do_not_lock_admissions_out() {
     if let Some(limit) = scale.p99_ms {
         for (name, outcome) in [("HTTP/1.1", &outcomes[0]), ("HTTP/2", &outcomes[1])] {
             let p99 = percentile(&outcome.latencies, 0.99).as_secs_f64() * 1e3;
-            assert!(p99 < limit, "kept-alive {name} p99 {p99:.2} ms, above {limit} ms");
+            assert!(
+                p99 < limit,
+                "kept-alive {name} p99 {p99:.2} ms, above {limit} ms"
+            );
         }
     }
 }

@@ -230,8 +230,7 @@ impl<P: Clone> Table<P> {
         };
         if s.queue.len() > 2 * s.load.fresh + 16 {
             let conns = &self.conns;
-            s.queue
-                .retain(|id| conns.get(id).is_some_and(|c| c.fresh));
+            s.queue.retain(|id| conns.get(id).is_some_and(|c| c.fresh));
         }
     }
 
@@ -371,7 +370,11 @@ mod tests {
         let (b, _) = run.arrive(ip(2));
         assert!(run.table.completed(a) && run.table.completed(b));
         assert_eq!(run.arrive(ip(3)).1, Arrival::Shed);
-        assert_eq!(run.table.load(ip(3)), load(0, 0), "a shed one is not counted");
+        assert_eq!(
+            run.table.load(ip(3)),
+            load(0, 0),
+            "a shed one is not counted"
+        );
         run.table.closed(b);
         assert_eq!(run.arrive(ip(3)).1, Arrival::Admitted);
     }
@@ -406,7 +409,11 @@ mod tests {
         assert_eq!(run.arrive(ip(1)).1, Arrival::Replaces(victim));
         assert!(!run.table.completed(victim), "gone: it is being closed");
         run.table.closed(victim);
-        assert_eq!(run.table.open(), 1, "closing the evicted one frees nothing more");
+        assert_eq!(
+            run.table.open(),
+            1,
+            "closing the evicted one frees nothing more"
+        );
     }
 
     #[test]
