@@ -7,10 +7,19 @@
 # (webhook/tests/server_abuse_h2.rs at full size): $H2_ATTACKS, 1,000 attacking connections
 # in all against the default cap of 1,024, while a normal HTTP/2 client sends admissions one
 # after another. Prints one ABUSE line per round (normal client's p50/p99/max, peak RSS of the
-# server) and the load average around it.
+# server) and the load average around it. Then the lock-out round
+# (webhook/tests/server_lockout.rs at full size): $HALF connections that keep a request head
+# (HTTP/1.1) or a preface and frame (HTTP/2, where granted) half-sent with a byte every 5 s,
+# plus $SILENT silent ones, from $LOCKOUT_SOURCES loopback addresses, reopening what the
+# server closes, against the default cap of 1,024; a normal client sends admissions over
+# kept-alive HTTP/1.1 and HTTP/2 connections and over new connections. Its LOCKOUT line gives
+# the answered counts, p50/p99/max of each kind and the peak RSS; the round fails if a kind
+# gets under 99% answered, a kept-alive p99 is at or above $LOCKOUT_P99_MS ms, or the RSS
+# reaches 64 MiB.
 #
 #   webhook/benches/abuse.sh                  # 3 rounds of 20 s, HTTP/1.1 then HTTP/2
 #   ROUNDS=1 IDLE=10000 webhook/benches/abuse.sh
+#   PROTOCOLS=lockout ROUNDS=1 webhook/benches/abuse.sh
 #   PROTOCOLS=h2 H2_SERVER_ARGS="--h2-max-concurrent-streams 200" webhook/benches/abuse.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,19 +29,25 @@ IDLE=${IDLE:-5000}
 SLOW=${SLOW:-200}
 SECONDS_PER_ROUND=${SECONDS_PER_ROUND:-20}
 MAX_CONNECTIONS=${MAX_CONNECTIONS:-1024}
-PROTOCOLS=${PROTOCOLS:-"http1 h2"}
+PROTOCOLS=${PROTOCOLS:-"http1 h2 lockout"}
 H2_ATTACKS=${H2_ATTACKS:-"stalled-bodies=250,stalled-small-bodies=150,limit-bodies=100,header-lists=200,zero-window=200,rapid-reset=20,continuation=20,ping-flood=30,settings-flood=30"}
 H2_SERVER_ARGS=${H2_SERVER_ARGS:-}
+HALF=${HALF:-3000}
+SILENT=${SILENT:-5000}
+LOCKOUT_SOURCES=${LOCKOUT_SOURCES:-2}
+LOCKOUT_P99_MS=${LOCKOUT_P99_MS:-5}
 
 # Both ends of every connection live on this machine: the client side needs one descriptor
 # per connection, the server one per admitted connection.
 need=$((IDLE + SLOW + 2048))
+[ "$need" -ge $((HALF + SILENT + 2048)) ] || need=$((HALF + SILENT + 2048))
 if [ "$(ulimit -n)" -lt "$need" ]; then
   ulimit -n "$need" 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 fi
 echo "ulimit -n $(ulimit -n); $(nproc) CPUs"
 
-cargo test --release -q -p koord-webhook --test server_abuse --test server_abuse_h2 --no-run
+cargo test --release -q -p koord-webhook --test server_abuse --test server_abuse_h2 \
+  --test server_lockout --no-run
 for round in $(seq 1 "$ROUNDS"); do
   for protocol in $PROTOCOLS; do
     echo "round $round $protocol: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -49,6 +64,12 @@ for round in $(seq 1 "$ROUNDS"); do
           cargo test --release -q -p koord-webhook --test server_abuse_h2 -- --nocapture \
           --include-ignored --test-threads 1 2>&1 \
           | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' ;;
+      lockout)
+        LOCKOUT_HALF=$HALF LOCKOUT_SILENT=$SILENT LOCKOUT_SOURCES=$LOCKOUT_SOURCES \
+          LOCKOUT_MAX_CONNECTIONS=$MAX_CONNECTIONS LOCKOUT_SECONDS=$SECONDS_PER_ROUND \
+          LOCKOUT_P99_MS=$LOCKOUT_P99_MS \
+          cargo test --release -q -p koord-webhook --test server_lockout -- --nocapture 2>&1 \
+          | grep -E '^.*LOCKOUT|panicked|FAILED|answered|above|took' | sed 's/^.*LOCKOUT/LOCKOUT/' ;;
     esac
     echo "round $round $protocol: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   done

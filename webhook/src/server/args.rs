@@ -70,11 +70,18 @@ pub struct ServeArgs {
     #[arg(long, env = "KOORD_REQUEST_DEADLINE", default_value = "3s", value_parser = parse_duration)]
     pub request_deadline: Duration,
     /// Connections open at once (an idle TLS connection costs ~21 KiB: 1,024 ~ 22 MiB). At the
-    /// limit, a new connection closes the oldest one that has not sent a request yet; if
-    /// every connection has, the new one is closed (before its TLS handshake) and the open
-    /// ones keep being served.
+    /// limit, a new connection closes the oldest connection not yet answered once of the
+    /// source address holding the most such connections (its own on a tie); a connection
+    /// that has been answered keeps its slot. With nothing to close, the new one is closed
+    /// (before its TLS handshake) and the open ones keep being served.
     #[arg(long, env = "KOORD_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
+    /// Connections one source address may hold at once, answered or not (past it, a new one
+    /// from that address closes that address's oldest unanswered connection, or is closed):
+    /// no single client holds more, however it behaves. Keep it above what the apiservers
+    /// open together when they reach the webhook through one address (a proxy or NAT).
+    #[arg(long, env = "KOORD_MAX_CONNECTIONS_PER_SOURCE", default_value_t = 512)]
+    pub max_connections_per_source: usize,
     /// A connection the server has written nothing to for this long is closed (HTTP/1.1 and
     /// HTTP/2): an idle one, and one that keeps sending without completing a request (a head
     /// dripped a byte at a time, HTTP/2 frames that need no answer). Keep it above the

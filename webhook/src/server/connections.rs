@@ -1,97 +1,110 @@
-//! What a connection may hold and for how long, below TLS: a cap on open connections (a new
-//! one beyond it is closed at once, before its TLS handshake costs anything) and an idle
-//! timeout (nothing written for that long closes it, for HTTP/1.1 and HTTP/2 alike: an idle
-//! connection, and one that keeps sending without ever getting an answer, such as a request
-//! head dripped a byte at a time).
+//! What a connection may hold and for how long, below TLS: a cap on open connections and an
+//! idle timeout (nothing written for that long closes it, for HTTP/1.1 and HTTP/2 alike: an
+//! idle connection, and one that keeps sending without ever getting an answer, such as a
+//! request head dripped a byte at a time).
+//!
+//! At the cap, who gives up a slot is decided by `cap_policy.rs`: a newcomer takes the slot
+//! of the oldest connection not yet answered once from the source holding the most of those
+//! (its own source on a tie), a connection that has been answered keeps its slot, and one
+//! source holds at most `--max-connections-per-source`. A newcomer with nothing to take is
+//! closed at once, before its TLS handshake costs anything.
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
 //! idle or half-sent connections from starving admissions (webhook/README.md, "Abuse").
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum_server::accept::Accept;
+use futures::future::Either;
 use futures::task::AtomicWaker;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
+use super::cap_policy::{Arrival, CapLimits, ConnId, Table};
 use super::metrics::Metrics;
 
 /// Limits of a connection, as configured.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
-    /// Connections open at once; more are closed as they arrive.
+    /// Connections open at once.
     pub max_connections: usize,
+    /// Connections one source address may hold at once.
+    pub max_connections_per_source: usize,
     /// A connection the server has written nothing to for this long is closed.
     pub idle_timeout: Duration,
 }
 
-/// The connection slots and the connections that may give theirs up: those that have not yet
-/// sent the first bytes of a request (in the TLS handshake, or silent after it), oldest
-/// first.
+/// The slots: who holds them, by source, and the numbers given to connections.
 struct Slots {
-    free: Arc<Semaphore>,
-    evictable: Mutex<VecDeque<Weak<ConnState>>>,
-    max: usize,
-}
-
-/// What the acceptor and a connection's stream share.
-#[derive(Default)]
-pub struct ConnState {
-    /// Set by the acceptor to close this connection for a newcomer.
-    evicted: AtomicBool,
-    /// The first request has arrived: never evicted.
-    in_use: AtomicBool,
-    /// Wakes the connection's task so it sees `evicted`.
-    waker: AtomicWaker,
+    table: Mutex<Table<Weak<ConnState>>>,
+    next_id: AtomicU64,
 }
 
 impl Slots {
-    /// Asks the oldest connection that has not sent a request yet to close. False when there
-    /// is none (every slot serves requests).
-    fn evict_one(&self) -> bool {
-        let mut queue = self.evictable.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(weak) = queue.pop_front() {
-            let Some(conn) = weak.upgrade() else { continue };
-            if conn.in_use.load(Ordering::Acquire) {
-                continue;
-            }
-            conn.evicted.store(true, Ordering::Release);
-            conn.waker.wake();
-            return true;
+    fn table(&self) -> MutexGuard<'_, Table<Weak<ConnState>>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What the acceptor, a connection's stream and its service share.
+pub struct ConnState {
+    id: ConnId,
+    slots: Arc<Slots>,
+    /// Set by the acceptor to close this connection for a newcomer.
+    evicted: AtomicBool,
+    /// A request has been answered: never evicted from now on.
+    proven: AtomicBool,
+    /// Wakes the connection's task so it sees `evicted`.
+    waker: AtomicWaker,
+    /// Told when the connection gives its slot back (the newcomer that evicted it waits).
+    released: Notify,
+}
+
+impl ConnState {
+    /// A request on this connection was answered. Takes the table's lock once per connection:
+    /// later answers see the flag and do nothing.
+    fn answered(&self) {
+        if self.proven.load(Ordering::Relaxed) {
+            return;
         }
-        false
+        // Not proven when it was evicted meanwhile: it is being closed, its slot taken.
+        if self.slots.table().completed(self.id) {
+            self.proven.store(true, Ordering::Release);
+        }
     }
 
-    fn register(&self, conn: &Arc<ConnState>) {
-        let mut queue = self.evictable.lock().unwrap_or_else(|e| e.into_inner());
-        // Connections that closed or went into use leave dead entries; sweep them now and
-        // then so the queue stays within the cap.
-        if queue.len() >= 2 * self.max {
-            queue.retain(|w| {
-                w.upgrade()
-                    .is_some_and(|c| !c.in_use.load(Ordering::Acquire))
-            });
-        }
-        queue.push_back(Arc::downgrade(conn));
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// A registered connection: gives the slot back when dropped.
+struct Held(Arc<ConnState>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.slots.table().closed(self.0.id);
+        self.0.released.notify_one();
     }
 }
 
 /// How long a newcomer waits for an evicted connection's slot before it is shed itself.
 const SLOT_WAIT: Duration = Duration::from_secs(1);
 
-/// The acceptor under TLS: takes a slot (at the cap, first by closing the oldest connection
-/// that has not sent a request, else the newcomer is shed), sets TCP_NODELAY, wraps the
-/// stream in the idle timer.
+/// The acceptor under TLS: takes a slot (at the cap, by closing a connection `cap_policy`
+/// picks, else the newcomer is shed), sets TCP_NODELAY, wraps the stream in the idle timer
+/// and the service in [`Answered`], which marks the connection proven.
 #[derive(Clone)]
 pub struct GuardedAcceptor {
     slots: Arc<Slots>,
@@ -101,12 +114,13 @@ pub struct GuardedAcceptor {
 
 impl GuardedAcceptor {
     pub fn new(limits: ConnectionLimits, metrics: Metrics) -> Self {
-        let max = limits.max_connections.max(1);
         GuardedAcceptor {
             slots: Arc::new(Slots {
-                free: Arc::new(Semaphore::new(max)),
-                evictable: Mutex::new(VecDeque::new()),
-                max,
+                table: Mutex::new(Table::new(CapLimits {
+                    max: limits.max_connections,
+                    per_source: limits.max_connections_per_source,
+                })),
+                next_id: AtomicU64::new(0),
             }),
             idle_timeout: limits.idle_timeout,
             metrics,
@@ -114,53 +128,114 @@ impl GuardedAcceptor {
     }
 }
 
+fn shed() -> io::Error {
+    io::Error::other("connection limit reached")
+}
+
 impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
     type Stream = GuardedStream;
-    type Service = S;
-    type Future = Pin<Box<dyn Future<Output = io::Result<(GuardedStream, S)>> + Send>>;
+    type Service = Answered<S>;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(GuardedStream, Answered<S>)>> + Send>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let (slots, idle_timeout, metrics) =
             (self.slots.clone(), self.idle_timeout, self.metrics.clone());
         Box::pin(async move {
-            let slot = match slots.free.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    let waited = if slots.evict_one() {
-                        metrics.connections_evicted.inc();
-                        tokio::time::timeout(SLOT_WAIT, slots.free.clone().acquire_owned())
-                            .await
-                            .ok()
-                            .and_then(Result::ok)
-                    } else {
-                        None
-                    };
-                    let Some(slot) = waited else {
-                        // Dropping the stream closes it; the connections already open keep
-                        // being served.
-                        metrics.connections_shed.inc();
-                        return Err(io::Error::other("connection limit reached"));
-                    };
-                    slot
+            let source: IpAddr = stream.peer_addr()?.ip();
+            let state = Arc::new(ConnState {
+                id: slots.next_id.fetch_add(1, Ordering::Relaxed),
+                slots: slots.clone(),
+                evicted: AtomicBool::new(false),
+                proven: AtomicBool::new(false),
+                waker: AtomicWaker::new(),
+                released: Notify::new(),
+            });
+            let arrival = slots
+                .table()
+                .arrive(state.id, source, Arc::downgrade(&state));
+            let held = match arrival {
+                Arrival::Admitted => Held(state),
+                Arrival::Shed => {
+                    // Dropping the stream closes it; the connections already open keep
+                    // being served.
+                    metrics.connections_shed.inc();
+                    return Err(shed());
+                }
+                Arrival::Replaces(victim) => {
+                    let held = Held(state);
+                    metrics.connections_evicted.inc();
+                    // Wait for the victim to close, so that no more than the cap are open.
+                    if let Some(victim) = victim.upgrade() {
+                        let released = victim.released.notified();
+                        victim.evict();
+                        if tokio::time::timeout(SLOT_WAIT, released).await.is_err() {
+                            metrics.connections_shed.inc();
+                            return Err(shed());
+                        }
+                    }
+                    held
                 }
             };
             // Nagle + delayed ACK would add 40 ms to small HTTP/2 frames.
             stream.set_nodelay(true)?;
-            let state = Arc::new(ConnState::default());
-            slots.register(&state);
             metrics.connections_open.inc();
+            let service = Answered {
+                inner: service,
+                conn: held.0.clone(),
+            };
             let stream = GuardedStream {
                 inner: stream,
                 idle_timeout,
                 wrote: false,
                 quiet_checks: 0,
                 timer: Box::pin(tokio::time::sleep(idle_timeout / IDLE_CHECKS)),
-                state,
-                _slot: slot,
+                state: held,
                 metrics,
             };
             Ok((stream, service))
         })
+    }
+}
+
+/// The connection's service: marks the connection proven when a request is answered. Once
+/// it is, a request costs one relaxed load more than the inner service.
+#[derive(Clone)]
+pub struct Answered<S> {
+    inner: S,
+    conn: Arc<ConnState>,
+}
+
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, R> tower_service::Service<R> for Answered<S>
+where
+    S: tower_service::Service<R>,
+    S::Future: Send + 'static,
+    S::Response: 'static,
+    S::Error: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Either<S::Future, Boxed<Result<S::Response, S::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let answer = self.inner.call(request);
+        if self.conn.proven.load(Ordering::Relaxed) {
+            return Either::Left(answer);
+        }
+        // Until the first answer (once per connection, or a few on HTTP/2), a box.
+        let conn = self.conn.clone();
+        Either::Right(Box::pin(async move {
+            let answer = answer.await;
+            if answer.is_ok() {
+                conn.answered();
+            }
+            answer
+        }))
     }
 }
 
@@ -183,8 +258,8 @@ pub struct GuardedStream {
     /// Idle checks in a row that saw nothing written.
     quiet_checks: u32,
     timer: Pin<Box<Sleep>>,
-    state: Arc<ConnState>,
-    _slot: OwnedSemaphorePermit,
+    /// The slot, given back on drop.
+    state: Held,
     metrics: Metrics,
 }
 
@@ -195,20 +270,16 @@ impl Drop for GuardedStream {
 }
 
 impl GuardedStream {
-    /// The first request has arrived: the connection keeps its slot.
-    pub fn mark_in_use(&self) {
-        self.state.in_use.store(true, Ordering::Release);
-    }
-
     /// `Ready(err)` when the connection has been idle for the timeout or was evicted;
-    /// registers the timer (and, before the first request, the eviction waker) otherwise.
+    /// registers the timer (and, until the first answer, the eviction waker) otherwise.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        if !self.state.in_use.load(Ordering::Relaxed) {
-            self.state.waker.register(cx.waker());
-            if self.state.evicted.load(Ordering::Acquire) {
+        let state = &self.state.0;
+        if !state.proven.load(Ordering::Relaxed) {
+            state.waker.register(cx.waker());
+            if state.evicted.load(Ordering::Acquire) {
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::ConnectionAborted,
-                    "closed for a new connection: no request yet and the connection limit reached",
+                    "closed for a new connection: not answered yet and the connection limit reached",
                 ));
             }
         }
@@ -295,8 +366,6 @@ impl AsyncWrite for GuardedStream {
 
 /// What the first-bytes acceptor needs of the connection below it.
 pub trait AcceptedConnection {
-    /// The connection's first request has arrived: no longer evictable as silent.
-    fn mark_in_use(&self);
     /// The connection negotiated HTTP/2 in ALPN (and holds one of `--max-h2-connections`).
     fn negotiated_h2(&self) -> bool;
 }
@@ -392,9 +461,6 @@ where
                     io::ErrorKind::InvalidData,
                     "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
                 ));
-            }
-            if n > 0 {
-                stream.mark_in_use();
             }
             let stream = Prefixed {
                 prefix: first[..n].to_vec(),

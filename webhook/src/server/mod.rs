@@ -6,6 +6,7 @@
 
 pub mod admission;
 mod args;
+mod cap_policy;
 pub mod connections;
 mod duration_arg;
 mod handler;
@@ -220,6 +221,7 @@ impl Config {
             connections: ConnectionSettings {
                 limits: ConnectionLimits {
                     max_connections: args.max_connections,
+                    max_connections_per_source: args.max_connections_per_source,
                     idle_timeout: args.idle_timeout,
                 },
                 header_read_timeout: args.header_read_timeout,

@@ -143,10 +143,6 @@ pub struct TlsConnection<T> {
 }
 
 impl AcceptedConnection for TlsConnection<GuardedStream> {
-    fn mark_in_use(&self) {
-        self.tls.get_ref().0.mark_in_use();
-    }
-
     fn negotiated_h2(&self) -> bool {
         self.h2.is_some()
     }

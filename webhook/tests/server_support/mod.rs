@@ -65,6 +65,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
         connections: ConnectionSettings {
             limits: ConnectionLimits {
                 max_connections: 1000,
+                max_connections_per_source: 512,
                 idle_timeout: Duration::from_secs(120),
             },
             header_read_timeout: Duration::from_secs(10),
