@@ -249,9 +249,12 @@ fn write_params<const S: bool>(mut o: Object<'_, S>, p: &MemoryQosParams) {
 }
 
 fn write_pod_knobs<const S: bool>(mut o: Object<'_, S>, k: &PodMemoryKnobs) {
-    let PodMemoryKnobs { min, low } = k;
+    let PodMemoryKnobs { min, low, high } = k;
     o.int(first!("memory.min"), *min);
     o.int(next!("memory.low"), *low);
+    if let Some(high) = high {
+        o.int(next!("memory.high"), *high);
+    }
     o.close();
 }
 
@@ -427,10 +430,10 @@ mod tests {
             ],
             source(),
             prop::array::uniform9(any::<i64>()),
-            (any::<i64>(), any::<i64>()),
+            (any::<i64>(), any::<i64>(), prop::option::of(any::<i64>())),
             prop::collection::btree_map(any::<String>(), knobs(), 0..4),
         )
-            .prop_map(|(enabled, policy, source, p, (min, low), containers)| {
+            .prop_map(|(enabled, policy, source, p, (min, low, high), containers)| {
                 let mut params = MemoryQosParams::RESET;
                 for (i, v) in p.into_iter().enumerate() {
                     if let Some(slot) = params.slot_mut(i) {
@@ -442,7 +445,7 @@ mod tests {
                     policy,
                     source,
                     params,
-                    pod: PodMemoryKnobs { min, low },
+                    pod: PodMemoryKnobs { min, low, high },
                     containers,
                 }
             });
