@@ -433,22 +433,24 @@ mod tests {
             (any::<i64>(), any::<i64>(), prop::option::of(any::<i64>())),
             prop::collection::btree_map(any::<String>(), knobs(), 0..4),
         )
-            .prop_map(|(enabled, policy, source, p, (min, low, high), containers)| {
-                let mut params = MemoryQosParams::RESET;
-                for (i, v) in p.into_iter().enumerate() {
-                    if let Some(slot) = params.slot_mut(i) {
-                        *slot = v;
+            .prop_map(
+                |(enabled, policy, source, p, (min, low, high), containers)| {
+                    let mut params = MemoryQosParams::RESET;
+                    for (i, v) in p.into_iter().enumerate() {
+                        if let Some(slot) = params.slot_mut(i) {
+                            *slot = v;
+                        }
                     }
-                }
-                ResolvedMemoryQos {
-                    enabled,
-                    policy,
-                    source,
-                    params,
-                    pod: PodMemoryKnobs { min, low, high },
-                    containers,
-                }
-            });
+                    ResolvedMemoryQos {
+                        enabled,
+                        policy,
+                        source,
+                        params,
+                        pod: PodMemoryKnobs { min, low, high },
+                        containers,
+                    }
+                },
+            );
         let locality = prop::option::of(
             (
                 prop_oneof![Just(LocalityPolicy::BestEffort), Just(LocalityPolicy::None)],

@@ -43,9 +43,7 @@ pub fn applied_message(report: &PodReport) -> String {
         // which entries are sidecars (init containers by spec).
         match target {
             Target::Pod if report.pod_level_resources => msg.push_str(" (pod-level resources)"),
-            Target::Container(name) if report.sidecars.contains(name) => {
-                msg.push_str(" (sidecar)")
-            }
+            Target::Container(name) if report.sidecars.contains(name) => msg.push_str(" (sidecar)"),
             _ => {}
         }
         for k in report.knobs.iter().filter(|k| &k.target == *target) {

@@ -249,7 +249,12 @@ impl PodSpecView {
             .iter()
             .map(|c| container_view(c, id(c)))
             .collect::<Result<Vec<_>, _>>()?;
-        for c in spec.init_containers.iter().flatten().filter(|c| is_sidecar(c)) {
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c))
+        {
             containers.push(ContainerSpecView {
                 sidecar: true,
                 ..container_view(c, id(c))?

@@ -38,7 +38,14 @@ fn mem(request: &str) -> Value {
 #[test]
 fn pod_shapes_table() {
     // (what, spec, pod min, pod high, container -> min, pod memory source)
-    let cases: &[(&str, Value, i64, Option<i64>, &[(&str, i64)], PodMemorySource)] = &[
+    let cases: &[(
+        &str,
+        Value,
+        i64,
+        Option<i64>,
+        &[(&str, i64)],
+        PodMemorySource,
+    )] = &[
         (
             "native sidecar: an entry, counted in the pod's sum",
             json!({
@@ -159,9 +166,8 @@ fn pod_shapes_table() {
         assert_eq!(got, want, "{what}: container entries");
         // The annotation carries `memory.high` under `pod` exactly when it applies.
         let text = r.annotation();
-        let pod_obj: Value = serde_json::from_str::<Value>(&text).expect("json")["memoryQOS"]
-            ["pod"]
-            .clone();
+        let pod_obj: Value =
+            serde_json::from_str::<Value>(&text).expect("json")["memoryQOS"]["pod"].clone();
         assert_eq!(
             pod_obj.get("memory.high").is_some(),
             pod_high.is_some(),
@@ -183,7 +189,10 @@ fn pod_high_only_with_throttling() {
     }));
     let r = create(&p, &cfg);
     assert_eq!(r.resolved.memory_qos.pod.high, None);
-    assert!(!r.annotation().contains(r#""pod":{"memory.min":1073741824,"memory.low":1073741824,"memory.high""#));
+    assert!(
+        !r.annotation()
+            .contains(r#""pod":{"memory.min":1073741824,"memory.low":1073741824,"memory.high""#)
+    );
     // Memory QoS off: the reset parameters, no memory.high either.
     let r = create(&p, &config("", ""));
     assert_eq!(r.resolved.memory_qos.pod.min, 0);
@@ -301,7 +310,11 @@ fn be_pod_level_resources_stay_with_a_warning() {
     // (what, colocation on, warning)
     let cases: &[(&str, bool, &str)] = &[
         ("colocation on", true, WARNING_POD_LEVEL_KEPT),
-        ("colocation off: nothing translated at all", false, WARNING_BATCH_WITHHELD),
+        (
+            "colocation off: nothing translated at all",
+            false,
+            WARNING_BATCH_WITHHELD,
+        ),
     ];
     for (what, on, warning) in cases {
         let mut p = shaped(json!({
@@ -366,7 +379,8 @@ fn pod_level_bad_quantity_names_the_field() {
     )
     .expect_err("refused");
     assert!(
-        e.to_string().contains("spec.initContainers[0].resources.limits.memory"),
+        e.to_string()
+            .contains("spec.initContainers[0].resources.limits.memory"),
         "{e}"
     );
 }

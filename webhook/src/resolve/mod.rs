@@ -311,9 +311,8 @@ fn has_memory(res: &EffectiveResources<'_, '_>) -> bool {
 
 fn memory_basis(n: &Named<'_, '_, '_>, key: &str) -> Result<MemoryBasis, FieldError> {
     let res = n.res;
-    let parse = |text: Option<&str>, kind: &str| {
-        parse_quantity(text, parse_value, || n.field(kind, key))
-    };
+    let parse =
+        |text: Option<&str>, kind: &str| parse_quantity(text, parse_value, || n.field(kind, key));
     let limit = parse(res.limit(key), "limits")?;
     let request = parse(res.request(key), "requests")?.or(limit).unwrap_or(0);
     Ok(MemoryBasis { request, limit })

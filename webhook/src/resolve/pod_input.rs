@@ -130,7 +130,12 @@ pub struct ContainerInput<'a> {
     #[serde(borrow, default, deserialize_with = "null_as_none")]
     pub resources: Option<ResourcesInput<'a>>,
     /// `Always` on an init container makes it a native sidecar (KEP-753).
-    #[serde(borrow, default, rename = "restartPolicy", deserialize_with = "null_as_none")]
+    #[serde(
+        borrow,
+        default,
+        rename = "restartPolicy",
+        deserialize_with = "null_as_none"
+    )]
     pub restart_policy: Option<Text<'a>>,
 }
 

@@ -167,8 +167,10 @@ pub fn kubernetes_qos(pod: &PodInput<'_>) -> Result<KubeQos, FieldError> {
 /// defaulting for a pod whose containers request nothing). `None` without pod-level cpu/memory.
 fn pod_level_qos(pod: &PodInput<'_>) -> Result<Option<KubeQos>, FieldError> {
     let read = |text: Option<&str>, kind: &str, name: &str| {
-        parse_quantity(text, parse_milli, || format!("spec.resources.{kind}.{name}"))
-            .map(|v| v.filter(|v| *v != 0))
+        parse_quantity(text, parse_milli, || {
+            format!("spec.resources.{kind}.{name}")
+        })
+        .map(|v| v.filter(|v| *v != 0))
     };
     let mut set = false;
     let mut any = false;
