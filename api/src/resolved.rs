@@ -372,7 +372,8 @@ impl ContainerMemoryKnobs {
     }
 }
 
-/// Pod-level memory knobs: the sums of the containers' min and low.
+/// Pod-level memory knobs: the sums of the containers' min and low, or from the pod-level
+/// memory request where the pod sets one (`spec.resources`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PodMemoryKnobs {
@@ -380,6 +381,14 @@ pub struct PodMemoryKnobs {
     pub min: i64,
     #[serde(rename = "memory.low")]
     pub low: i64,
+    /// Only with a pod-level memory limit and `throttlingPercent` > 0; absent otherwise, so the
+    /// annotation of every other pod keeps its bytes (docs/contract.md §1, Versioning).
+    #[serde(
+        rename = "memory.high",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub high: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

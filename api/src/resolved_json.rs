@@ -249,9 +249,12 @@ fn write_params<const S: bool>(mut o: Object<'_, S>, p: &MemoryQosParams) {
 }
 
 fn write_pod_knobs<const S: bool>(mut o: Object<'_, S>, k: &PodMemoryKnobs) {
-    let PodMemoryKnobs { min, low } = k;
+    let PodMemoryKnobs { min, low, high } = k;
     o.int(first!("memory.min"), *min);
     o.int(next!("memory.low"), *low);
+    if let Some(high) = high {
+        o.int(next!("memory.high"), *high);
+    }
     o.close();
 }
 
@@ -427,25 +430,27 @@ mod tests {
             ],
             source(),
             prop::array::uniform9(any::<i64>()),
-            (any::<i64>(), any::<i64>()),
+            (any::<i64>(), any::<i64>(), prop::option::of(any::<i64>())),
             prop::collection::btree_map(any::<String>(), knobs(), 0..4),
         )
-            .prop_map(|(enabled, policy, source, p, (min, low), containers)| {
-                let mut params = MemoryQosParams::RESET;
-                for (i, v) in p.into_iter().enumerate() {
-                    if let Some(slot) = params.slot_mut(i) {
-                        *slot = v;
+            .prop_map(
+                |(enabled, policy, source, p, (min, low, high), containers)| {
+                    let mut params = MemoryQosParams::RESET;
+                    for (i, v) in p.into_iter().enumerate() {
+                        if let Some(slot) = params.slot_mut(i) {
+                            *slot = v;
+                        }
                     }
-                }
-                ResolvedMemoryQos {
-                    enabled,
-                    policy,
-                    source,
-                    params,
-                    pod: PodMemoryKnobs { min, low },
-                    containers,
-                }
-            });
+                    ResolvedMemoryQos {
+                        enabled,
+                        policy,
+                        source,
+                        params,
+                        pod: PodMemoryKnobs { min, low, high },
+                        containers,
+                    }
+                },
+            );
         let locality = prop::option::of(
             (
                 prop_oneof![Just(LocalityPolicy::BestEffort), Just(LocalityPolicy::None)],

@@ -262,6 +262,13 @@ impl Applier {
             knobs: Vec::new(),
             read_back: Default::default(),
             pending: Vec::new(),
+            sidecars: pod
+                .containers
+                .iter()
+                .filter(|c| c.sidecar)
+                .map(|c| c.name.clone())
+                .collect(),
+            pod_level_resources: pod.pod_level.request.is_some() || pod.pod_level.limit.is_some(),
             first_pass: false,
         }
     }

@@ -41,6 +41,13 @@ pub fn applied_message(report: &PodReport) -> String {
     let mut unsupported: Vec<&str> = Vec::new();
     for (i, target) in targets.iter().enumerate() {
         let _ = write!(msg, "{} {target}", if i == 0 { "" } else { ";" });
+        // The sources kubectl describe should name: where the pod's numbers came from, and
+        // which entries are sidecars (init containers by spec).
+        match target {
+            Target::Pod if report.pod_level_resources => msg.push_str(" (pod-level resources)"),
+            Target::Container(name) if report.sidecars.contains(name) => msg.push_str(" (sidecar)"),
+            _ => {}
+        }
         for k in report.knobs.iter().filter(|k| &k.target == *target) {
             match k.outcome {
                 Outcome::Written | Outcome::Unchanged => {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use koord_api::{
-    BatchKnobs, ContainerMemoryKnobs, MaxOr, MemoryQosParams, ResolvedCpuQos, ResolvedQos, knobs,
+    BatchKnobs, ContainerMemoryKnobs, MaxOr, MemoryQosParams, PodMemoryKnobs, ResolvedCpuQos,
+    ResolvedQos, knobs,
 };
 use serde::Serialize;
 
@@ -166,30 +167,23 @@ fn validate_container_memory(
     k: &ContainerMemoryKnobs,
     c: &ContainerSpecView,
 ) -> Result<(), Refused> {
+    let (request_bound, limit_bound) = if c.sidecar {
+        ("the sidecar's memory request", "the sidecar's memory limit")
+    } else {
+        (
+            "the container's memory request",
+            "the container's memory limit",
+        )
+    };
     let request = c.effective_memory_request();
     in_range(Field(field, "memory.min"), k.min, 0, i64::MAX)?;
     in_range(Field(field, "memory.low"), k.low, 0, i64::MAX)?;
-    not_above(
-        Field(field, "memory.min"),
-        k.min,
-        request,
-        "the container's memory request",
-    )?;
-    not_above(
-        Field(field, "memory.low"),
-        k.low,
-        request,
-        "the container's memory request",
-    )?;
+    not_above(Field(field, "memory.min"), k.min, request, request_bound)?;
+    not_above(Field(field, "memory.low"), k.low, request, request_bound)?;
     if let MaxOr::Bytes(high) = k.high {
         in_range(Field(field, "memory.high"), high, 0, i64::MAX)?;
         if let Some(limit) = c.effective_memory_limit() {
-            not_above(
-                Field(field, "memory.high"),
-                high,
-                limit,
-                "the container's memory limit",
-            )?;
+            not_above(Field(field, "memory.high"), high, limit, limit_bound)?;
         }
         if high < k.min {
             return Err(refuse(format!(
@@ -284,6 +278,46 @@ fn sum_all(cs: &[ContainerSpecView], f: impl Fn(&ContainerSpecView) -> Option<i6
         .try_fold(0i64, |acc, c| f(c).map(|v| acc.saturating_add(v)))
 }
 
+/// The pod cgroup's memory knobs. Their bound is the pod-level memory request where the pod
+/// sets one (`spec.resources`), else the sum over the containers and native sidecars; plus the
+/// overhead either way. `memory.high` needs a pod-level memory limit and stays within it.
+fn validate_pod_memory(k: &PodMemoryKnobs, pod: &PodSpecView) -> Result<(), Refused> {
+    let (basis, what) = match pod.pod_level.request {
+        Some(r) => (r, "the pod-level memory request (plus overhead)"),
+        None => (
+            pod.containers
+                .iter()
+                .map(ContainerSpecView::effective_memory_request)
+                .fold(0, i64::saturating_add),
+            "the pod's memory request",
+        ),
+    };
+    let pod_request = basis.saturating_add(pod.overhead_memory);
+    for (field, v) in [
+        ("memoryQOS.pod.memory.min", k.min),
+        ("memoryQOS.pod.memory.low", k.low),
+    ] {
+        in_range(field, v, 0, i64::MAX)?;
+        not_above(field, v, pod_request, what)?;
+    }
+    let Some(high) = k.high else { return Ok(()) };
+    let field = "memoryQOS.pod.memory.high";
+    let Some(limit) = pod.pod_level.limit else {
+        return Err(refuse(format!(
+            "{field} = {high} but the pod spec has no pod-level memory limit (spec.resources.limits.memory)"
+        )));
+    };
+    in_range(field, high, 0, i64::MAX)?;
+    not_above(field, high, limit, "the pod-level memory limit")?;
+    if high < k.min {
+        return Err(refuse(format!(
+            "{field} = {high} is below its memory.min {}",
+            k.min
+        )));
+    }
+    Ok(())
+}
+
 /// Checks every value of the annotation against the pod spec and the kernel ranges.
 pub fn validate(q: &ResolvedQos, pod: &PodSpecView) -> Result<(), Refused> {
     let mq = &q.memory_qos;
@@ -297,18 +331,7 @@ pub fn validate(q: &ResolvedQos, pod: &PodSpecView) -> Result<(), Refused> {
         let c = spec_container(pod, "memoryQOS", name)?;
         validate_container_memory(&format!("memoryQOS.containers[{name:?}]"), k, c)?;
     }
-    let pod_request = pod
-        .containers
-        .iter()
-        .map(ContainerSpecView::effective_memory_request)
-        .fold(pod.overhead_memory, i64::saturating_add);
-    for (field, v) in [
-        ("memoryQOS.pod.memory.min", mq.pod.min),
-        ("memoryQOS.pod.memory.low", mq.pod.low),
-    ] {
-        in_range(field, v, 0, i64::MAX)?;
-        not_above(field, v, pod_request, "the pod's memory request")?;
-    }
+    validate_pod_memory(&mq.pod, pod)?;
     if let Some(c) = &q.cpu_qos {
         let (lo, hi) = ResolvedCpuQos::GROUP_IDENTITY_RANGE;
         in_range("cpuQOS.groupIdentity", c.group_identity, lo, hi)?;
@@ -489,7 +512,7 @@ pub fn build(
         .map_err(|e| refuse(e.to_string()))?;
     let mut plan = Plan::default();
     let pod_dirs = Dirs::new(layout, &pod_rel)?;
-    for (knob, value) in pod_values(q, caps) {
+    for (knob, value) in pod_values(q, pod, caps) {
         push(
             &mut plan,
             layout.version,
@@ -523,7 +546,10 @@ pub fn build(
 /// knobs as the containers get them (Koordinator writes the same values at pod level; disabled
 /// -> the reset parameters). Then `cpu.idle` before `cpu.shares`: leaving idle (1 -> 0) must
 /// precede the shares write, and entering idle drops the shares write (see [`pod_is_idle`]).
-fn pod_values(q: &ResolvedQos, caps: NodeCaps) -> Vec<(Knob, Value)> {
+///
+/// `memory.high` only on a pod with a pod-level memory limit (the only pods whose annotation
+/// may carry one): the annotation's value, else unlimited, so turning throttling off undoes it.
+fn pod_values(q: &ResolvedQos, pod: &PodSpecView, caps: NodeCaps) -> Vec<(Knob, Value)> {
     let mq = &q.memory_qos;
     let p = if mq.enabled {
         mq.params
@@ -534,6 +560,10 @@ fn pod_values(q: &ResolvedQos, caps: NodeCaps) -> Vec<(Knob, Value)> {
         (Knob::MemoryMin, Value::Bytes(mq.pod.min)),
         (Knob::MemoryLow, Value::Bytes(mq.pod.low)),
     ];
+    if pod.pod_level.limit.is_some() {
+        let high = mq.pod.high.map_or(Value::Unlimited, Value::Bytes);
+        out.push((Knob::MemoryHigh, high));
+    }
     out.extend(static_memory(
         p.wmark_ratio,
         p.wmark_scale_permill,

@@ -1,8 +1,9 @@
 //! The few facts about a pod the applier needs, taken out of the Kubernetes object once:
-//! identity, Kubernetes QoS class, the resolved-qos annotation, and per container the
-//! resources the annotation is checked against plus the runtime's container ID.
+//! identity, Kubernetes QoS class, the resolved-qos annotation, the pod-level memory
+//! (`spec.resources`), and per long-running container (regular containers and native
+//! sidecars) the resources the annotation is checked against plus the runtime's container ID.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use koord_api::keys;
 use koord_api::quantity::{parse_milli, parse_value};
@@ -18,9 +19,22 @@ pub struct PodSpecView {
     pub kube_qos: KubeQos,
     /// The raw `koordinator.sh/resolved-qos` annotation, if any.
     pub resolved_qos: Option<String>,
+    /// The regular containers in spec order, then the native sidecars (init containers with
+    /// `restartPolicy: Always`); plain init containers are not here (they get no entry).
     pub containers: Vec<ContainerSpecView>,
     /// `spec.overhead.memory` (counted in the pod's request, as the kubelet does).
     pub overhead_memory: i64,
+    /// Pod-level memory (`spec.resources`, KEP-2837).
+    pub pod_level: PodLevelMemory,
+}
+
+/// `spec.resources` memory in bytes; both `None` for a pod without pod-level resources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodLevelMemory {
+    /// The request, else the limit (the apiserver defaults it so when no container requests
+    /// memory, and a request above the limit is refused anyway).
+    pub request: Option<i64>,
+    pub limit: Option<i64>,
 }
 
 /// Resource values of one container; bytes for memory, milli-cores for batch-cpu.
@@ -33,12 +47,15 @@ pub struct ContainerSpecView {
     pub batch_cpu_limit: Option<i64>,
     pub batch_memory_request: Option<i64>,
     pub batch_memory_limit: Option<i64>,
-    /// `status.containerStatuses[].containerID` (`containerd://...`), once the container exists.
+    /// `status.containerStatuses[].containerID` (`containerd://...`; a sidecar's is in
+    /// `status.initContainerStatuses`), once the container exists.
     pub container_id: Option<String>,
     /// The memory the kubelet reports for the container (`status.containerStatuses[].resources`):
     /// what it has allocated and the runtime has applied. It differs from the spec while an
     /// in-place resize is pending or in progress (docs/contract.md §6, Resize).
     pub allocated: Option<AllocatedMemory>,
+    /// A native sidecar (`spec.initContainers[]` with `restartPolicy: Always`).
+    pub sidecar: bool,
 }
 
 /// `status.containerStatuses[].resources` memory request and limit, bytes.
@@ -154,6 +171,59 @@ fn container_view(
         batch_memory_limit,
         container_id,
         allocated,
+        sidecar: false,
+    })
+}
+
+/// Whether an init container is a native sidecar: it runs for the pod's whole life.
+fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+fn pod_level_memory(spec: &PodSpec) -> Result<PodLevelMemory, PodSpecViewError> {
+    let res = spec.resources.as_ref();
+    let limit = parse(
+        "(pod level)",
+        res.and_then(|r| r.limits.as_ref()),
+        keys::RESOURCE_MEMORY,
+        false,
+    )?;
+    let request = parse(
+        "(pod level)",
+        res.and_then(|r| r.requests.as_ref()),
+        keys::RESOURCE_MEMORY,
+        false,
+    )?;
+    Ok(PodLevelMemory {
+        request: request.or(limit),
+        limit,
+    })
+}
+
+/// With pod-level cpu or memory, those alone decide the class (KEP-2837, as the apiserver's
+/// `ComputePodQOS`); `None` without.
+fn pod_level_kube_qos(spec: &PodSpec) -> Option<KubeQos> {
+    let res = spec.resources.as_ref()?;
+    let read = |list: Option<&Resources>, key: &str| {
+        list.and_then(|l| l.get(key))
+            .map(|q| parse_milli(&q.0).ok().filter(|v| *v != 0))
+    };
+    let mut set = false;
+    let mut any = false;
+    let mut guaranteed = true;
+    for key in [keys::RESOURCE_CPU, keys::RESOURCE_MEMORY] {
+        let limit = read(res.limits.as_ref(), key);
+        let request = read(res.requests.as_ref(), key);
+        set |= limit.is_some() || request.is_some();
+        let limit = limit.flatten();
+        let request = request.flatten().or(limit);
+        any |= request.is_some() || limit.is_some();
+        guaranteed &= limit.is_some() && request == limit;
+    }
+    set.then_some(match (any, guaranteed) {
+        (false, _) => KubeQos::BestEffort,
+        (true, true) => KubeQos::Guaranteed,
+        (true, false) => KubeQos::Burstable,
     })
 }
 
@@ -188,17 +258,37 @@ impl PodSpecView {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref().ok_or(PodSpecViewError::Missing("spec"))?;
         let status = pod.status.as_ref();
+        // Names are unique across containers and init containers, so one map serves both
+        // (a sidecar's status is in status.initContainerStatuses).
         let statuses: BTreeMap<&str, &ContainerStatus> = status
             .and_then(|s| s.container_statuses.as_ref())
             .into_iter()
             .flatten()
+            .chain(
+                status
+                    .and_then(|s| s.init_container_statuses.as_ref())
+                    .into_iter()
+                    .flatten(),
+            )
             .map(|cs| (cs.name.as_str(), cs))
             .collect();
-        let containers = spec
+        let id = |c: &Container| statuses.get(c.name.as_str()).copied();
+        let mut containers = spec
             .containers
             .iter()
-            .map(|c| container_view(c, statuses.get(c.name.as_str()).copied()))
+            .map(|c| container_view(c, id(c)))
             .collect::<Result<Vec<_>, _>>()?;
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c))
+        {
+            containers.push(ContainerSpecView {
+                sidecar: true,
+                ..container_view(c, id(c))?
+            });
+        }
         let all: Vec<&Container> = spec
             .containers
             .iter()
@@ -207,6 +297,7 @@ impl PodSpecView {
         let kube_qos = status
             .and_then(|s| s.qos_class.as_deref())
             .and_then(KubeQos::from_status)
+            .or_else(|| pod_level_kube_qos(spec))
             .unwrap_or_else(|| compute_kube_qos(&all));
         let overhead_memory = parse(
             "(overhead)",
@@ -236,6 +327,7 @@ impl PodSpecView {
                 .cloned(),
             containers,
             overhead_memory,
+            pod_level: pod_level_memory(spec)?,
         })
     }
 

@@ -66,6 +66,12 @@ pub struct PodReport {
     /// Containers of the annotation without a container ID yet.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<String>,
+    /// Containers that are native sidecars (named so in the Event).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sidecars: Vec<String>,
+    /// The pod sets pod-level memory (`spec.resources`): the pod cgroup's numbers come from it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pod_level_resources: bool,
     /// The first complete pass over this version of the pod (every container started, every
     /// cgroup there): `run` then posts an Event even if the kernel has none of the knobs.
     #[serde(skip)]

@@ -11,7 +11,9 @@ use serde_json::Value;
 use crate::manifest::{self, ManifestError, ReadError};
 use crate::mutation::apply_changes;
 use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
-use crate::resolve::{Operation, ParamSource, PodInput, Resolution, ResolveContext, resolve_pod};
+use crate::resolve::{
+    Operation, ParamSource, PodInput, PodMemorySource, Resolution, ResolveContext, resolve_pod,
+};
 
 #[derive(Debug, Args)]
 pub struct ResolveArgs {
@@ -259,6 +261,42 @@ fn explain_memory_qos(out: &mut String, r: &Resolution) {
             ParamSource::PodAnnotation => "pod annotation",
         };
         let _ = writeln!(out, "    {} = {value} ({from})", spec.name);
+    }
+    let e = &r.explanation;
+    if !e.sidecars.is_empty() {
+        let _ = writeln!(
+            out,
+            "  native sidecar(s) protected like containers: {}",
+            e.sidecars.join(", ")
+        );
+    }
+    let from = match e.pod_memory {
+        PodMemorySource::ContainerSums if e.sidecars.is_empty() => "the sums over the containers",
+        PodMemorySource::ContainerSums => "the sums over the containers and native sidecars",
+        PodMemorySource::PodLevelRequest => {
+            "the pod-level memory request (spec.resources.requests.memory)"
+        }
+        PodMemorySource::PodLevelLimit => {
+            "the pod-level memory limit (spec.resources.limits.memory; no request anywhere)"
+        }
+    };
+    let _ = writeln!(
+        out,
+        "  pod memory.min {} memory.low {} from {from}",
+        m.pod.min, m.pod.low
+    );
+    if let Some(high) = m.pod.high {
+        let _ = writeln!(
+            out,
+            "  pod memory.high {high} from the pod-level memory limit (spec.resources.limits.memory) x throttlingPercent {}",
+            m.params.throttling_percent
+        );
+    }
+    if e.pod_level_kept {
+        let _ = writeln!(
+            out,
+            "  batch resources: pod-level spec.resources cpu/memory kept (batch resources cannot be pod-level)"
+        );
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) fn view() -> PodSpecView {
         resolved_qos: None,
         containers: Vec::new(),
         overhead_memory: 0,
+        pod_level: Default::default(),
     }
 }
 

@@ -119,6 +119,14 @@ fn has_cpu_or_memory(list: Option<&ResourceMap<'_>>) -> bool {
     list.is_some_and(|l| l.contains_key(RESOURCE_CPU) || l.contains_key(RESOURCE_MEMORY))
 }
 
+/// Whether the pod sets cpu or memory at pod level (`spec.resources`): Kubernetes allows only
+/// cpu, memory and hugepages there, so they cannot become batch resources.
+pub fn has_pod_level_cpu_or_memory(pod: &PodInput<'_>) -> bool {
+    pod.spec.resources.as_ref().is_some_and(|r| {
+        has_cpu_or_memory(r.requests.as_ref()) || has_cpu_or_memory(r.limits.as_ref())
+    })
+}
+
 /// Whether a BE pod has cpu/memory that the translation would move (in a container, an init
 /// container or the overhead).
 pub fn has_movable_resources(pod: &PodInput<'_>) -> bool {
@@ -176,14 +184,14 @@ fn batch_overhead(pod: &PodInput<'_>) -> Result<Option<OwnedResources>, FieldErr
 }
 
 /// Whether any of the containers carries batch resources.
-pub fn any_has_batch(containers: &[(&str, &EffectiveResources<'_, '_>)]) -> bool {
-    containers.iter().any(|(_, r)| r.has_batch())
+pub fn any_has_batch(containers: &[Named<'_, '_, '_>]) -> bool {
+    containers.iter().any(|n| n.res.has_batch())
 }
 
 /// Batch cgroup values, present only when the pod carries batch resources (`pod_has_batch`:
 /// a container, an init container or the overhead).
 pub fn batch_knobs(
-    containers: &[(&str, &EffectiveResources<'_, '_>)],
+    containers: &[Named<'_, '_, '_>],
     pod_has_batch: bool,
 ) -> Result<Option<ResolvedBatch>, FieldError> {
     if !pod_has_batch {
@@ -198,8 +206,9 @@ pub fn batch_knobs(
         containers: BTreeMap::new(),
     };
     let (mut cpu_req_sum, mut cpu_lim_sum, mut mem_lim_sum) = (0i64, Some(0i64), Some(0i64));
-    for (i, (name, res)) in containers.iter().enumerate() {
-        let field = |kind: &str, k: &str| resource_field("containers", i, kind, k);
+    for n in containers {
+        let (name, res) = (n.name, n.res);
+        let field = |kind: &str, k: &str| n.field(kind, k);
         let cpu_req = parse_quantity(
             res.request_or_limit(RESOURCE_BATCH_CPU),
             parse_value,
@@ -219,7 +228,7 @@ pub fn batch_knobs(
             .zip(mem_lim.filter(|v| *v > 0))
             .map(|(a, b)| a.saturating_add(b));
         out.containers.insert(
-            (*name).to_owned(),
+            name.to_owned(),
             BatchKnobs {
                 cpu_shares: milli_cpu_to_shares(cpu_req.unwrap_or(0)),
                 cpu_cfs_quota_us: milli_cpu_to_quota(cpu_lim),
@@ -242,7 +251,7 @@ pub fn batch_knobs(
 /// Koordinator's shape (`limits` before `requests`, sorted keys); `None` when no container has
 /// any (`containers_have_batch`, from [`any_has_batch`]).
 pub fn extended_resource_spec(
-    containers: &[(&str, &EffectiveResources<'_, '_>)],
+    containers: &[Named<'_, '_, '_>],
     containers_have_batch: bool,
 ) -> Option<String> {
     if !containers_have_batch {
@@ -250,7 +259,7 @@ pub fn extended_resource_spec(
     }
     type Entry<'a> = BTreeMap<&'static str, BTreeMap<&'static str, &'a str>>;
     let mut spec: BTreeMap<&str, Entry<'_>> = BTreeMap::new();
-    for (name, res) in containers {
+    for &Named { name, res, .. } in containers {
         let mut entry = Entry::new();
         for key in [RESOURCE_BATCH_CPU, RESOURCE_BATCH_MEMORY] {
             if let Some(v) = res.limit(key) {
@@ -270,6 +279,25 @@ pub fn extended_resource_spec(
     let mut root = BTreeMap::new();
     root.insert("containers", spec);
     serde_json::to_string(&root).ok()
+}
+
+/// A long-running container (regular or native sidecar), where it sits in the spec (for
+/// error messages) and its resources as the pod will carry them.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'s, 'v, 'a> {
+    pub name: &'s str,
+    /// `containers` or `initContainers`.
+    pub list: &'static str,
+    pub index: usize,
+    pub sidecar: bool,
+    pub res: &'s EffectiveResources<'v, 'a>,
+}
+
+impl Named<'_, '_, '_> {
+    /// `spec.{list}[{index}].resources.{kind}.{resource}`.
+    pub fn field(&self, kind: &str, resource: &str) -> String {
+        resource_field(self.list, self.index, kind, resource)
+    }
 }
 
 /// Every container's resources as the pod will carry them, and the overhead when it moved to
@@ -299,17 +327,38 @@ impl<'v, 'a> PodResources<'v, 'a> {
         })
     }
 
-    /// The regular containers with their names, in spec order.
-    pub fn named_containers<'s>(
-        &'s self,
-        pod: &'s PodInput<'_>,
-    ) -> Vec<(&'s str, &'s EffectiveResources<'v, 'a>)> {
-        pod.spec
+    /// The long-running containers with their names: the regular containers in spec order,
+    /// then the native sidecars in `spec.initContainers` order. Plain init containers run to
+    /// completion before these start and are left out.
+    pub fn named_containers<'s>(&'s self, pod: &'s PodInput<'_>) -> Vec<Named<'s, 'v, 'a>> {
+        let regular = pod
+            .spec
             .containers
             .iter()
             .zip(&self.containers)
-            .map(|(c, r)| (c.name.as_str(), r))
-            .collect()
+            .enumerate()
+            .map(|(index, (c, res))| Named {
+                name: c.name.as_str(),
+                list: "containers",
+                index,
+                sidecar: false,
+                res,
+            });
+        let sidecars = pod
+            .spec
+            .init_containers
+            .iter()
+            .zip(&self.init_containers)
+            .enumerate()
+            .filter(|(_, (c, _))| c.is_sidecar())
+            .map(|(index, (c, res))| Named {
+                name: c.name.as_str(),
+                list: "initContainers",
+                index,
+                sidecar: true,
+                res,
+            });
+        regular.chain(sidecars).collect()
     }
 
     /// Whether the init containers or the overhead carry batch resources.

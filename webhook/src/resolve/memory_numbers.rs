@@ -58,6 +58,15 @@ pub fn container_knobs(basis: MemoryBasis, p: &MemoryQosParams) -> ContainerMemo
     }
 }
 
+/// The pod cgroup's `memory.high` from a pod-level memory limit: `limit * throttlingPercent /
+/// 100` floored to pages, never below the pod's `memory.min`; `None` without throttling or
+/// without a limit (the field is then left out of the annotation).
+pub fn pod_high(limit: Option<i64>, p: &MemoryQosParams, pod_min: i64) -> Option<i64> {
+    let limit = limit.filter(|l| *l > 0)?;
+    (p.throttling_percent > 0)
+        .then(|| floor_pages(percent(limit, p.throttling_percent)).max(pod_min))
+}
+
 #[cfg(test)]
 mod tests {
     use super::percent;

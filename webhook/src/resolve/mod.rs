@@ -36,8 +36,8 @@ pub use pod_input::PodInput;
 pub use qos_class::{ClassDecision, KubeQos, kubernetes_qos, resolve_qos_class};
 
 use crate::policy::{FieldError, PolicyConfig};
-use batch_resources::{EffectiveResources, PodResources};
-use pod_input::{parse_quantity, resource_field};
+use batch_resources::{EffectiveResources, Named, PodResources};
+use pod_input::parse_quantity;
 
 /// The admission operation being resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,24 @@ pub struct Explanation {
     /// A BE pod at CREATE whose cpu/memory stayed as they were because colocation is off:
     /// why (docs/contract.md §2, Batch resources).
     pub batch_withheld: Option<&'static str>,
+    /// A BE pod at CREATE whose pod-level cpu/memory (`spec.resources`) stayed as they were:
+    /// batch resources cannot be pod-level (docs/contract.md §2, Batch resources).
+    pub pod_level_kept: bool,
+    /// Where the pod cgroup's memory.min/low came from.
+    pub pod_memory: PodMemorySource,
+    /// The native sidecars that got a memory QoS entry, in spec order.
+    pub sidecars: Vec<String>,
+}
+
+/// Where `memoryQOS.pod` memory.min/low came from (docs/contract.md §2, Numbers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMemorySource {
+    /// The sums over the containers and native sidecars.
+    ContainerSums,
+    /// `spec.resources.requests.memory`.
+    PodLevelRequest,
+    /// `spec.resources.limits.memory`, standing for the request (no container has one).
+    PodLevelLimit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +104,9 @@ pub struct Resolution {
 /// The admission warning for a BE pod that kept its cpu/memory (kubectl prints it).
 pub const WARNING_BATCH_WITHHELD: &str = "koord-qos: BE pod admitted with its cpu/memory unchanged: colocation is off, so no node offers kubernetes.io/batch-cpu/batch-memory (turn it on with colocation-config {\"enable\": true} in the cluster ConfigMap)";
 
+/// The admission warning for a BE pod with pod-level cpu/memory (kubectl prints it).
+pub const WARNING_POD_LEVEL_KEPT: &str = "koord-qos: BE pod admitted with its pod-level spec.resources cpu/memory unchanged: Kubernetes allows only cpu, memory and hugepages at pod level, so they cannot become kubernetes.io/batch-cpu/batch-memory and the pod is scheduled against regular cpu/memory (set the BE pod's resources on its containers instead)";
+
 impl Resolution {
     /// The resolved-qos annotation text (compact JSON, stable key order).
     pub fn annotation(&self) -> String {
@@ -93,10 +114,13 @@ impl Resolution {
     }
 
     /// The warning to return with the admission, if any.
+    /// Colocation off wins: then nothing was translated, pod-level or not.
     pub fn warning(&self) -> Option<&'static str> {
-        self.explanation
-            .batch_withheld
-            .map(|_| WARNING_BATCH_WITHHELD)
+        match &self.explanation {
+            e if e.batch_withheld.is_some() => Some(WARNING_BATCH_WITHHELD),
+            e if e.pod_level_kept => Some(WARNING_POD_LEVEL_KEPT),
+            _ => None,
+        }
     }
 }
 
@@ -140,9 +164,18 @@ pub fn resolve_pod_with_previous(
     } else {
         None
     };
+    // Pod-level cpu/memory stay as they are (a BE pod's containers still move): batch
+    // resources are extended resources, which Kubernetes refuses at pod level.
+    let pod_level_kept = be_create && batch_resources::has_pod_level_cpu_or_memory(pod);
     let resources = PodResources::of(pod, to_batch)?;
     let named = resources.named_containers(pod);
-    let (pod_knobs, container_knobs) = memory_knobs(&named, class.class, &decision.params)?;
+    let (sums, container_knobs) = memory_knobs(&named, class.class, &decision.params)?;
+    let (pod_knobs, pod_memory) = pod_level_knobs(pod, sums, &decision.params)?;
+    let sidecars = named
+        .iter()
+        .filter(|n| n.sidecar)
+        .map(|n| n.name.to_owned())
+        .collect();
     let containers_have_batch = batch_resources::any_has_batch(&named);
     let batch = batch_resources::batch_knobs(
         &named,
@@ -176,33 +209,90 @@ pub fn resolve_pod_with_previous(
             param_sources: decision.param_sources,
             batch_containers,
             batch_withheld,
+            pod_level_kept,
+            pod_memory,
+            sidecars,
         },
     })
 }
 
-/// The memory knobs of every container, and the pod's sums of min and low. A BE container's
-/// basis is its batch-memory; one that kept its memory (colocation off) is based on that
-/// (docs/contract.md §2, Numbers).
+/// The memory knobs of every long-running container (regular containers and native
+/// sidecars), and the pod's sums of min and low. A BE container's basis is its batch-memory;
+/// one that kept its memory (colocation off) is based on that (docs/contract.md §2, Numbers).
 fn memory_knobs(
-    named: &[(&str, &EffectiveResources<'_, '_>)],
+    named: &[Named<'_, '_, '_>],
     class: QosClass,
     params: &MemoryQosParams,
 ) -> Result<(PodMemoryKnobs, BTreeMap<String, ContainerMemoryKnobs>), FieldError> {
     let mut containers = BTreeMap::new();
-    let mut pod = PodMemoryKnobs { min: 0, low: 0 };
-    for (i, (name, res)) in named.iter().enumerate() {
+    let mut pod = PodMemoryKnobs {
+        min: 0,
+        low: 0,
+        high: None,
+    };
+    for n in named {
+        let res = n.res;
         let memory_key = if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res)) {
             RESOURCE_BATCH_MEMORY
         } else {
             RESOURCE_MEMORY
         };
-        let basis = memory_basis(res, memory_key, i)?;
+        let basis = memory_basis(n, memory_key)?;
         let knobs = container_memory_knobs(basis, params);
         pod.min = pod.min.saturating_add(knobs.min);
         pod.low = pod.low.saturating_add(knobs.low);
-        containers.insert((*name).to_owned(), knobs);
+        containers.insert(n.name.to_owned(), knobs);
     }
     Ok((pod, containers))
+}
+
+/// The pod cgroup's knobs where the pod sets pod-level memory (`spec.resources`, KEP-2837):
+/// min and low from the pod-level request instead of the containers' sums (the pod is
+/// guaranteed its request as a whole, whatever its containers ask for themselves), and
+/// `memory.high` from the pod-level limit when throttling is on. A pod-level limit without a
+/// request stands for the request only when no container has one, as the apiserver defaults
+/// it; otherwise the request is the containers' and the sums stay.
+fn pod_level_knobs(
+    pod: &PodInput<'_>,
+    sums: PodMemoryKnobs,
+    params: &MemoryQosParams,
+) -> Result<(PodMemoryKnobs, PodMemorySource), FieldError> {
+    let parse = |text: Option<&str>, kind: &str| {
+        parse_quantity(text, parse_value, || {
+            format!("spec.resources.{kind}.{RESOURCE_MEMORY}")
+        })
+    };
+    let limit = parse(pod.pod_level_limit(RESOURCE_MEMORY), "limits")?;
+    let request = parse(pod.pod_level_request(RESOURCE_MEMORY), "requests")?;
+    let (basis, source) = match (request, limit) {
+        (Some(r), _) => (Some(r), PodMemorySource::PodLevelRequest),
+        (None, Some(l)) if !any_container_requests_memory(pod) => {
+            (Some(l), PodMemorySource::PodLevelLimit)
+        }
+        _ => (None, PodMemorySource::ContainerSums),
+    };
+    let mut knobs = match basis {
+        Some(request) => {
+            let k = container_knobs(MemoryBasis { request, limit }, params);
+            PodMemoryKnobs {
+                min: k.min,
+                low: k.low,
+                high: None,
+            }
+        }
+        None => sums,
+    };
+    knobs.high = memory_numbers::pod_high(limit, params, knobs.min);
+    Ok((knobs, source))
+}
+
+/// Whether any container (regular, sidecar or plain init) states a memory request or limit.
+fn any_container_requests_memory(pod: &PodInput<'_>) -> bool {
+    pod.spec
+        .containers
+        .iter()
+        .chain(&pod.spec.init_containers)
+        .any(|c| c.request(RESOURCE_MEMORY).is_some() || c.limit(RESOURCE_MEMORY).is_some())
 }
 
 /// The knobs of one container; with `wmark_ratio` 0 the kernel keeps no watermark, so
@@ -219,16 +309,10 @@ fn has_memory(res: &EffectiveResources<'_, '_>) -> bool {
     res.request(RESOURCE_MEMORY).is_some() || res.limit(RESOURCE_MEMORY).is_some()
 }
 
-fn memory_basis(
-    res: &EffectiveResources<'_, '_>,
-    key: &str,
-    index: usize,
-) -> Result<MemoryBasis, FieldError> {
-    let parse = |text: Option<&str>, kind: &str| {
-        parse_quantity(text, parse_value, || {
-            resource_field("containers", index, kind, key)
-        })
-    };
+fn memory_basis(n: &Named<'_, '_, '_>, key: &str) -> Result<MemoryBasis, FieldError> {
+    let res = n.res;
+    let parse =
+        |text: Option<&str>, kind: &str| parse_quantity(text, parse_value, || n.field(kind, key));
     let limit = parse(res.limit(key), "limits")?;
     let request = parse(res.request(key), "requests")?.or(limit).unwrap_or(0);
     Ok(MemoryBasis { request, limit })

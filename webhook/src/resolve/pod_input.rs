@@ -118,6 +118,9 @@ pub struct SpecInput<'a> {
     pub init_containers: Vec<ContainerInput<'a>>,
     #[serde(borrow, default, deserialize_with = "null_as_none")]
     pub overhead: Option<ResourceMap<'a>>,
+    /// Pod-level resources (`spec.resources`, KEP-2837): a budget for all containers together.
+    #[serde(borrow, default, deserialize_with = "null_as_none")]
+    pub resources: Option<ResourcesInput<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -126,6 +129,14 @@ pub struct ContainerInput<'a> {
     pub name: Text<'a>,
     #[serde(borrow, default, deserialize_with = "null_as_none")]
     pub resources: Option<ResourcesInput<'a>>,
+    /// `Always` on an init container makes it a native sidecar (KEP-753).
+    #[serde(
+        borrow,
+        default,
+        rename = "restartPolicy",
+        deserialize_with = "null_as_none"
+    )]
+    pub restart_policy: Option<Text<'a>>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -189,6 +200,26 @@ impl<'a> PodInput<'a> {
             .as_ref()
     }
 
+    /// The native sidecars (`spec.initContainers` with `restartPolicy: Always`), with their
+    /// index in `spec.initContainers`.
+    pub fn sidecars(&self) -> impl Iterator<Item = (usize, &ContainerInput<'a>)> {
+        self.spec
+            .init_containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_sidecar())
+    }
+
+    /// A pod-level request (`spec.resources.requests.<resource>`).
+    pub fn pod_level_request(&self, resource: &str) -> Option<&str> {
+        pod_level(self.spec.resources.as_ref()?.requests.as_ref(), resource)
+    }
+
+    /// A pod-level limit (`spec.resources.limits.<resource>`).
+    pub fn pod_level_limit(&self, resource: &str) -> Option<&str> {
+        pod_level(self.spec.resources.as_ref()?.limits.as_ref(), resource)
+    }
+
     /// The name for messages: `name`, else `generateName` + `*`, else `<unnamed>`.
     pub fn display_name(&self) -> String {
         self.display_name_parts().concat()
@@ -205,6 +236,13 @@ impl<'a> PodInput<'a> {
 }
 
 impl ContainerInput<'_> {
+    /// Whether this init container is a native sidecar: it runs beside the containers for the
+    /// pod's whole life, so it is protected like them. Meaningful in `spec.initContainers` only
+    /// (the apiserver refuses the field on regular containers).
+    pub fn is_sidecar(&self) -> bool {
+        self.restart_policy.as_deref() == Some("Always")
+    }
+
     pub fn request(&self, resource: &str) -> Option<&str> {
         self.resources
             .as_ref()?
@@ -222,6 +260,10 @@ impl ContainerInput<'_> {
             .get(resource)
             .map(|q| q.as_str())
     }
+}
+
+fn pod_level<'m>(list: Option<&'m ResourceMap<'_>>, resource: &str) -> Option<&'m str> {
+    list?.get(resource).map(|q| q.as_str())
 }
 
 /// Where a container's resource quantity sits, for error messages:

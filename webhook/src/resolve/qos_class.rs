@@ -113,6 +113,9 @@ pub fn kubernetes_qos(pod: &PodInput<'_>) -> Result<KubeQos, FieldError> {
         Some("BestEffort") => return Ok(KubeQos::BestEffort),
         _ => {}
     }
+    if let Some(class) = pod_level_qos(pod)? {
+        return Ok(class);
+    }
     let mut any = false;
     let mut guaranteed = true;
     let mut sums = [[0i64; 2]; 2]; // [cpu, memory] x [request, limit]
@@ -155,6 +158,38 @@ pub fn kubernetes_qos(pod: &PodInput<'_>) -> Result<KubeQos, FieldError> {
     } else {
         KubeQos::Burstable
     })
+}
+
+/// The class of a pod with pod-level cpu or memory (`spec.resources`, KEP-2837): those alone
+/// decide it, as the apiserver's `ComputePodQOS` does: Guaranteed when the pod-level limits
+/// name both cpu and memory and each request equals its limit, BestEffort when nothing
+/// non-zero is set, else Burstable. A missing pod-level request is its limit (the apiserver's
+/// defaulting for a pod whose containers request nothing). `None` without pod-level cpu/memory.
+fn pod_level_qos(pod: &PodInput<'_>) -> Result<Option<KubeQos>, FieldError> {
+    let read = |text: Option<&str>, kind: &str, name: &str| {
+        parse_quantity(text, parse_milli, || {
+            format!("spec.resources.{kind}.{name}")
+        })
+        .map(|v| v.filter(|v| *v != 0))
+    };
+    let mut set = false;
+    let mut any = false;
+    let mut guaranteed = true;
+    for name in [RESOURCE_CPU, RESOURCE_MEMORY] {
+        let (req_text, lim_text) = (pod.pod_level_request(name), pod.pod_level_limit(name));
+        set |= req_text.is_some() || lim_text.is_some();
+        let limit = read(lim_text, "limits", name)?;
+        let request = read(req_text, "requests", name)?.or(limit);
+        any |= request.is_some() || limit.is_some();
+        guaranteed &= limit.is_some() && request == limit;
+    }
+    Ok(set.then_some(if !any {
+        KubeQos::BestEffort
+    } else if guaranteed {
+        KubeQos::Guaranteed
+    } else {
+        KubeQos::Burstable
+    }))
 }
 
 fn milli(
