@@ -173,11 +173,12 @@ ensure_built() { # [EXTRA CMD...]
     [[ -x $ETCD_BIN && ${#missing[@]} -eq 0 ]] && return 0
     command -v go >/dev/null || die "go is not on PATH; it is needed to build ${missing[*]:-} etcd"
     mkdir -p "$CACHE"
-    # Serialise concurrent builders (two test runs at once); a waiting run then finds
-    # the binaries built. The lock fd is closed afterwards so it does not leak into the
-    # daemons that `start` launches.
+    # Serialise concurrent builders of the same versions (two test runs at once); a waiting
+    # run then finds the binaries built. Builds of other versions (the cgroup v2 node's) go
+    # on in parallel. The lock fd is closed afterwards so it does not leak into the daemons
+    # that `start` launches.
     local lockfd oldpwd=$PWD
-    exec {lockfd}>"$CACHE/.build.lock"
+    exec {lockfd}>"$CACHE/.build-k8s-$K8S_VERSION-etcd-$ETCD_VERSION.lock"
     flock "$lockfd"
     if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
     missing=()
