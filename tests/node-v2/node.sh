@@ -66,6 +66,7 @@ CNI_BIN_DIR=/usr/lib/cni
 K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager)
 PAUSE_IMAGE=localhost/koord-node/pause:1
 WORKLOAD_IMAGE=localhost/koord-node/workload:1
+REDIS_IMAGE=localhost/koord-node/redis:1
 
 # ---------------------------------------------------------------------------------------
 # Prerequisites and build
@@ -77,8 +78,8 @@ check_host() {
     [[ -x $UML ]] || problems+=("$UML missing (Debian: user-mode-linux)")
     [[ -d $UML_MODULES ]] || problems+=("$UML_MODULES missing (Debian: user-mode-linux)")
     [[ -c /dev/net/tun ]] || problems+=("no /dev/net/tun (the guest's network)")
-    for t in runc iptables ip mkfs.ext4 modprobe gcc openssl curl /usr/bin/python3; do
-        command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs kmod gcc openssl curl python3)")
+    for t in runc iptables ip mkfs.ext4 modprobe gcc openssl curl /usr/bin/python3 redis-server redis-benchmark; do
+        command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs kmod gcc openssl curl python3 redis-server redis-tools)")
     done
     for t in bridge host-local loopback; do
         [[ -x $CNI_BIN_DIR/$t ]] || problems+=("$CNI_BIN_DIR/$t missing (Debian: containernetworking-plugins)")
@@ -121,6 +122,14 @@ build_test_images() { # OUTDIR
         [[ $applet == busybox ]] || args+=(--symlink "/bin/busybox:/bin/$applet")
     done
     python3 "$REPO/images/oci.py" "${args[@]}" >/dev/null || die "assembling $WORKLOAD_IMAGE failed"
+    # Redis for the protection proof: the workload image plus Debian's redis-server and exactly
+    # the libraries ldd lists for it.
+    local redis
+    redis=$(command -v redis-server) || die "redis-server not on PATH (Debian: redis-server)"
+    args[1]=$REDIS_IMAGE
+    args[3]=$out/redis.oci.tar
+    python3 "$REPO/images/oci.py" "${args[@]}" --add "$(readlink -f "$redis"):/usr/bin/redis-server:0755" \
+        --with-libs /usr/bin/redis-server >/dev/null || die "assembling $REDIS_IMAGE failed"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -236,6 +245,10 @@ makeIPTablesUtilChains: false
 maxPods: $MAX_PODS
 serializeImagePulls: false
 registerNode: true
+# The kubelet's own Memory QoS (KEP-2570; beta and on by default in 1.37) writes memory.min of
+# kubepods and the QoS classes, as the applier does: off unless KOORD_V2_KUBELET_MEMORY_QOS=true.
+featureGates:
+  MemoryQoS: ${KOORD_V2_KUBELET_MEMORY_QOS:-false}
 EOF
     cat >"$g/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -360,7 +373,7 @@ $problems"
     local kc=$d/cp/kubeconfig
     # shellcheck disable=SC2086
     write_configs "$d" "$(dirname "${bins[2]}")" "$(dirname "${bins[6]}")" \
-        "$d/images/pause.oci.tar" "$d/images/workload.oci.tar" ${KOORD_V2_IMAGES:-}
+        "$d/images/pause.oci.tar" "$d/images/workload.oci.tar" "$d/images/redis.oci.tar" ${KOORD_V2_IMAGES:-}
     launch "$d" kube-controller-manager "$cm" --kubeconfig="$kc" \
         --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
         --service-account-private-key-file="$d/cp/pki/sa.key" --root-ca-file="$d/cp/pki/apiserver.crt" \
@@ -402,6 +415,8 @@ POD_CIDR=$POD_CIDR
 SERVICE_CIDR=$SERVICE_CIDR
 PAUSE_IMAGE=$PAUSE_IMAGE
 WORKLOAD_IMAGE=$WORKLOAD_IMAGE
+REDIS_IMAGE=$REDIS_IMAGE
+GUEST_MEM=$GUEST_MEM
 GUEST_AGENT=http://$GUEST_IP:$AGENT_PORT/sh
 CTR=${bins[8]}
 BOOT_SECONDS=$(cat "$d/boot.seconds")

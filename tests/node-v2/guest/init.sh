@@ -17,26 +17,32 @@ fail() { say "FATAL: $*"; sleep 1; halt -f; }
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
-mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
 mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=0755 tmpfs /var/log
 [ -n "${kv2dir:-}" ] || fail "no kv2dir= on the kernel command line"
+
+# Modules from the package's own tree, also for the kernel's on-demand loads (iptables).
+mkdir -p "/run/kmod/lib/modules/$(uname -r)"
+mount --bind "/usr/lib/uml/modules/$(uname -r)" "/run/kmod/lib/modules/$(uname -r)"
+MODPROBE=$(dirname "$0")/modprobe.sh
+echo "$MODPROBE" >/proc/sys/kernel/modprobe
+for m in overlay veth bridge br_netfilter nf_conntrack nf_nat nf_tables nft_compat nft_chain_nat \
+    xt_comment xt_mark xt_conntrack xt_MASQUERADE xt_addrtype xt_nat xt_statistic xt_multiport \
+    iptable_nat iptable_filter iptable_mangle ip6table_filter ip6table_nat; do
+    "$MODPROBE" "$m" 2>/dev/null || echo "kv2-init: module $m not loaded"
+done
+
+# /tmp: the host's stays visible (the node dir and the repo may live there) under an overlay
+# whose writes land in the guest's memory.
+mkdir -p /run/tmp-overlay/upper /run/tmp-overlay/work
+mount -t overlay -o lowerdir=/tmp,upperdir=/run/tmp-overlay/upper,workdir=/run/tmp-overlay/work \
+    overlay /tmp || fail "cannot mount the /tmp overlay"
 G=$kv2dir/guest
 mount -t hostfs -o "$G" none "$G" || fail "cannot mount $G read-write"
 . "$G/guest.env"
 exec >>"$G/logs/init.log" 2>&1
 say "init at uptime $(cut -d' ' -f1 /proc/uptime)"
-
-# Modules from the package's own tree, also for the kernel's on-demand loads (iptables).
-mkdir -p "/run/kmod/lib/modules/$(uname -r)"
-mount --bind "/usr/lib/uml/modules/$(uname -r)" "/run/kmod/lib/modules/$(uname -r)"
-echo "$KV2_REPO/tests/node-v2/guest/modprobe.sh" >/proc/sys/kernel/modprobe
-for m in overlay veth bridge br_netfilter nf_conntrack nf_nat nf_tables nft_compat nft_chain_nat \
-    xt_comment xt_mark xt_conntrack xt_MASQUERADE xt_addrtype xt_nat xt_statistic xt_multiport \
-    iptable_nat iptable_filter iptable_mangle ip6table_filter ip6table_nat; do
-    "$KV2_REPO/tests/node-v2/guest/modprobe.sh" "$m" 2>/dev/null || say "module $m not loaded"
-done
 
 mount -t ext4 /dev/ubda /var/lib || fail "cannot mount the state disk on /var/lib"
 mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
