@@ -152,6 +152,7 @@ KV2_AGENT_PORT='$AGENT_PORT'
 KV2_K8S_BIN='$k8s'
 KV2_CONTAINERD_BIN='$ctrd'
 KV2_IMAGES='$*'
+KV2_CPU_MHZ='$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo | grep -E '^[0-9]+\.[0-9]+$' || echo 2000.000)'
 EOF
     # containerd 2 (config version 3) with the guest's default paths (all on guest-only
     # filesystems); NRI is on by default in 2.x and left on (its socket is /var/run/nri).
@@ -326,8 +327,9 @@ start_guest() { # DIR
         die "mkfs.ext4 of the guest's state disk failed"
     mkdir -p "$d/uml"
     # ro: the guest must not write the host's files (see guest/init.sh). uml_dir/umid: UML's
-    # pid file and mconsole socket go under DIR, not $HOME/.uml. TMPDIR: its memory file.
-    TMPDIR=$d/uml launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
+    # pid file and mconsole socket go under DIR, not $HOME/.uml. TMPDIR: where UML creates (and
+    # at once unlinks) the file that backs the guest's memory: tmpfs, not the disk.
+    TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
         rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
         vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid=kv2 con=null con0=fd:0,fd:1
 }

@@ -46,10 +46,17 @@ say "init at uptime $(cut -d' ' -f1 /proc/uptime)"
 
 mount -t ext4 /dev/ubda /var/lib || fail "cannot mount the state disk on /var/lib"
 mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
+# Shared, as systemd makes every mount: the applier's HostToContainer mount of /sys/fs needs it.
+mount --make-rshared /
 echo "+cpu +memory +pids +io" >/sys/fs/cgroup/cgroup.subtree_control
 say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || true
 hostname "$KV2_NODE_NAME"
+# UML's /proc/cpuinfo has no clock speed, and the kubelet's cAdvisor refuses to start without
+# one ("could not detect clock speed"): the guest's own view gets the host's figure, as LXCFS
+# does for containers. Pods mount their own /proc and never see this file.
+{ cat /proc/cpuinfo; printf 'cpu MHz\t\t: %s\n' "$KV2_CPU_MHZ"; } >/run/cpuinfo
+mount --bind /run/cpuinfo /proc/cpuinfo
 
 ip link set lo up
 ip addr add "$KV2_GUEST_IP/$KV2_LINK_PREFIX" dev vec0 || fail "no vec0 (the tap link)"
