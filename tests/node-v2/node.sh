@@ -20,7 +20,7 @@
 # host routes only the pod and Service ranges, into the tap, and a FORWARD rule drops anything
 # from the tap to another interface.
 #
-# Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (2048M),
+# Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
 # KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
 # KOORD_V2_K8S_VERSION (1.37.2), KOORD_V2_ETCD_VERSION (3.6.16), KOORD_V2_CONTAINERD_VERSION
 # (build-containerd.sh), KOORD_V2_IMAGES (more OCI archives to import at boot), KOORD_E2E_CACHE.
@@ -34,7 +34,7 @@ source "$HERE/lib.sh"
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
 
 NODE_NAME=${KOORD_V2_NODE_NAME:-kv2-node}
-GUEST_MEM=${KOORD_V2_GUEST_MEM:-2048M}
+GUEST_MEM=${KOORD_V2_GUEST_MEM:-1536M}
 DISK_MB=${KOORD_V2_DISK_MB:-6144}
 MAX_PODS=${KOORD_V2_MAX_PODS:-120}
 READY_TIMEOUT=${KOORD_V2_READY_TIMEOUT:-240}

@@ -35,8 +35,8 @@ from checks import Check, check, wait_until
 
 NS = "v2-protect"
 LS_FILE_MIB = 160
-BE_ANON = "450M"
-BE_FILE_MIB = 900
+BE_ANON = "700M"
+BE_FILE_MIB = 1400
 RESULTS: dict[str, dict] = {}
 
 SLO_ON = {"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": True}},
