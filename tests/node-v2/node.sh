@@ -63,7 +63,7 @@ UML=/usr/bin/linux.uml
 UML_MODULES=/usr/lib/uml/modules
 CNI_BIN_DIR=/usr/lib/cni
 
-K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager)
+K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
 PAUSE_IMAGE=localhost/koord-node/pause:1
 WORKLOAD_IMAGE=localhost/koord-node/workload:1
 REDIS_IMAGE=localhost/koord-node/redis:1
@@ -93,7 +93,7 @@ check_host() {
     fi
 }
 
-# Prints: kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager
+# Prints: kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager kubectl
 # containerd containerd-shim-runc-v2 ctr (one path a line).
 cmd_build() {
     check_host
@@ -361,7 +361,7 @@ cmd_start() {
 $problems"
     local t0=$SECONDS bins
     mapfile -t bins < <(cmd_build)
-    [[ ${#bins[@]} -eq 9 ]] || die "build printed ${#bins[@]} paths, expected 9"
+    [[ ${#bins[@]} -eq 10 ]] || die "build printed ${#bins[@]} paths, expected 10"
     local scheduler=${bins[4]} cm=${bins[5]}
     local kubectl
     kubectl=$("$CONTROL_PLANE" kubectl)
@@ -374,7 +374,7 @@ $problems"
         "$CONTROL_PLANE" start "$d/cp" >/dev/null || die "control plane did not start"
     local kc=$d/cp/kubeconfig
     # shellcheck disable=SC2086
-    write_configs "$d" "$(dirname "${bins[2]}")" "$(dirname "${bins[6]}")" \
+    write_configs "$d" "$(dirname "${bins[2]}")" "$(dirname "${bins[7]}")" \
         "$d/images/pause.oci.tar" "$d/images/workload.oci.tar" "$d/images/redis.oci.tar" ${KOORD_V2_IMAGES:-}
     launch "$d" kube-controller-manager "$cm" --kubeconfig="$kc" \
         --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
@@ -420,7 +420,7 @@ WORKLOAD_IMAGE=$WORKLOAD_IMAGE
 REDIS_IMAGE=$REDIS_IMAGE
 GUEST_MEM=$GUEST_MEM
 GUEST_AGENT=http://$GUEST_IP:$AGENT_PORT/sh
-CTR=${bins[8]}
+CTR=${bins[9]}
 BOOT_SECONDS=$(cat "$d/boot.seconds")
 READY_SECONDS=$(cat "$d/ready.seconds")
 EOF

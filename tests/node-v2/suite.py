@@ -195,12 +195,6 @@ def prerequisites(h: Harness) -> None:
     for tool in ("cargo", "curl", "openssl"):
         if not shutil.which(tool):
             raise Fatal(f"{tool} not on PATH")
-    env = dict(os.environ, KOORD_E2E_K8S_VERSION=K8S_VERSION)
-    r = subprocess.run([str(REPO / "tests" / "e2e" / "control-plane.sh"), "kubectl"],
-                       capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise Fatal(f"no kubectl: {r.stderr.strip()}")
-    h.kubectl_bin = r.stdout.strip()
     if h.node_sh("check-clean").returncode != 0:
         raise Fatal("the machine has leftovers of a cgroup v2 node (see above); refusing to start")
 
@@ -237,6 +231,7 @@ def start_node(h: Harness) -> None:
     for line in (h.node_dir / "node.env").read_text().splitlines():
         k, _, v = line.partition("=")
         h.env[k] = v
+    h.kubectl_bin = h.env["KUBECTL"]  # built with the node's binaries: 1.37 like the server
     h.figures.append(f"figure node start (node.sh start, control plane + guest + Ready): "
                      f"{time.monotonic() - t0:.0f}s; guest start to its agent "
                      f"{h.env['BOOT_SECONDS']}s, to Node Ready {h.env['READY_SECONDS']}s")
