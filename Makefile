@@ -1,7 +1,7 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit perf e2e numa memqos node images release-images bench
+.PHONY: run test lint unit perf e2e numa memqos node node-v2 images release-images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
@@ -56,6 +56,12 @@ release-images:
 
 node:
 	tests/node/run
+
+## The node of the current platform: Kubernetes 1.37, containerd 2, cgroup v2 (cgroupfs driver)
+## in a User-Mode Linux guest; the product installed as a user, the LS/BE protection proof on
+## real pods (tests/node-v2/README.md). Not part of `make test` yet.
+node-v2:
+	tests/node-v2/run
 
 bench:
 	$(CARGO) bench -p koord-webhook --bench resolve

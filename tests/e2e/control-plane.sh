@@ -13,7 +13,7 @@
 #   control-plane.sh client-cert DIR CN ORG OUT  (node mode) a client cert from DIR's cluster CA
 #   control-plane.sh kubectl                print the kubectl binary to use (version-matched if present)
 #
-# Extra CMDs (kubelet, kube-proxy, kube-scheduler, kube-controller-manager) come from the same
+# Extra CMDs (kubelet, kube-proxy, kube-scheduler, kube-controller-manager, kubectl) come from the same
 # wrapper module, so every binary is the same k8s.io/kubernetes version.
 #
 # Node mode (KOORD_E2E_NODE_MODE=1, used by tests/node): the apiserver binds and advertises
@@ -162,7 +162,7 @@ build_etcd() {
     log "built $dir/bin/etcd in $((SECONDS - t0))s"
 }
 
-KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager "
+KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl "
 
 ensure_built() { # [EXTRA CMD...]
     local cmd missing=()
@@ -173,11 +173,12 @@ ensure_built() { # [EXTRA CMD...]
     [[ -x $ETCD_BIN && ${#missing[@]} -eq 0 ]] && return 0
     command -v go >/dev/null || die "go is not on PATH; it is needed to build ${missing[*]:-} etcd"
     mkdir -p "$CACHE"
-    # Serialise concurrent builders (two test runs at once); a waiting run then finds
-    # the binaries built. The lock fd is closed afterwards so it does not leak into the
-    # daemons that `start` launches.
+    # Serialise concurrent builders of the same versions (two test runs at once); a waiting
+    # run then finds the binaries built. Builds of other versions (the cgroup v2 node's) go
+    # on in parallel. The lock fd is closed afterwards so it does not leak into the daemons
+    # that `start` launches.
     local lockfd oldpwd=$PWD
-    exec {lockfd}>"$CACHE/.build.lock"
+    exec {lockfd}>"$CACHE/.build-k8s-$K8S_VERSION-etcd-$ETCD_VERSION.lock"
     flock "$lockfd"
     if [[ ! -x $ETCD_BIN ]]; then build_etcd; fi
     missing=()
@@ -374,6 +375,9 @@ load_state() {
 # next to the dispatcher without being on PATH, so look there too.
 find_kubectl() {
     if [[ -n ${KUBECTL:-} ]]; then echo "$KUBECTL"; return; fi
+    # One built with the cluster's binaries (the cgroup v2 node builds its own: no packaged
+    # kubectl is within skew of 1.37).
+    if [[ -x $(k8s_bin kubectl) ]]; then k8s_bin kubectl; return; fi
     local minor=${K8S_VERSION%.*} k real
     if k=$(command -v "kubectl.$minor"); then echo "$k"; return; fi
     if k=$(command -v kubectl); then

@@ -1,0 +1,96 @@
+#!/bin/sh
+# PID 1 of the User-Mode Linux guest that is the cgroup v2 node (see tests/node-v2/README.md).
+#
+# The root is the host's own filesystem through hostfs, READ-ONLY: the guest must never write
+# the host's /var/lib, /etc or /run. Its writable places are its own: tmpfs for /run, /tmp,
+# /var/log; an ext4 disk (ubd0, a file in the node dir) for /var/lib (containerd's snapshots,
+# the kubelet's root); and one read-write hostfs mount of the node dir's guest/ subdirectory,
+# the only host path it writes (configs in, logs and state out).
+#
+# The kernel command line passes kv2dir=<node dir> (the kernel hands unknown key=value words
+# to init as environment). guest/guest.env there says what to run.
+set -eu
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+say() { echo "kv2-init: $*"; }
+fail() { say "FATAL: $*"; sleep 1; halt -f; }
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
+mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm
+mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+mount -t tmpfs -o mode=0755 tmpfs /var/log
+[ -n "${kv2dir:-}" ] || fail "no kv2dir= on the kernel command line"
+
+# Modules from the package's own tree, also for the kernel's on-demand loads (iptables).
+mkdir -p "/run/kmod/lib/modules/$(uname -r)"
+mount --bind "/usr/lib/uml/modules/$(uname -r)" "/run/kmod/lib/modules/$(uname -r)"
+MODPROBE=$(dirname "$0")/modprobe.sh
+echo "$MODPROBE" >/proc/sys/kernel/modprobe
+for m in overlay veth bridge br_netfilter nf_conntrack nf_nat nf_tables nft_compat nft_chain_nat \
+    xt_comment xt_mark xt_conntrack xt_MASQUERADE xt_addrtype xt_nat xt_statistic xt_multiport \
+    iptable_nat iptable_filter iptable_mangle ip6table_filter ip6table_nat; do
+    "$MODPROBE" "$m" 2>/dev/null || echo "kv2-init: module $m not loaded"
+done
+
+# /tmp: the host's stays visible (the node dir and the repo may live there) under an overlay
+# whose writes land in the guest's memory.
+mkdir -p /run/tmp-overlay/upper /run/tmp-overlay/work
+mount -t overlay -o lowerdir=/tmp,upperdir=/run/tmp-overlay/upper,workdir=/run/tmp-overlay/work \
+    overlay /tmp || fail "cannot mount the /tmp overlay"
+G=$kv2dir/guest
+mount -t hostfs -o "$G" none "$G" || fail "cannot mount $G read-write"
+. "$G/guest.env"
+exec >>"$G/logs/init.log" 2>&1
+say "init at uptime $(cut -d' ' -f1 /proc/uptime)"
+
+mount -t ext4 /dev/ubda /var/lib || fail "cannot mount the state disk on /var/lib"
+mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
+# Shared, as systemd makes every mount: the applier's HostToContainer mount of /sys/fs needs it.
+mount --make-rshared /
+echo "+cpu +memory +pids +io" >/sys/fs/cgroup/cgroup.subtree_control
+say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || true
+hostname "$KV2_NODE_NAME"
+# UML's /proc/cpuinfo has no clock speed, and the kubelet's cAdvisor refuses to start without
+# one ("could not detect clock speed"): the guest's own view gets the host's figure, as LXCFS
+# does for containers. Pods mount their own /proc and never see this file.
+{ cat /proc/cpuinfo; printf 'cpu MHz\t\t: %s\n' "$KV2_CPU_MHZ"; } >/run/cpuinfo
+mount --bind /run/cpuinfo /proc/cpuinfo
+
+ip link set lo up
+ip addr add "$KV2_GUEST_IP/$KV2_LINK_PREFIX" dev vec0 || fail "no vec0 (the tap link)"
+ip link set vec0 up
+# The CNI bridge exists before the kubelet, with the pods' gateway address.
+ip link add "$KV2_BRIDGE" type bridge
+ip addr add "$KV2_POD_GW/$KV2_POD_PREFIX" dev "$KV2_BRIDGE"
+ip link set "$KV2_BRIDGE" up
+
+start() { # NAME BIN ARGS...
+    name=$1; shift
+    "$@" </dev/null >>"$G/logs/$name.log" 2>&1 &
+    echo $! >"$G/$name.pid"
+}
+
+start agent /usr/bin/python3 -B "$KV2_REPO/tests/node-v2/guest/agent.py" "$KV2_GUEST_IP" "$KV2_AGENT_PORT"
+export PATH="$KV2_CONTAINERD_BIN:$PATH"
+start containerd "$KV2_CONTAINERD_BIN/containerd" --config "$G/containerd.toml"
+i=0
+until "$KV2_CONTAINERD_BIN/ctr" --address /run/containerd/containerd.sock version >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -lt 120 ] || fail "containerd did not answer in 60 s"; sleep 0.5
+done
+say "containerd up at uptime $(cut -d' ' -f1 /proc/uptime)"
+for a in $KV2_IMAGES; do
+    "$KV2_CONTAINERD_BIN/ctr" --address /run/containerd/containerd.sock -n k8s.io images import "$a" >/dev/null ||
+        fail "ctr import $a failed"
+done
+say "images imported at uptime $(cut -d' ' -f1 /proc/uptime)"
+start kubelet "$KV2_K8S_BIN/kubelet" --config="$G/kubelet.yaml" --kubeconfig="$G/kubelet.kubeconfig" \
+    --root-dir=/var/lib/kubelet --cert-dir=/var/lib/kubelet/pki --node-ip="$KV2_GUEST_IP" \
+    --hostname-override="$KV2_NODE_NAME"
+start kube-proxy "$KV2_K8S_BIN/kube-proxy" --config="$G/kube-proxy.yaml"
+say "kubelet and kube-proxy started at uptime $(cut -d' ' -f1 /proc/uptime)"
+echo up >"$G/state"
+
+# PID 1 reaps every orphan: wait blocks in waitpid(-1) while a job (the agent) lives.
+while :; do wait || true; sleep 1; done

@@ -1,0 +1,529 @@
+#!/usr/bin/env bash
+# The node of the current platform, for the cgroup v2 node tests (see tests/node-v2/README.md):
+# Kubernetes 1.37 with containerd 2 on cgroup v2, the kubelet with the cgroupfs driver.
+#
+# Usage:
+#   node.sh build                 build/check everything the node needs; print the binaries' paths
+#   node.sh start DIR             tap link, control plane on the host, the UML guest with
+#                                 containerd, kubelet and kube-proxy; waits for the Node to be
+#                                 Ready; writes DIR/node.env (eval-able)
+#   node.sh sh SCRIPT             run SCRIPT (sh) inside the running guest; its output and rc
+#   node.sh stop DIR              tear everything down (by PID), leaving the machine as it was
+#   node.sh check-clean [DIR]     exit 1 (and say what) if anything of a node is left on the machine
+#
+# The vehicle is User-Mode Linux (Debian's user-mode-linux, a 6.1 kernel that runs as a process):
+# the host kernel has no memory controller on cgroup v2, UML's has, boots in about 2 s and runs
+# guest code natively. The guest boots the host's root read-only (hostfs) and gets its own
+# writable places (guest/init.sh). The control plane (etcd, kube-apiserver, controller-manager,
+# scheduler) runs on the host, bound to the host end of a tap device; the guest's eth0 (vec0) is
+# the other end. Pods live on a bridge inside the guest. Nothing is routed off the machine: the
+# host routes only the pod and Service ranges, into the tap, and a FORWARD rule drops anything
+# from the tap to another interface.
+#
+# Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
+# KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
+# KOORD_V2_K8S_VERSION (1.37.2), KOORD_V2_ETCD_VERSION (3.6.16), KOORD_V2_CONTAINERD_VERSION
+# (build-containerd.sh), KOORD_V2_IMAGES (more OCI archives to import at boot), KOORD_E2E_CACHE.
+set -Eeuo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+CONTROL_PLANE=$REPO/tests/e2e/control-plane.sh
+PROG=node.sh
+# shellcheck source=tests/node-v2/lib.sh
+source "$HERE/lib.sh"
+trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
+
+NODE_NAME=${KOORD_V2_NODE_NAME:-kv2-node}
+GUEST_MEM=${KOORD_V2_GUEST_MEM:-1536M}
+DISK_MB=${KOORD_V2_DISK_MB:-6144}
+MAX_PODS=${KOORD_V2_MAX_PODS:-120}
+READY_TIMEOUT=${KOORD_V2_READY_TIMEOUT:-240}
+# Kubernetes 1.37.2: the newest release the Go proxy serves (its go line is 1.26.0). etcd 3.6:
+# kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6 patch served.
+export KOORD_E2E_K8S_VERSION=${KOORD_V2_K8S_VERSION:-1.37.2}
+export KOORD_E2E_ETCD_VERSION=${KOORD_V2_ETCD_VERSION:-3.6.16}
+
+# Names start with kv2, addresses and ports are distinct from tests/e2e and tests/node.
+TAP=kv2tap0
+BRIDGE=kv2br0
+HOST_IP=10.249.0.1 # the host end of the tap: the apiserver binds here
+GUEST_IP=10.249.0.2 # the guest end: the kubelet's node IP
+LINK_PREFIX=30
+POD_CIDR=10.249.0.128/25
+POD_GW=10.249.0.129
+POD_PREFIX=25
+SERVICE_CIDR=10.250.0.0/24
+export KOORD_E2E_ETCD_PORT=25790 KOORD_E2E_ETCD_PEER_PORT=25800 KOORD_E2E_APISERVER_PORT=28443
+SCHEDULER_PORT=28259
+CONTROLLER_MANAGER_PORT=28257
+AGENT_PORT=28900
+KUBELET_PORT=10250 # inside the guest: its own network stack, no clash with the host
+GUARD_COMMENT=kv2-node-guard
+UML=/usr/bin/linux.uml
+UML_MODULES=/usr/lib/uml/modules
+CNI_BIN_DIR=/usr/lib/cni
+
+K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
+PAUSE_IMAGE=localhost/koord-node/pause:1
+WORKLOAD_IMAGE=localhost/koord-node/workload:1
+REDIS_IMAGE=localhost/koord-node/redis:1
+
+# ---------------------------------------------------------------------------------------
+# Prerequisites and build
+# ---------------------------------------------------------------------------------------
+
+check_host() {
+    local problems=() t
+    [[ $(id -u) == 0 ]] || problems+=("must run as root (tap device, routes, iptables)")
+    [[ -x $UML ]] || problems+=("$UML missing (Debian: user-mode-linux)")
+    [[ -d $UML_MODULES ]] || problems+=("$UML_MODULES missing (Debian: user-mode-linux)")
+    [[ -c /dev/net/tun ]] || problems+=("no /dev/net/tun (the guest's network)")
+    for t in runc iptables ip mkfs.ext4 modprobe gcc openssl curl /usr/bin/python3 redis-server redis-benchmark; do
+        command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs kmod gcc openssl curl python3 redis-server redis-tools)")
+    done
+    for t in bridge host-local loopback; do
+        [[ -x $CNI_BIN_DIR/$t ]] || problems+=("$CNI_BIN_DIR/$t missing (Debian: containernetworking-plugins)")
+    done
+    [[ -x /bin/busybox ]] && ! ldd /bin/busybox >/dev/null 2>&1 ||
+        problems+=("/bin/busybox is not a static binary (Debian: busybox-static)")
+    if [[ ${#problems[@]} -gt 0 ]]; then
+        printf '%s: error: this machine cannot run the cgroup v2 node:\n' "$PROG" >&2
+        printf '  - %s\n' "${problems[@]}" >&2
+        exit 1
+    fi
+}
+
+# Prints: kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager kubectl
+# containerd containerd-shim-runc-v2 ctr (one path a line).
+cmd_build() {
+    check_host
+    "$CONTROL_PLANE" build "${K8S_CMDS[@]}"
+    "$HERE/build-containerd.sh"
+}
+
+# The node's own images, as tests/node builds them: the sandbox (pause) and the workload.
+build_test_images() { # OUTDIR
+    local out=$1 b=$1/build node=$REPO/tests/node/images
+    mkdir -p "$b"
+    gcc -O2 -static -Wall -Wextra -Werror -o "$b/pause" "$node/pause.c" || die "building pause failed"
+    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stress" "$node/stress.c" -lm ||
+        die "building koord-stress failed"
+    python3 "$REPO/images/oci.py" --name "$PAUSE_IMAGE" --out "$out/pause.oci.tar" \
+        --add "$b/pause:/pause:0755" --user 65535:65535 --entrypoint '["/pause"]' >/dev/null ||
+        die "assembling $PAUSE_IMAGE failed"
+    local args=(--name "$WORKLOAD_IMAGE" --out "$out/workload.oci.tar"
+        --add /bin/busybox:/bin/busybox:0755 --add "$b/koord-stress:/usr/local/bin/koord-stress:0755"
+        --add "$b/pause:/usr/local/bin/pause:0755"
+        --text "/etc/passwd=root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+        --text "/etc/group=root:x:0:\nnobody:x:65534:\n"
+        --dir /tmp:1777 --dir /root:0700 --cmd '["sh"]')
+    local applet
+    for applet in $(/bin/busybox --list); do
+        [[ $applet == busybox ]] || args+=(--symlink "/bin/busybox:/bin/$applet")
+    done
+    python3 "$REPO/images/oci.py" "${args[@]}" >/dev/null || die "assembling $WORKLOAD_IMAGE failed"
+    # Redis for the protection proof: the workload image plus Debian's redis-server and exactly
+    # the libraries ldd lists for it.
+    local redis
+    redis=$(command -v redis-server) || die "redis-server not on PATH (Debian: redis-server)"
+    args[1]=$REDIS_IMAGE
+    args[3]=$out/redis.oci.tar
+    python3 "$REPO/images/oci.py" "${args[@]}" --add "$(readlink -f "$redis"):/usr/bin/redis-server:0755" \
+        --with-libs /usr/bin/redis-server >/dev/null || die "assembling $REDIS_IMAGE failed"
+}
+
+# ---------------------------------------------------------------------------------------
+# Configuration (written on the host into DIR/guest, read by the guest)
+# ---------------------------------------------------------------------------------------
+
+write_configs() { # DIR K8S_BIN_DIR CONTAINERD_BIN_DIR IMAGES...
+    local d=$1 k8s=$2 ctrd=$3 g=$1/guest
+    shift 3
+    mkdir -p "$g/logs" "$g/cni"
+    cat >"$g/guest.env" <<EOF
+KV2_REPO='$REPO'
+KV2_NODE_NAME='$NODE_NAME'
+KV2_GUEST_IP='$GUEST_IP'
+KV2_LINK_PREFIX='$LINK_PREFIX'
+KV2_BRIDGE='$BRIDGE'
+KV2_POD_GW='$POD_GW'
+KV2_POD_PREFIX='$POD_PREFIX'
+KV2_AGENT_PORT='$AGENT_PORT'
+KV2_K8S_BIN='$k8s'
+KV2_CONTAINERD_BIN='$ctrd'
+KV2_IMAGES='$*'
+KV2_CPU_MHZ='$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo | grep -E '^[0-9]+\.[0-9]+$' || echo 2000.000)'
+EOF
+    # containerd 2 (config version 3) with the guest's default paths (all on guest-only
+    # filesystems); NRI is on by default in 2.x and left on (its socket is /var/run/nri).
+    cat >"$g/containerd.toml" <<EOF
+version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$(command -v runc)"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$CNI_BIN_DIR"]
+    conf_dir = "$g/cni"
+    max_conf_num = 1
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+    # Pods: on-link pod range, routes to the Service range and to the host end of the link
+    # (the apiserver), no default route.
+    cat >"$g/cni/10-kv2.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "kv2",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "isDefaultGateway": false,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "/var/lib/cni/ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GW"}]],
+        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$HOST_IP/32"}]
+      }
+    },
+    {"type": "loopback"}
+  ]
+}
+EOF
+    printf 'nameserver %s\noptions ndots:1 timeout:1 attempts:1\n' "$HOST_IP" >"$g/resolv.conf"
+    cat >"$g/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $GUEST_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+# cgroup v2, cgroupfs driver (the guest's init is a shell script, not systemd).
+cgroupDriver: cgroupfs
+cgroupsPerQOS: true
+failSwapOn: false
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+imageServiceEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $d/cp/pki/ca.crt}
+authorization:
+  mode: Webhook
+clusterDNS: []
+clusterDomain: cluster.local
+resolvConf: $g/resolv.conf
+# Local images only: never collected.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+# The memory-pressure proofs want the kernel's reclaim, not the kubelet's evictions.
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+makeIPTablesUtilChains: false
+maxPods: $MAX_PODS
+serializeImagePulls: false
+registerNode: true
+# The kubelet's own Memory QoS (KEP-2570; beta and on by default in 1.37) writes memory.min of
+# kubepods and the QoS classes, as the applier does: off unless KOORD_V2_KUBELET_MEMORY_QOS=true.
+featureGates:
+  MemoryQoS: ${KOORD_V2_KUBELET_MEMORY_QOS:-false}
+EOF
+    cat >"$g/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $d/cp/kubeconfig
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+nodePortAddresses: ["$GUEST_IP/32"]
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
+    "$CONTROL_PLANE" client-cert "$d/cp" "system:node:$NODE_NAME" system:nodes "$g/node-client"
+    cat >"$g/kubelet.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kv2
+  cluster:
+    server: https://$HOST_IP:$KOORD_E2E_APISERVER_PORT
+    certificate-authority: $d/cp/pki/apiserver.crt
+users:
+- name: kubelet
+  user:
+    client-certificate: $g/node-client.crt
+    client-key: $g/node-client.key
+contexts:
+- name: kv2
+  context: {cluster: kv2, user: kubelet}
+current-context: kv2
+EOF
+    chmod 600 "$g/kubelet.kubeconfig"
+}
+
+# ---------------------------------------------------------------------------------------
+# Host network: the tap, two routes into it, the guard rule
+# ---------------------------------------------------------------------------------------
+
+setup_network() { # DIR
+    ip tuntap add "$TAP" mode tap || die "cannot create tap $TAP"
+    echo "$TAP" >"$1/tap.created"
+    ip addr add "$HOST_IP/$LINK_PREFIX" dev "$TAP"
+    ip link set "$TAP" up
+    # The apiserver calls the webhook through its Service, and the suite reaches pod IPs.
+    ip route add "$POD_CIDR" via "$GUEST_IP" dev "$TAP" onlink
+    ip route add "$SERVICE_CIDR" via "$GUEST_IP" dev "$TAP" onlink
+    iptables -I FORWARD 1 -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP
+}
+
+# ---------------------------------------------------------------------------------------
+# The guest
+# ---------------------------------------------------------------------------------------
+
+guest_sh() { # SCRIPT [TIMEOUT]  -> the script's stdout and stderr; returns its rc
+    local out
+    out=$(curl -sS --max-time "$((${2:-60} + 10))" -H "X-Timeout: ${2:-60}" \
+        --data-binary "$1" "http://$GUEST_IP:$AGENT_PORT/sh") || return 255
+    python3 -c 'import json, sys
+o = json.loads(sys.argv[1])
+sys.stdout.write(o["stdout"]); sys.stderr.write(o["stderr"]); sys.exit(o["rc"])' "$out"
+}
+
+start_guest() { # DIR
+    local d=$1
+    truncate -s "${DISK_MB}M" "$d/disk.img"
+    mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$d/disk.img" ||
+        die "mkfs.ext4 of the guest's state disk failed"
+    mkdir -p "$d/uml"
+    # ro: the guest must not write the host's files (see guest/init.sh). uml_dir/umid: UML's
+    # pid file and mconsole socket go under DIR, not $HOME/.uml. TMPDIR: where UML creates (and
+    # at once unlinks) the file that backs the guest's memory: tmpfs, not the disk.
+    TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
+        rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
+        vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid=kv2 con=null con0=fd:0,fd:1
+}
+
+node_ready() { # KUBECTL KUBECONFIG
+    [[ $("$1" --kubeconfig="$2" get node "$NODE_NAME" \
+        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+guest_tails() { # DIR
+    local f
+    for f in "$1/logs/linux.uml.log" "$1/guest/logs/init.log" "$1/guest/logs/containerd.log" \
+        "$1/guest/logs/kubelet.log" "$1/guest/logs/kube-proxy.log"; do
+        [[ -f $f ]] || continue
+        echo "----- last 25 lines of $f -----" >&2
+        tail -n 25 "$f" >&2
+    done
+}
+
+cmd_start() {
+    local d=$1
+    check_host
+    mkdir -p "$d"
+    d=$(cd "$d" && pwd)
+    [[ ! -e $d/node.env ]] || die "$d holds a started node; run: $PROG stop $d"
+    local problems
+    problems=$(leftovers) && true
+    [[ -z $problems ]] || die "the machine is not clean (run $PROG stop on the old dir, or remove these):
+$problems"
+    local t0=$SECONDS bins
+    mapfile -t bins < <(cmd_build)
+    [[ ${#bins[@]} -eq 10 ]] || die "build printed ${#bins[@]} paths, expected 10"
+    local scheduler=${bins[4]} cm=${bins[5]}
+    local kubectl
+    kubectl=$("$CONTROL_PLANE" kubectl)
+    echo "$d" >"$d/.node-dir" # marks the dir for stop
+    mkdir -p "$d/logs"
+
+    build_test_images "$d/images"
+    setup_network "$d"
+    KOORD_E2E_NODE_MODE=1 KOORD_E2E_BIND_ADDRESS=$HOST_IP KOORD_E2E_SERVICE_CIDR=$SERVICE_CIDR \
+        "$CONTROL_PLANE" start "$d/cp" >/dev/null || die "control plane did not start"
+    local kc=$d/cp/kubeconfig
+    # shellcheck disable=SC2086
+    write_configs "$d" "$(dirname "${bins[2]}")" "$(dirname "${bins[7]}")" \
+        "$d/images/pause.oci.tar" "$d/images/workload.oci.tar" "$d/images/redis.oci.tar" ${KOORD_V2_IMAGES:-}
+    launch "$d" kube-controller-manager "$cm" --kubeconfig="$kc" \
+        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+        --service-account-private-key-file="$d/cp/pki/sa.key" --root-ca-file="$d/cp/pki/apiserver.crt" \
+        --use-service-account-credentials=false --leader-elect=false \
+        --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
+        --cluster-cidr="$POD_CIDR" --service-cluster-ip-range="$SERVICE_CIDR" --allocate-node-cidrs=false
+    launch "$d" kube-scheduler "$scheduler" --kubeconfig="$kc" \
+        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+        --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
+
+    local tb=$SECONDS
+    start_guest "$d"
+    if ! wait_for "guest agent up" 120 guest_sh true 5; then
+        guest_tails "$d"
+        die "the guest did not come up"
+    fi
+    echo "$((SECONDS - tb))" >"$d/boot.seconds"
+    if ! wait_for "Node $NODE_NAME Ready" "$READY_TIMEOUT" node_ready "$kubectl" "$kc"; then
+        guest_tails "$d"
+        die "Node $NODE_NAME not Ready after ${READY_TIMEOUT}s"
+    fi
+    echo "$((SECONDS - tb))" >"$d/ready.seconds"
+    local c
+    for c in kube-controller-manager kube-scheduler linux.uml; do
+        pid_alive "$(read_pid "$d/$c.pid")" "$c" || { guest_tails "$d"; die "$c exited during start"; }
+    done
+    wait_for "ServiceAccount default/default" 60 "$kubectl" --kubeconfig="$kc" get serviceaccount default ||
+        die "the controller-manager did not create the default ServiceAccount"
+    wait_for "ConfigMap default/kube-root-ca.crt" 60 "$kubectl" --kubeconfig="$kc" get configmap kube-root-ca.crt ||
+        die "the controller-manager did not publish kube-root-ca.crt"
+
+    cat >"$d/node.env" <<EOF
+KUBECONFIG=$kc
+KUBECTL=$kubectl
+NODE_NAME=$NODE_NAME
+NODE_IP=$GUEST_IP
+HOST_IP=$HOST_IP
+POD_CIDR=$POD_CIDR
+SERVICE_CIDR=$SERVICE_CIDR
+PAUSE_IMAGE=$PAUSE_IMAGE
+WORKLOAD_IMAGE=$WORKLOAD_IMAGE
+REDIS_IMAGE=$REDIS_IMAGE
+GUEST_MEM=$GUEST_MEM
+GUEST_AGENT=http://$GUEST_IP:$AGENT_PORT/sh
+CTR=${bins[9]}
+BOOT_SECONDS=$(cat "$d/boot.seconds")
+READY_SECONDS=$(cat "$d/ready.seconds")
+EOF
+    log "node $NODE_NAME up in $((SECONDS - t0))s (guest start to agent $(cat "$d/boot.seconds")s, to Ready $(cat "$d/ready.seconds")s; dir $d)"
+    cat "$d/node.env"
+}
+
+# ---------------------------------------------------------------------------------------
+# Stop
+# ---------------------------------------------------------------------------------------
+
+cmd_stop() {
+    local d=$1
+    [[ -d $d ]] || die "no such directory: $d"
+    d=$(cd "$d" && pwd)
+    [[ -f $d/.node-dir ]] || die "$d was not made by $PROG start"
+    local kubectl kc=$d/cp/kubeconfig
+    kubectl=$("$CONTROL_PLANE" kubectl)
+    # 1. Controllers (nothing recreates pods), then the pods through the API so the kubelet
+    #    stops them and CNI tears their network down inside the guest.
+    stop_proc "$d" kube-controller-manager
+    stop_proc "$d" kube-scheduler
+    if pid_alive "$(read_pid "$d/linux.uml.pid")" linux.uml && [[ -f $kc ]] &&
+        "$kubectl" --kubeconfig="$kc" get --raw /readyz >/dev/null 2>&1; then
+        "$kubectl" --kubeconfig="$kc" delete pods --all --all-namespaces --grace-period=2 \
+            --wait=false >/dev/null 2>&1 || true
+        local i
+        for ((i = 0; i < 60; i++)); do
+            [[ -z $("$kubectl" --kubeconfig="$kc" get pods -A -o name 2>/dev/null) ]] && break
+            sleep 0.5
+        done
+    fi
+    # 2. The guest: its daemons get SIGTERM, then its kernel halts. Every guest process is a
+    #    host process of the UML kernel's; they end with it (checked below).
+    if pid_alive "$(read_pid "$d/linux.uml.pid")" linux.uml; then
+        guest_sh "for n in kube-proxy kubelet containerd; do
+                f=$d/guest/\$n.pid; [ -f \$f ] && kill -TERM \$(cat \$f) 2>/dev/null
+            done
+            sleep 2; sync; (sleep 0.5; halt -f) >/dev/null 2>&1 &" 20 >/dev/null 2>&1 || true
+        stop_proc "$d" linux.uml 30
+    fi
+    rm -f "$d/linux.uml.pid"
+    # 3. The control plane, the tap (its routes go with it) and the guard rule.
+    if [[ -f $d/cp/state.env ]]; then "$CONTROL_PLANE" stop "$d/cp" || warn "control-plane.sh stop failed"; fi
+    if [[ -f $d/tap.created ]]; then ip link del "$TAP" 2>/dev/null || true; fi
+    while iptables -D FORWARD -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP 2>/dev/null; do :; done
+    # The guest's state disk is throwaway.
+    rm -f "$d/disk.img" "$d/node.env"
+    local left
+    left=$(leftovers "$d") && true
+    if [[ -n $left ]]; then
+        echo "$PROG: error: stop left things behind:" >&2
+        echo "$left" >&2
+        exit 1
+    fi
+    log "node stopped; nothing left behind"
+}
+
+# What a node leaves on the machine, one line per item (empty: clean). With DIR: also any
+# process that names DIR on its command line (the UML kernel and its guest processes do).
+leftovers() { # [DIR]
+    local out=() l
+    ip link show "$TAP" >/dev/null 2>&1 && out+=("tap $TAP")
+    ip link show "$BRIDGE" >/dev/null 2>&1 && out+=("bridge $BRIDGE (on the host)")
+    iptables -S FORWARD 2>/dev/null | grep -q "$GUARD_COMMENT" && out+=("iptables FORWARD guard rule")
+    while read -r l; do [[ -n $l ]] && out+=("route $l"); done < <(ip route show | grep -E "^(${POD_CIDR%/*}|${SERVICE_CIDR%/*})/" || true)
+    local p
+    for p in "$KOORD_E2E_ETCD_PORT" "$KOORD_E2E_ETCD_PEER_PORT"; do
+        if port_busy "$p"; then out+=("port 127.0.0.1:$p in use"); fi
+    done
+    while read -r l; do [[ -n $l ]] && out+=("process linux.uml pid $l"); done < <(pgrep -f -- ' kv2dir=' 2>/dev/null || true)
+    if [[ -n ${1:-} ]]; then
+        local d=$1 pid
+        for pid in $(pgrep -f -- "$d/" 2>/dev/null || true); do
+            [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
+            tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$d/" || continue
+            out+=("process $(cat "/proc/$pid/comm" 2>/dev/null) pid $pid")
+        done
+    fi
+    [[ ${#out[@]} -eq 0 ]] || printf '%s\n' "${out[@]}"
+}
+
+cmd_check_clean() {
+    local left
+    left=$(leftovers "${1:-}") && true
+    if [[ -n $left ]]; then
+        echo "$PROG: not clean:" >&2
+        echo "$left" >&2
+        exit 1
+    fi
+    log "clean: no tap, guard rule, route, UML guest or control-plane port of a node${1:+; no process of $1}"
+}
+
+usage() {
+    sed -n '5,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+case ${1:-} in
+build) cmd_build ;;
+start) [[ $# -eq 2 ]] || usage; cmd_start "$2" ;;
+sh) [[ $# -eq 2 ]] || usage; guest_sh "$2" 600 ;;
+stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;
+check-clean) cmd_check_clean "${2:-}" ;;
+*) usage ;;
+esac

@@ -1,0 +1,216 @@
+"""The seed's promise on real pods: an LS Redis pod keeps its memory while a BE pod floods the
+node. One run, configurations in order on the same node:
+
+  A   the product not installed
+  B   installed, memory QoS off in ack-slo-config (enable: false for LS and BE)
+  C0  installed, the reference's ack-slo-config as it is (enable: true, no parameters)
+  C   installed, the reference's ack-slo-config with the parameters that protect: LS
+      minLimitPercent/lowLimitPercent 100 (memory.min/low = request), BE throttlingPercent 80
+      (memory.high = 80% of the limit)
+
+The recommended parameters of Koordinator (and of this product, docs/contract.md section 2) are
+0 for minLimitPercent, lowLimitPercent and throttlingPercent: `enable: true` alone writes
+memory.min = 0 and memory.high = max, which protects nothing on a mainline kernel. C0 measures
+exactly that; C is what an operator must write.
+
+The LS pod (redis-demo's shape: label LS, redis-server, no memoryQOS annotation so that the
+cluster configuration decides; the seed's `{"policy": "auto"}` would take the class's recommended
+parameters, i.e. 0, whatever the cluster says) has two containers: `redis` and `cache`, which
+reads a file of its emptyDir once (its page cache is the working set; a second read would
+activate the pages and even A would keep them). The BE pod holds anonymous memory and streams a
+file larger than the node's free memory through the page cache, twice.
+
+Per configuration: LS working set kept (the LS pod's file pages after the flood / before, from
+its memory.stat), the refaults of its re-read after the flood (workingset_refault_file), Redis
+GET throughput and p50/p99 during the flood (redis-benchmark inside the guest), the BE pod's
+memory.events high/max and the guest's OOM kills.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from checks import Check, check, wait_until
+
+NS = "v2-protect"
+LS_FILE_MIB = 160
+BE_ANON = "700M"
+BE_FILE_MIB = 1400
+RESULTS: dict[str, dict] = {}
+
+SLO_ON = {"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": True}},
+                              "beClass": {"memoryQOS": {"enable": True}}}}
+SLO_OFF = {"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": False}},
+                               "beClass": {"memoryQOS": {"enable": False}}}}
+SLO_PROTECT = {"clusterStrategy": {
+    "lsClass": {"memoryQOS": {"enable": True, "minLimitPercent": 100, "lowLimitPercent": 100}},
+    "beClass": {"memoryQOS": {"enable": True, "throttlingPercent": 80}}}}
+
+
+def log(msg: str) -> None:
+    import sys
+    print(f"[node-v2 {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def ls_pod(image: str) -> dict:
+    cache = (f"until [ -f /data/go ]; do sleep 0.2; done; cat /data/ws >/dev/null; touch /data/warm; "
+             f"until [ -f /data/reread ]; do sleep 0.2; done; cat /data/ws >/dev/null; "
+             f"touch /data/reread-done; exec sleep 1000000")
+    mounts = [{"name": "data", "mountPath": "/data"}]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "redis-demo", "labels": {"koordinator.sh/qosClass": "LS",
+                                                          "name": "redis-demo"}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "data", "emptyDir": {}}],
+                     "containers": [
+                         {"name": "redis", "image": image,
+                          "command": ["redis-server", "--port", "6379", "--save", "",
+                                      "--appendonly", "no", "--protected-mode", "no"],
+                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                        "limits": {"cpu": "1", "memory": "256Mi"}}},
+                         {"name": "cache", "image": image, "command": ["sh", "-c", cache],
+                          "volumeMounts": mounts,
+                          "resources": {"requests": {"cpu": "10m", "memory": "200Mi"},
+                                        "limits": {"cpu": "1", "memory": "400Mi"}}}]}}
+
+
+def be_pod(image: str) -> dict:
+    flood = (f"koord-stress --vm 1 --vm-bytes {BE_ANON} --vm-hang 100000 & sleep 3; "
+             f"dd if=/dev/zero of=/data/be bs=1M count={BE_FILE_MIB} 2>/dev/null; "
+             f"cat /data/be >/dev/null; cat /data/be >/dev/null; touch /data/done; "
+             f"exec sleep 1000000")
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "be-flood", "labels": {"koordinator.sh/qosClass": "BE"}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "data", "emptyDir": {}}],
+                     "containers": [{"name": "flood", "image": image, "command": ["sh", "-c", flood],
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
+                                                   "limits": {"cpu": "1", "memory": "1600Mi"}}}]}}
+
+
+def set_slo(h, cfg: dict) -> None:
+    h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "ack-slo-config", "namespace": "kube-system"},
+                 "data": {"resource-qos-config": json.dumps(cfg)}})
+
+
+def wait_resolved(h, want_enabled: bool, min_percent: int) -> None:
+    """Until the webhook answers a dry run of the LS pod with this configuration."""
+    probe = ls_pod(h.env["REDIS_IMAGE"])
+    probe["metadata"]["namespace"] = NS
+
+    def seen():
+        out = json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                                   input=json.dumps(probe)).stdout)
+        rq = json.loads(out["metadata"].get("annotations", {}).get("koordinator.sh/resolved-qos", "{}"))
+        mq = rq.get("memoryQOS") or {}
+        return mq.get("enabled") == want_enabled and (
+            not want_enabled or (mq.get("params") or {}).get("minLimitPercent", 0) == min_percent
+            or min_percent == 0)
+    wait_until(f"the webhook to resolve memoryQOS enabled={want_enabled}", seen, 90, 1)
+
+
+def memstat(h, cg: str) -> dict[str, int]:
+    out = {}
+    for line in h.read(f"{cg}/memory.stat").splitlines():
+        k, _, v = line.partition(" ")
+        out[k] = int(v)
+    return out
+
+
+def kv(text: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
+
+
+def emptydir(pod: dict) -> str:
+    return f"/var/lib/kubelet/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~empty-dir/data"
+
+
+def run_config(h, name: str) -> None:
+    image = h.env["REDIS_IMAGE"]
+    if name == "A":
+        check(not h.installed, "configuration A must run before the product is installed")
+        h.namespace(NS)
+    elif name == "B":
+        set_slo(h, SLO_OFF)
+        wait_resolved(h, False, 0)
+    elif name == "C0":
+        set_slo(h, SLO_ON)
+        wait_resolved(h, True, 0)
+    elif name == "C":
+        set_slo(h, SLO_PROTECT)
+        wait_resolved(h, True, 100)
+    h.apply_obj(ls_pod(image), NS)
+    ls = h.wait_running(NS, "redis-demo")
+    ls_cg = h.pod_cgroup(ls)
+    if name == "C":
+        # The applier's pass: the LS pod's memory.min = its request (64Mi + 200Mi).
+        wait_until("the applier to write the LS pod's memory.min", lambda: int(
+            h.read(f"{ls_cg}/memory.min")) >= 264 * 2**20, 90, 1)
+    ip = ls["status"]["podIP"]
+    # The working set: a file written from outside the pod, caches dropped, read once by `cache`.
+    ed = emptydir(ls)
+    h.guest(f"dd if=/dev/urandom of={ed}/ws bs=1M count={LS_FILE_MIB} 2>/dev/null && sync && "
+            f"echo 3 >/proc/sys/vm/drop_caches && touch {ed}/go", timeout=180)
+    wait_until("the LS pod to read its working set", lambda: h.guest(
+        f"[ -f {ed}/warm ] && echo y", check_rc=False).strip() == "y", 120, 0.5)
+    h.guest(f"redis-benchmark -h {ip} -t set -n 20000 -r 20000 -d 512 -q >/dev/null", timeout=300)
+    before = memstat(h, ls_cg)
+    prot = h.read_many([f"{ls_cg}/memory.min", f"{ls_cg}/memory.low",
+                        "/sys/fs/cgroup/kubepods/memory.min", "/sys/fs/cgroup/kubepods/burstable/memory.min"])
+    oom0 = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0)
+    log(f"{name}: LS file {before['file'] >> 20} MiB anon {before['anon'] >> 20} MiB; protection {prot}")
+
+    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
+    be = h.wait_running(NS, "be-flood")
+    be_cg, be_ed = h.pod_cgroup(be), emptydir(be)
+    t0 = time.monotonic()
+    bench = h.guest(f"redis-benchmark -h {ip} -t get -n 40000 -r 20000 -c 8 --csv", timeout=600)
+    wait_until("the BE flood to finish", lambda: h.guest(
+        f"[ -f {be_ed}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
+    flood_s = time.monotonic() - t0
+    after = memstat(h, ls_cg)
+    be_events = kv(h.read(f"{be_cg}/memory.events"))
+    be_high = h.read(f"{h.container_cgroup(be, 'flood')}/memory.high")
+    # The re-read after the flood: what it must fetch again is what was lost.
+    h.guest(f"touch {ed}/reread")
+    wait_until("the LS pod to re-read its working set", lambda: h.guest(
+        f"[ -f {ed}/reread-done ] && echo y", check_rc=False).strip() == "y", 300, 0.5)
+    reread = memstat(h, ls_cg)
+    oom = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0) - oom0
+    rows = [line.replace('"', "").split(",") for line in bench.strip().splitlines()]
+    head, get = rows[0], next(r for r in rows[1:] if r[0] == "GET")
+    col = dict(zip(head, get))
+    r = {"kept": 100.0 * after["file"] / max(1, before["file"]),
+         "file_before": before["file"] >> 20, "file_after": after["file"] >> 20,
+         "refaults": reread["workingset_refault_file"] - after["workingset_refault_file"],
+         "rps": float(col["rps"]), "p50": float(col["p50_latency_ms"]),
+         "p99": float(col["p99_latency_ms"]), "be_high": be_events.get("high", 0),
+         "be_max": be_events.get("max", 0), "be_memory_high": be_high, "oom": oom,
+         "ls_min": prot[f"{ls_cg}/memory.min"], "flood_s": flood_s}
+    RESULTS[name] = r
+    log(f"{name}: {r}")
+    h.delete_pods(NS, "be-flood", "redis-demo")
+    check(r["file_before"] >= LS_FILE_MIB * 0.9,
+          f"the LS working set was not warm: {r['file_before']} MiB of {LS_FILE_MIB}")
+
+
+def verdict(h) -> None:
+    lines = ["figure protection (LS redis-demo + BE flood on a "
+             f"{h.env.get('GUEST_MEM', '?')} cgroup v2 node; tests/node-v2/run):",
+             "  config | LS kept | LS file MiB before->after | refaults on re-read | GET rps | "
+             "p50 ms | p99 ms | BE memory.high | BE events high/max | OOM kills | LS pod memory.min"]
+    for name in ("A", "B", "C0", "C"):
+        r = RESULTS.get(name)
+        if r:
+            lines.append(f"  {name:6} | {r['kept']:5.1f}% | {r['file_before']} -> {r['file_after']} | "
+                         f"{r['refaults']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
+                         f"{r['be_memory_high']} | {r['be_high']}/{r['be_max']} | {r['oom']} | {r['ls_min']}")
+    h.figures.append("\n".join(lines))
+    check("A" in RESULTS and "C" in RESULTS, f"configurations measured: {sorted(RESULTS)}")
+    check(RESULTS["C"]["kept"] >= 90, f"C kept {RESULTS['C']['kept']:.1f}% of the LS working set (< 90%)")
+    check(RESULTS["A"]["kept"] <= 50, f"A kept {RESULTS['A']['kept']:.1f}% (> 50%: no pressure?)")
+    if RESULTS["C"]["oom"]:
+        raise Check(f"{RESULTS['C']['oom']} OOM kills in C")

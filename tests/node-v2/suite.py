@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""cgroup v2 node suite: the product installed as a user installs it, on the node of the current
+platform (Kubernetes 1.37, containerd 2, cgroup v2, the kubelet with the cgroupfs driver) in a
+User-Mode Linux guest. Run it through `tests/node-v2/run` (see README.md). Stdlib only.
+
+  make images -> node.sh start (control plane on the host; containerd, kubelet, kube-proxy in
+  the guest; the product's images imported at boot) -> the protection proof's configuration A
+  (product not installed) -> koord-webhook certs, kubectl apply -k, TLS Secret, caBundle ->
+  scenarios with real pods, cgroup files read inside the guest -> configurations B and C ->
+  kubectl delete -k -> node.sh stop -> node.sh check-clean.
+
+Each scenario prints `PASS <name> (<s>)` or `FAIL <name>: <reason>`; the last line is
+`N passed, M failed`. Figures are printed as `figure <what>: ...` lines. Progress on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(HERE))
+sys.dont_write_bytecode = True
+
+import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
+from checks import Check, Fatal, check, wait_until  # noqa: E402  (shared with tests/e2e)
+import protection  # noqa: E402  (the seed's promise on real pods)
+
+NODE_SH = HERE / "node.sh"
+OVERLAY = REPO / "tests" / "node" / "overlay"  # the v1 node suite's: same install
+TESTDATA = HERE / "testdata"
+MANIFESTS = REPO / "manifests"
+CGROUP = "/sys/fs/cgroup"
+
+SYSTEM_NS = "koordinator-system"
+OPT_IN = "koordinator.sh/qos-webhook"
+QOS_LABEL = "koordinator.sh/qosClass"
+RESOLVED = "koordinator.sh/resolved-qos"
+APPLIED = "MemoryQOSApplied"
+NOT_STARTED = "not started yet"
+NS_QOS = "v2-qos"
+
+K8S_VERSION = os.environ.get("KOORD_V2_K8S_VERSION", "1.37.2")
+
+
+def log(msg: str) -> None:
+    print(f"[node-v2 {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Harness
+# ---------------------------------------------------------------------------------------
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="koord-node-v2."))
+        self.node_dir = self.dir / "node"
+        self.node_started = False
+        self.env: dict[str, str] = {}
+        self.kubectl_bin = ""
+        self.images: dict[str, str] = {}  # the product's: image name -> archive
+        self.webhook_bin = ""
+        self.figures: list[str] = []
+        self.installed = False
+
+    # -- kubectl -------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        argv = [self.kubectl_bin, f"--kubeconfig={self.env['KUBECONFIG']}", *args]
+        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        if check_rc and p.returncode != 0:
+            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
+        return p
+
+    def kjson(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply_obj(self, obj: dict, ns: str | None = None) -> None:
+        self.kubectl(*(["-n", ns] if ns else []), "apply", "-f", "-", input=json.dumps(obj))
+
+    def pod(self, ns: str, name: str) -> dict:
+        return self.kjson("get", "pod", "-n", ns, name)
+
+    def namespace(self, name: str, opted_in: bool = True) -> None:
+        labels = {OPT_IN: "enabled"} if opted_in else {}
+        self.apply_obj({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": name, "labels": labels}})
+        wait_until(f"ServiceAccount {name}/default", lambda: self.kubectl(
+            "-n", name, "get", "serviceaccount", "default", check_rc=False).returncode == 0, 60)
+
+    def wait_running(self, ns: str, name: str, timeout: float = 180) -> dict:
+        def running():
+            p = self.pod(ns, name)
+            st = p.get("status", {})
+            cs = st.get("containerStatuses") or []
+            if st.get("phase") == "Running" and cs and all(c.get("ready") or c.get("started")
+                                                           for c in cs):
+                return p
+            return None
+        try:
+            return wait_until(f"pod {ns}/{name} Running", running, timeout, 0.5)
+        except Check as e:
+            desc = self.kubectl("describe", "pod", "-n", ns, name, check_rc=False).stdout
+            raise Check(f"{e}\n{desc[-1500:]}") from None
+
+    def delete_pods(self, ns: str, *names: str) -> None:
+        self.kubectl("-n", ns, "delete", "pod", *names, "--grace-period=1", "--wait=true",
+                     "--ignore-not-found", timeout=180)
+
+    def events(self, ns: str, uid: str, reason: str | None = None) -> list[dict]:
+        sel = f"involvedObject.uid={uid}" + (f",reason={reason}" if reason else "")
+        return self.kjson("get", "events", "-n", ns, "--field-selector", sel)["items"]
+
+    # -- the guest ------------------------------------------------------------------------
+
+    def guest(self, script: str, timeout: float = 60, check_rc: bool = True) -> str:
+        """Runs a shell script inside the guest (the node) and returns its stdout."""
+        req = urllib.request.Request(self.env["GUEST_AGENT"], data=script.encode(),
+                                     headers={"X-Timeout": str(timeout)})
+        with urllib.request.urlopen(req, timeout=timeout + 10) as r:
+            out = json.loads(r.read())
+        if check_rc and out["rc"] != 0:
+            raise Check(f"in the guest, `{script[:200]}` exited {out['rc']}: {out['stderr'][-800:]}")
+        return out["stdout"]
+
+    def read(self, path: str) -> str:
+        return self.guest(f"cat '{path}'").strip()
+
+    def read_many(self, paths: list[str]) -> dict[str, str | None]:
+        """One round trip for many files; None for a missing file."""
+        script = "".join(f"if [ -e '{p}' ]; then printf '%s\\0' \"$(cat '{p}')\"; "
+                         f"else printf '\\1\\0'; fi\n" for p in paths)
+        vals = self.guest(script).split("\0")[:-1]
+        check(len(vals) == len(paths), f"read {len(vals)} of {len(paths)} files")
+        return {p: (None if v == "\1" else v.strip()) for p, v in zip(paths, vals)}
+
+    # -- cgroups (cgroup v2, cgroupfs driver: kubepods[/burstable|/besteffort]/pod<uid>/<id>)
+
+    @staticmethod
+    def pod_cgroup(pod: dict) -> str:
+        parent = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[
+            pod["status"]["qosClass"]]
+        return f"{CGROUP}/kubepods{parent}/pod{pod['metadata']['uid']}"
+
+    @staticmethod
+    def container_id(pod: dict, name: str) -> str:
+        for c in pod["status"].get("containerStatuses") or []:
+            if c["name"] == name and c.get("containerID"):
+                scheme, _, cid = c["containerID"].partition("://")
+                check(scheme == "containerd" and re.fullmatch(r"[0-9a-f]{64}", cid),
+                      f"unexpected containerID {c['containerID']}")
+                return cid
+        raise Check(f"container {name} has no containerID yet")
+
+    def container_cgroup(self, pod: dict, name: str) -> str:
+        return f"{self.pod_cgroup(pod)}/{self.container_id(pod, name)}"
+
+    # -- the product's pods --------------------------------------------------------------
+
+    def applier_pod(self) -> dict:
+        pods = self.kjson("get", "pods", "-n", SYSTEM_NS, "-l",
+                          "app.kubernetes.io/name=koord-applier")["items"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
+        return live[0]
+
+    def node_sh(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+        return subprocess.run([str(NODE_SH), *args], stdout=subprocess.PIPE, stderr=sys.stderr,
+                              text=True, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------
+
+
+def prerequisites(h: Harness) -> None:
+    if os.geteuid() != 0:
+        raise Fatal("must run as root (a tap device, routes, iptables, the UML guest)")
+    for tool in ("cargo", "curl", "openssl"):
+        if not shutil.which(tool):
+            raise Fatal(f"{tool} not on PATH")
+    if h.node_sh("check-clean").returncode != 0:
+        raise Fatal("the machine has leftovers of a cgroup v2 node (see above); refusing to start")
+
+
+def build_images(h: Harness) -> None:
+    """`make images`: the product's images, exactly what manifests/ references."""
+    log("make images (images/build.sh)")
+    t0 = time.monotonic()
+    r = subprocess.run([str(REPO / "images" / "build.sh")], stdout=subprocess.PIPE,
+                       stderr=sys.stderr, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise Fatal("images/build.sh failed (see above)")
+    for line in r.stdout.split("\n"):
+        if line.strip():
+            name, archive = line.split()
+            h.images[name] = archive
+    log(f"images built in {time.monotonic() - t0:.0f}s: {', '.join(h.images)}")
+    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+                                     cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    h.webhook_bin = str(Path(meta["target_directory"]) / "release" / "koord-webhook")
+
+
+def start_node(h: Harness) -> None:
+    log("node.sh build (k8s 1.37 + containerd 2 binaries, cached)")
+    t0 = time.monotonic()
+    if h.node_sh("build").returncode != 0:
+        raise Fatal("node.sh build failed (see above)")
+    h.figures.append(f"figure builds (node.sh build, warm if cached): {time.monotonic() - t0:.0f}s")
+    h.node_started = True
+    t0 = time.monotonic()
+    os.environ["KOORD_V2_IMAGES"] = " ".join(h.images.values())
+    if h.node_sh("start", str(h.node_dir)).returncode != 0:
+        raise Fatal("node.sh start failed (see above)")
+    for line in (h.node_dir / "node.env").read_text().splitlines():
+        k, _, v = line.partition("=")
+        h.env[k] = v
+    h.kubectl_bin = h.env["KUBECTL"]  # built with the node's binaries: 1.37 like the server
+    h.figures.append(f"figure node start (node.sh start, control plane + guest + Ready): "
+                     f"{time.monotonic() - t0:.0f}s; guest start to its agent "
+                     f"{h.env['BOOT_SECONDS']}s, to Node Ready {h.env['READY_SECONDS']}s")
+    log(f"node up in {time.monotonic() - t0:.0f}s")
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------------------
+
+SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
+
+
+def scenario(name: str):
+    def deco(fn):
+        SCENARIOS.append((name, fn))
+        return fn
+    return deco
+
+
+@scenario("node: Kubernetes 1.37 kubelet and containerd 2 report in, cgroup v2 with the memory "
+          "controller in the guest, the kubelet's kubepods tree made with the cgroupfs driver")
+def s_node(h: Harness) -> None:
+    info = h.kjson("get", "node", h.env["NODE_NAME"])["status"]["nodeInfo"]
+    check(info["kubeletVersion"] == f"v{K8S_VERSION}", f"kubeletVersion {info['kubeletVersion']}")
+    check(re.fullmatch(r"containerd://2\.\d+\.\d+", info["containerRuntimeVersion"]),
+          f"containerRuntimeVersion {info['containerRuntimeVersion']}")
+    fstype = h.guest(f"stat -f -c %T {CGROUP}").strip()
+    check(fstype == "cgroup2fs", f"{CGROUP} in the guest is {fstype}, not cgroup2fs")
+    ctl = h.read(f"{CGROUP}/kubepods/cgroup.subtree_control").split()
+    check("memory" in ctl and "cpu" in ctl, f"kubepods subtree_control {ctl}")
+    for knob in ("memory.min", "memory.low", "memory.high", "memory.max"):
+        check(h.guest(f"[ -e {CGROUP}/kubepods/burstable/{knob} ] && echo y").strip() == "y",
+              f"no {knob} in kubepods/burstable")
+    h.figures.append(f"figure node: kubelet {info['kubeletVersion']}, "
+                     f"{info['containerRuntimeVersion']}, kernel {info['kernelVersion']} (UML), "
+                     f"cgroup v2, cgroupfs driver")
+
+
+@scenario("images: the archives `make images` built are what manifests/ reference, imported "
+          "into the guest's containerd")
+def s_images(h: Harness) -> None:
+    rendered = webhookcfg.render(h.kubectl_bin, str(MANIFESTS))
+    refs = sorted({c["image"] for o in webhookcfg.select(rendered, "Deployment", "DaemonSet")
+                   for c in o["spec"]["template"]["spec"]["containers"]})
+    check(refs == sorted(h.images), f"manifests reference {refs}, make images built {sorted(h.images)}")
+    out = h.guest(f"{h.env['CTR']} --address /run/containerd/containerd.sock -n k8s.io images ls -q")
+    for ref in refs:
+        check(ref in out.split(), f"{ref} not in the guest's containerd: {out.split()}")
+
+
+@scenario("protection A (product not installed): LS redis + BE flood, measured")
+def s_protect_a(h: Harness) -> None:
+    protection.run_config(h, "A")
+
+
+def install(h: Harness) -> None:
+    certs = h.dir / "certs"
+    r = subprocess.run([h.webhook_bin, "certs", "--out", str(certs), "--service", "koord-webhook",
+                        "--namespace", SYSTEM_NS], capture_output=True, text=True)
+    check(r.returncode == 0, f"koord-webhook certs failed: {r.stderr}")
+    ca_bundle = r.stdout.strip()
+    h.kubectl("apply", "-k", str(OVERLAY))
+    h.kubectl("-n", SYSTEM_NS, "create", "secret", "tls", "koord-webhook-tls",
+              f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
+    h.kubectl("patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
+              json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
+                           "value": ca_bundle}]))
+    h.installed = True
+    t0 = time.monotonic()
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=300s",
+              timeout=320)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=300s",
+              timeout=320)
+    h.figures.append(f"figure install: webhook Available and applier ready "
+                     f"{time.monotonic() - t0:.0f}s after kubectl apply -k")
+    for pod in h.kjson("-n", SYSTEM_NS, "get", "pods")["items"]:
+        for c in pod["status"]["containerStatuses"]:
+            check(c["image"] in h.images, f"{pod['metadata']['name']} runs {c['image']}")
+            check(c["ready"], f"{pod['metadata']['name']}/{c['name']} not ready")
+    h.namespace(NS_QOS)
+    # The apiserver (host) calls the webhook through its Service (routed into the guest).
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": NS_QOS},
+             "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"]}]}}
+    wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(h.kubectl(
+        "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
+        ["metadata"].get("annotations") or {}), 90, 1)
+
+
+@scenario("install: certs + kubectl apply -k (the v1 node suite's overlay) + TLS Secret + "
+          "caBundle; webhook Available, applier ready, the apiserver reaches the webhook")
+def s_install(h: Harness) -> None:
+    install(h)
+
+
+def applied_event(h: Harness, ns: str, pod: dict, timeout: float = 90) -> dict:
+    """The pod's one MemoryQOSApplied Event that covers every container."""
+    def complete():
+        evs = h.events(ns, pod["metadata"]["uid"], APPLIED)
+        return [e for e in evs if NOT_STARTED not in e["message"]]
+    try:
+        evs = wait_until(f"{APPLIED} Event on {ns}/{pod['metadata']['name']}", complete, timeout, 1)
+    except Check as e:
+        other = [(x["reason"], x["message"]) for x in h.events(ns, pod["metadata"]["uid"])]
+        raise Check(f"{e}; events: {other}") from None
+    check(len(evs) == 1, f"{len(evs)} {APPLIED} Events: {[x['message'] for x in evs]}")
+    ev = evs[0]
+    check(ev.get("reportingComponent") == "koordinator.sh/koord-applier",
+          f"Event not from koord-applier: {ev.get('reportingComponent')}")
+    return ev
+
+
+def knob_files(h: Harness, pod: dict, event_msg: str) -> list[str]:
+    """Every knob of the annotation: the guest's cgroup file holds the value, or the Event names
+    the knob unsupported. Returns what was compared."""
+    mq = json.loads(pod["metadata"]["annotations"][RESOLVED]).get("memoryQOS") or {}
+    m = re.search(r"unsupported on this node: ([^;]*)", event_msg)
+    unsupported = set(m.group(1).split()) if m else set()
+    targets = [(h.pod_cgroup(pod), mq.get("pod") or {})]
+    for cname, knobs in (mq.get("containers") or {}).items():
+        targets.append((h.container_cgroup(pod, cname), knobs))
+    paths = [f"{d}/{k}" for d, knobs in targets for k in knobs]
+    got = h.read_many(paths)
+    seen = []
+    for d, knobs in targets:
+        for knob, want in knobs.items():
+            v = got[f"{d}/{knob}"]
+            if knob == "memory.wmark_high":  # read back, never written (Alibaba's kernel)
+                check(v is None, f"{knob} exists on a mainline kernel?")
+                continue
+            if v is None:
+                check(knob in unsupported, f"{knob}: no file in {d} and the Event does not list "
+                      f"it as unsupported: {event_msg}")
+                continue
+            check(str(want) == v or (want == "max" and v == "max"),
+                  f"{d}/{knob} = {v}, the annotation says {want}")
+            seen.append(f"{'pod' if d == targets[0][0] else 'container'} {knob}={v}")
+    return seen
+
+
+def ls_pod(name: str, image: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {QOS_LABEL: "LS"},
+                         "annotations": {"koordinator.sh/memoryQOS": '{"policy": "auto"}'}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "app", "image": image, "command": ["pause"],
+                                     "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                                                   "limits": {"cpu": "500m", "memory": "512Mi"}}}]}}
+
+
+@scenario("LS pod (memoryQOS auto): resolved-qos and MemoryQOSApplied; memory.min/low/high in "
+          "the REAL pod and container cgroups the 1.37 kubelet made on cgroup v2; kubepods and "
+          "burstable hold the sum of their children")
+def s_ls_cgroups(h: Harness) -> None:
+    h.apply_obj(ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
+    pod = h.wait_running(NS_QOS, "ls-app")
+    check(pod["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {pod['metadata']['labels']}")
+    check(pod["status"]["qosClass"] == "Burstable", pod["status"]["qosClass"])
+    ev = applied_event(h, NS_QOS, pod)
+    seen = knob_files(h, pod, ev["message"])
+    mins = [s for s in seen if "memory.min" in s]
+    check(any(s.startswith("pod ") for s in mins) and any(s.startswith("container ") for s in mins),
+          f"memory.min not compared at both levels: {seen}")
+    check(any("memory.high" in s for s in seen), f"no memory.high compared: {seen}")
+    log(f"ls-app Event: {ev['message']}; files: {seen}")
+    # The kubelet's own: memory.max = the 512Mi limit, cpu.max = 500m.
+    c = h.container_cgroup(pod, "app")
+    v = h.read_many([f"{c}/memory.max", f"{c}/cpu.max", f"{CGROUP}/kubepods/burstable/memory.min",
+                     f"{h.pod_cgroup(pod)}/memory.min"])
+    check(v[f"{c}/memory.max"] == str(512 * 2**20), f"container memory.max {v[f'{c}/memory.max']}")
+    check(v[f"{c}/cpu.max"] == "50000 100000", f"container cpu.max {v[f'{c}/cpu.max']}")
+    burst, podmin = int(v[f"{CGROUP}/kubepods/burstable/memory.min"] or 0), int(v[f"{h.pod_cgroup(pod)}/memory.min"] or 0)
+    check(podmin > 0 and burst >= podmin, f"kubepods/burstable memory.min {burst} < the pod's {podmin}")
+    h.figures.append(f"figure LS pod cgroups on cgroup v2 (kubelet 1.37, cgroupfs): {', '.join(seen)}")
+    h.delete_pods(NS_QOS, "ls-app")
+
+
+@scenario("protection B (installed, memory QoS off in ack-slo-config)")
+def s_protect_b(h: Harness) -> None:
+    protection.run_config(h, "B")
+
+
+@scenario("protection C0 (installed, the reference's ack-slo-config as it is: enable true, "
+          "no parameters)")
+def s_protect_c0(h: Harness) -> None:
+    protection.run_config(h, "C0")
+
+
+@scenario("protection C (installed, the reference's ack-slo-config: LS protected, BE throttled): "
+          "C keeps >= 90% of the LS working set, A <= 50%")
+def s_protect_c(h: Harness) -> None:
+    protection.run_config(h, "C")
+    protection.verdict(h)
+
+
+# ---------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    h = Harness()
+    passed: list[str] = []
+    failed: list[str] = []
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    interrupted = False
+    try:
+        run(h, passed, failed)
+    except KeyboardInterrupt as e:
+        interrupted = True
+        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
+        failed.append("interrupted")
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        teardown(h, passed, failed, interrupted)
+        print(f"figure suite wall time: {time.monotonic() - t_start:.0f}s", flush=True)
+        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+    return 130 if interrupted else (1 if failed else 0)
+
+
+def run(h: Harness, passed: list[str], failed: list[str]) -> None:
+    try:
+        prerequisites(h)
+        build_images(h)
+        start_node(h)
+    except (Fatal, Check, subprocess.SubprocessError, OSError) as e:
+        print(f"FAIL setup: {e}", flush=True)
+        failed.append("setup")
+        return
+    # KOORD_NODE_V2_ONLY=REGEX runs only the matching scenarios (later ones may rely on earlier).
+    only = os.environ.get("KOORD_NODE_V2_ONLY")
+    pattern = re.compile(only) if only else None
+    for name, fn in SCENARIOS:
+        if pattern and not pattern.search(name):
+            print(f"SKIP {name} (KOORD_NODE_V2_ONLY)", flush=True)
+            continue
+        t0 = time.monotonic()
+        log(f"--- {name}")
+        try:
+            fn(h)
+        except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
+            failed.append(name)
+            print(f"FAIL {name}: {e}", flush=True)
+            if not isinstance(e, (Check, Fatal)):
+                traceback.print_exc(file=sys.stderr)
+            continue
+        passed.append(name)
+        print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+
+
+def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
+    if failed and h.node_started:
+        for f in ("logs/linux.uml.log", "guest/logs/init.log", "guest/logs/kubelet.log",
+                  "guest/logs/containerd.log"):
+            p = h.node_dir / f
+            if p.exists():
+                print(f"----- last lines of {p} -----\n"
+                      + "\n".join(p.read_text(errors="replace").splitlines()[-15:]),
+                      file=sys.stderr)
+    keep = bool(failed) or os.environ.get("KOORD_NODE_V2_KEEP") == "1"
+    if h.node_started:
+        t0 = time.monotonic()
+        if h.installed and not interrupted:
+            # Uninstall as a user would, before the node goes.
+            h.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true",
+                      check_rc=False, timeout=300)
+        r = h.node_sh("stop", str(h.node_dir), timeout=600)
+        ok = r.returncode == 0 and h.node_sh("check-clean", str(h.node_dir)).returncode == 0
+        if ok:
+            passed.append("teardown")
+            print(f"PASS teardown: nothing left (no tap, route, guard rule, guest or control-plane "
+                  f"process) ({time.monotonic() - t0:.1f}s)", flush=True)
+        else:
+            failed.append("teardown")
+            print("FAIL teardown: node.sh stop left things behind (see above)", flush=True)
+    for line in h.figures:
+        print(line, flush=True)
+    if keep and not interrupted:
+        log(f"kept logs and state in {h.dir}")
+    else:
+        shutil.rmtree(h.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
