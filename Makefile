@@ -29,7 +29,7 @@ unit:
 
 ## The webhook's short performance checks (~1.5 min): instructions per admission against the
 ## committed callgrind baseline (fails above +25%), and a 60 s soak at 5,000 admissions/s,
-## HTTP/1.1 and HTTP/2 (0 errors, RSS and open fds flat). webhook/README.md has the long runs.
+## HTTP/1.1 and HTTP/2 (0 errors, RSS and open fds flat). docs/benchmarks.md has the long runs.
 perf:
 	webhook/benches/callgrind.sh --check
 	webhook/benches/soak.sh 60

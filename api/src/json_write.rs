@@ -3,7 +3,7 @@
 //! The webhook writes the resolved-qos annotation and its admission patch with these: the
 //! annotation is a JSON document carried inside a JSON string, so every admission escapes a
 //! hundred quotes, and serde_json's byte-at-a-time loop was the largest single cost of
-//! writing the response (webhook/README.md, "Per-review CPU").
+//! writing the response (docs/decisions.md, "A borrowed pod view and a hand-written response").
 
 const LANES: usize = 8;
 const ONES: u64 = u64::from_ne_bytes([0x01; LANES]);

@@ -57,7 +57,7 @@ pub struct GlobalArgs {
     #[command(flatten)]
     pub locality: crate::numa::LocalityArgs,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
-    /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see README, CPU QoS).
+    /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
     pub cpu_idle_fallback: bool,
     /// Where resctrl is mounted (L3 CAT / MBA class groups); absent or unsupported = off.

@@ -4,7 +4,7 @@
 //! else: batch resources of BE pods; this module only maps names and values between cgroup
 //! versions.)
 //!
-//! Decisions (see README):
+//! Decisions (see docs/decisions.md):
 //! - Unlimited `memory.high` is written as `max` on v2 (the kernel's own token, read back as
 //!   `max`) and as `9223372036854775807` (i64::MAX) on v1: the Alibaba v1 memcg is not documented
 //!   to accept `max`, and i64::MAX is what Koordinator writes there. The v1 kernel reads it back

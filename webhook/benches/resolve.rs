@@ -1,7 +1,7 @@
 //! Resolve + change list + JSON patch of a realistic two-container pod (the reference
 //! AdmissionReview's object), parsed from bytes through the lean view as the server does; and
 //! the patch built by hand (ours) against the `json-patch` crate's `diff` of the pod before and
-//! after the changes (webhook/README.md, "Why not json-patch on the hot path").
+//! after the changes (docs/decisions.md, "`json-patch` is a test dependency only").
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use koord_webhook::mutation::{apply_changes, json_patch};

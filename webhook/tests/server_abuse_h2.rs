@@ -183,7 +183,7 @@ async fn http2_attackers_do_not_starve_admissions() {
 
 /// The same attack on the default server, also held to the 64 MiB goal: met because at most
 /// `--max-h2-connections` (8) of the attackers get HTTP/2; every open stream holds its decoded
-/// headers and state, so uncapped the same attack takes gigabytes (webhook/README.md, "Abuse").
+/// headers and state, so uncapped the same attack takes gigabytes (docs/admission-server.md, "Abuse").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "RSS is a release-build figure at full size: webhook/benches/abuse.sh runs it (a debug server starts at 28 MiB)"]
 async fn http2_attackers_stay_under_64_mib() {

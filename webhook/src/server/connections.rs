@@ -11,7 +11,7 @@
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
-//! idle or half-sent connections from starving admissions (webhook/README.md, "Abuse").
+//! idle or half-sent connections from starving admissions (docs/admission-server.md, "Abuse").
 
 use std::future::Future;
 use std::io;

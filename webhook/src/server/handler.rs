@@ -310,7 +310,7 @@ const BODY_WITH_HEAD: Duration = Duration::from_millis(50);
 
 /// Bodies above this are read one at a time (the large-body lane) and reviewed on a blocking
 /// thread: parsing a body near the size limit takes milliseconds, and on a runtime worker it
-/// would hold up every small admission queued behind it (webhook/README.md, "Abuse").
+/// would hold up every small admission queued behind it (docs/admission-server.md, "Abuse").
 const LARGE_BODY_BYTES: usize = 256 * 1024;
 
 /// Reviews `body`: inline on the worker, or, in the large-body lane (whose permit the caller

@@ -96,7 +96,7 @@ pub struct Config {
     pub lease: Option<LeaseConfig>,
 }
 
-/// How long and how many connections may be held (webhook/README.md, "Abuse").
+/// How long and how many connections may be held (docs/admission-server.md, "Abuse").
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionSettings {
     pub limits: ConnectionLimits,
@@ -106,7 +106,7 @@ pub struct ConnectionSettings {
     pub http2: Http2Settings,
 }
 
-/// HTTP/2 limits (webhook/README.md, the HTTP/2 tuning table under "Load benchmark").
+/// HTTP/2 limits (docs/decisions.md, "HTTP/2 windows stay at 1 MiB, header lists at 16 KiB").
 #[derive(Debug, Clone, Copy)]
 pub struct Http2Settings {
     /// HTTP/2 connections open at once; past it, new connections are offered HTTP/1.1 only.
@@ -123,7 +123,7 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Largest HTTP/2 header list, decoded (hyper's default; the apiserver sends well under
 /// 1 KiB). It is held with every stream that waits for a slot or its body, and HPACK lets a
 /// client send it in a few bytes: 64 KiB here let 64 connections grow the process to 671 MiB
-/// (webhook/README.md, "Abuse").
+/// (docs/admission-server.md, "Abuse").
 const H2_MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]

@@ -156,7 +156,7 @@ fn write_body(
         // Standard base64 with padding, as Go's `encoding/json` writes a `[]byte`, from the
         // patch at the front of the buffer into the room after it. base64-simd encodes with
         // the CPU's vector instructions (detected at run time, scalar otherwise): the patch
-        // is the largest thing an admission encodes (webhook/README.md, "Per-review CPU").
+        // is the largest thing an admission encodes (docs/decisions.md, "A borrowed pod view and a hand-written response").
         let start = out.len();
         out.resize(start + encoded_len, 0);
         let (patch_bytes, rest) = out.split_at_mut(patch_len);

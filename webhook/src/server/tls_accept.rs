@@ -5,7 +5,7 @@
 //! Why: an HTTP/2 connection is the expensive kind. It can hold a hundred streams, each with
 //! its headers and state, plus up to its flow-control window of body bytes; a thousand of them
 //! (within the connection cap) grew the process to about 2 GiB under the HTTP/2 abuse round
-//! (webhook/README.md, "Abuse"). The apiserver needs a few: one per apiserver instance, more
+//! (docs/admission-server.md, "Abuse"). The apiserver needs a few: one per apiserver instance, more
 //! only past a hundred admissions in flight on it.
 //!
 //! A slot is taken when the ClientHello offers `h2`, not at accept: a client that offers
