@@ -60,6 +60,11 @@ pub struct GlobalArgs {
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
     pub cpu_idle_fallback: bool,
+    /// With `--cpu-idle-fallback`, also make `kubepods/besteffort` (and a QoS cgroup whose pods
+    /// are all BE) idle. Off by default: the kubelet's own `cpu.weight`/`cpu.shares` write on
+    /// an idle QoS cgroup fails and it then skips the rest of its QoS update.
+    #[arg(long, env = "KOORD_CPU_IDLE_QOS_PARENTS", global = true)]
+    pub cpu_idle_qos_parents: bool,
     /// Where resctrl is mounted (L3 CAT / MBA class groups); absent or unsupported = off.
     #[arg(
         long,
@@ -148,6 +153,7 @@ pub struct Config {
     pub log_format: LogFormat,
     pub collectors: crate::collectors::CollectorArgs,
     pub cpu_idle_fallback: bool,
+    pub cpu_idle_qos_parents: bool,
     pub resctrl_root: PathBuf,
     /// `--protect-ancestors`, `--kubelet-memory-qos`.
     pub ancestors: crate::ancestors::AncestorSettings,
@@ -253,6 +259,7 @@ impl From<&GlobalArgs> for Config {
             log_format: g.log_format,
             collectors: g.collectors.clone(),
             cpu_idle_fallback: g.cpu_idle_fallback,
+            cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             resctrl_root: g.resctrl_root.clone(),
             ancestors: crate::ancestors::AncestorSettings::from(&g.ancestors),
         }

@@ -115,6 +115,10 @@ pub struct NodeQos {
     caps: NodeCaps,
     resctrl: Option<(PathBuf, ResctrlSupport)>,
     metrics: Option<Arc<Metrics>>,
+    /// `--cpu-idle-qos-parents`: with the `cpu.idle` fallback, also make the kubelet's QoS
+    /// cgroups idle. Off by default: the kubelet rewrites their `cpu.weight`/`cpu.shares` and
+    /// the kernel refuses that on an idle cgroup (see [`Self::parents`]).
+    idle_qos_parents: bool,
 }
 
 fn annotation(view: &PodSpecView) -> Option<ResolvedQos> {
@@ -144,7 +148,14 @@ impl NodeQos {
             caps,
             resctrl,
             metrics,
+            idle_qos_parents: false,
         }
+    }
+
+    /// `--cpu-idle-qos-parents` (see the field).
+    pub fn with_idle_qos_parents(mut self, on: bool) -> Self {
+        self.idle_qos_parents = on;
+        self
     }
 
     /// Parents then resctrl, over every pod of the node.
@@ -182,7 +193,15 @@ impl NodeQos {
     /// Group identity of `kubepods/burstable` and `kubepods/besteffort` (`kubepods` itself
     /// stays 0: never written), or with the `cpu.idle` fallback their `cpu.idle`: a BE pod's
     /// SCHED_IDLE only counts against its siblings, so without the besteffort parent being idle
-    /// the BE pods would still compete with burstable and guaranteed pods by weight.
+    /// the BE pods compete with burstable and guaranteed pods by weight (besteffort's is the
+    /// kubelet's minimum, 1).
+    ///
+    /// The QoS parents' `cpu.idle` is held at 0 unless `--cpu-idle-qos-parents`: the kubelet
+    /// writes `cpu.weight` (v2) / `cpu.shares` (v1) of its QoS cgroups on every QoS update, the
+    /// kernel refuses that with EINVAL on an idle cgroup, and the kubelet then abandons the
+    /// rest of that update (the other QoS cgroups' CPU weight and, with its own Memory QoS,
+    /// their `memory.min`/`memory.low`), seen on a 1.37 kubelet. Held at 0, not left alone, so
+    /// an upgrade from a release that set 1 heals the kubelet.
     fn parents(&self, parsed: &[(&PodSpecView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
         let (file, value_of): (&'static str, fn(&ResolvedCpuQos) -> i64) =
             if self.caps.uses_cpu_idle() {
@@ -202,7 +221,9 @@ impl NodeQos {
             })
             .collect();
         let mut out = Vec::new();
+        let hold_zero = file == CPU_IDLE && !self.idle_qos_parents;
         for (qos, value) in parent_values(&votes) {
+            let value = if hold_zero { 0 } else { value };
             let Some(rel) = self.layout.qos_dir(qos) else {
                 continue;
             };

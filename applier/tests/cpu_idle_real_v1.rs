@@ -202,7 +202,7 @@ fn be_busy_loop_yields_to_ls_with_cpu_idle() {
     let started = Instant::now();
     let r_ls = applier.apply(&ls);
     let r_be = applier.apply(&be);
-    let node = NodeQos::new(layout.clone(), false, caps, None, None);
+    let node = NodeQos::new(layout.clone(), false, caps, None, None).with_idle_qos_parents(true);
     let nr = node.resync(&[ls.clone(), be.clone()]);
     let applied_in = started.elapsed();
     let be_pod_idle = r_be

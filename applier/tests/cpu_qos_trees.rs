@@ -280,7 +280,12 @@ fn mainline_v1_cpu_idle_fallback_every_file_and_idempotence() {
             .message
             .starts_with("cgroup v1: pod cpu.idle=1"),
     );
-    let node = NodeQos::new(l.clone(), false, caps, None, None);
+    // By default the QoS parents stay 0 (the kubelet writes their weight), and a leftover 1
+    // from an earlier release is put back to 0.
+    fs::write(root.join("cpu/kubepods/besteffort/cpu.idle"), "1\n").expect("seed");
+    NodeQos::new(l.clone(), false, caps, None, None).resync(&[ls.clone(), be.clone()]);
+    assert_eq!(cpu_file(root, "kubepods/besteffort", "cpu.idle"), "0");
+    let node = NodeQos::new(l.clone(), false, caps, None, None).with_idle_qos_parents(true);
     node.resync(&[ls.clone(), be.clone()]);
     assert_eq!(cpu_file(root, "kubepods/besteffort", "cpu.idle"), "1");
     assert_eq!(cpu_file(root, "kubepods/burstable", "cpu.idle"), "0");

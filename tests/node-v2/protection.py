@@ -96,10 +96,10 @@ def set_slo(h, cfg: dict) -> None:
                  "data": {"resource-qos-config": json.dumps(cfg)}})
 
 
-def wait_resolved(h, want_enabled: bool, min_percent: int) -> None:
+def wait_resolved(h, want_enabled: bool, min_percent: int, ns: str = NS) -> None:
     """Until the webhook answers a dry run of the LS pod with this configuration."""
     probe = ls_pod(h.env["REDIS_IMAGE"])
-    probe["metadata"]["namespace"] = NS
+    probe["metadata"]["namespace"] = ns
 
     def seen():
         out = json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",

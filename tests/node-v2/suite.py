@@ -5,7 +5,7 @@ User-Mode Linux guest. Run it through `tests/node-v2/run` (see README.md). Stdli
 
   make images -> node.sh start (control plane on the host; containerd, kubelet, kube-proxy in
   the guest; the product's images imported at boot) -> the protection proof's configuration A
-  (product not installed) -> koord-webhook certs, kubectl apply -k, TLS Secret, caBundle ->
+  (product not installed) -> kubectl apply -k (the quickstart; self-managed certificates) ->
   scenarios with real pods, cgroup files read inside the guest -> configurations B and C ->
   kubectl delete -k -> node.sh stop -> node.sh check-clean.
 
@@ -40,7 +40,7 @@ from checks import Check, Fatal, check, wait_until  # noqa: E402  (shared with t
 import protection  # noqa: E402  (the seed's promise on real pods)
 
 NODE_SH = HERE / "node.sh"
-OVERLAY = REPO / "tests" / "node" / "overlay"  # the v1 node suite's: same install
+OVERLAY = HERE / "overlay"  # the v1 node suite's overlay + --cpu-idle-fallback
 TESTDATA = HERE / "testdata"
 MANIFESTS = REPO / "manifests"
 CGROUP = "/sys/fs/cgroup"
@@ -51,6 +51,7 @@ QOS_LABEL = "koordinator.sh/qosClass"
 RESOLVED = "koordinator.sh/resolved-qos"
 APPLIED = "MemoryQOSApplied"
 NOT_STARTED = "not started yet"
+QOS_LEVEL = "QoS-level protection"
 NS_QOS = "v2-qos"
 
 K8S_VERSION = os.environ.get("KOORD_V2_K8S_VERSION", "1.37.2")
@@ -76,6 +77,7 @@ class Harness:
         self.webhook_bin = ""
         self.figures: list[str] = []
         self.installed = False
+        self.kubelet_log_mark = 0
 
     # -- kubectl -------------------------------------------------------------------------
 
@@ -289,18 +291,10 @@ def s_protect_a(h: Harness) -> None:
 
 
 def install(h: Harness) -> None:
-    certs = h.dir / "certs"
-    r = subprocess.run([h.webhook_bin, "certs", "--out", str(certs), "--service", "koord-webhook",
-                        "--namespace", SYSTEM_NS], capture_output=True, text=True)
-    check(r.returncode == 0, f"koord-webhook certs failed: {r.stderr}")
-    ca_bundle = r.stdout.strip()
-    h.kubectl("apply", "-k", str(OVERLAY))
-    h.kubectl("-n", SYSTEM_NS, "create", "secret", "tls", "koord-webhook-tls",
-              f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}")
-    h.kubectl("patch", "mutatingwebhookconfiguration", "koord-webhook", "--type=json", "-p",
-              json.dumps([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
-                           "value": ca_bundle}]))
+    """The README's quickstart and nothing else: the webhook makes its own certificates."""
+    t_install = time.monotonic()
     h.installed = True
+    h.kubectl("apply", "-k", str(OVERLAY))
     t0 = time.monotonic()
     h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=300s",
               timeout=320)
@@ -319,10 +313,12 @@ def install(h: Harness) -> None:
     wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(h.kubectl(
         "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
         ["metadata"].get("annotations") or {}), 90, 1)
+    h.figures.append(f"figure install: first mutated pod {time.monotonic() - t_install:.1f} s "
+                     "after `kubectl apply -k` (images already on the node)")
 
 
-@scenario("install: certs + kubectl apply -k (the v1 node suite's overlay) + TLS Secret + "
-          "caBundle; webhook Available, applier ready, the apiserver reaches the webhook")
+@scenario("install: the README's quickstart (kubectl apply -k) and nothing else: the webhook "
+          "makes its own certificates; webhook Available, applier ready, a dry-run pod mutated")
 def s_install(h: Harness) -> None:
     install(h)
 
@@ -331,7 +327,9 @@ def applied_event(h: Harness, ns: str, pod: dict, timeout: float = 90) -> dict:
     """The pod's one MemoryQOSApplied Event that covers every container."""
     def complete():
         evs = h.events(ns, pod["metadata"]["uid"], APPLIED)
-        return [e for e in evs if NOT_STARTED not in e["message"]]
+        # The pass before the containers start says `not started yet`; the ancestors pass
+        # posts its own `QoS-level protection` Event on the pod that triggered it.
+        return [e for e in evs if NOT_STARTED not in e["message"] and QOS_LEVEL not in e["message"]]
     try:
         evs = wait_until(f"{APPLIED} Event on {ns}/{pod['metadata']['name']}", complete, timeout, 1)
     except Check as e:
@@ -373,19 +371,22 @@ def knob_files(h: Harness, pod: dict, event_msg: str) -> list[str]:
 
 
 def ls_pod(name: str, image: str) -> dict:
+    """redis-demo's shape without its `{"policy": "auto"}` annotation: the cluster ConfigMap
+    decides (auto takes the class's recommended parameters, 0, whatever the cluster says)."""
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {QOS_LABEL: "LS"},
-                         "annotations": {"koordinator.sh/memoryQOS": '{"policy": "auto"}'}},
+            "metadata": {"name": name, "labels": {QOS_LABEL: "LS"}},
             "spec": {"terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "app", "image": image, "command": ["pause"],
                                      "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
                                                    "limits": {"cpu": "500m", "memory": "512Mi"}}}]}}
 
 
-@scenario("LS pod (memoryQOS auto): resolved-qos and MemoryQOSApplied; memory.min/low/high in "
-          "the REAL pod and container cgroups the 1.37 kubelet made on cgroup v2; kubepods and "
-          "burstable hold the sum of their children")
+@scenario("LS pod (ack-slo-config: minLimitPercent/lowLimitPercent 100): resolved-qos and "
+          "MemoryQOSApplied; memory.min/low/high in the REAL pod and container cgroups the 1.37 "
+          "kubelet made on cgroup v2; kubepods and burstable hold at least their children's sum")
 def s_ls_cgroups(h: Harness) -> None:
+    protection.set_slo(h, protection.SLO_PROTECT)
+    protection.wait_resolved(h, True, 100, NS_QOS)
     h.apply_obj(ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
     pod = h.wait_running(NS_QOS, "ls-app")
     check(pod["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {pod['metadata']['labels']}")
@@ -398,15 +399,303 @@ def s_ls_cgroups(h: Harness) -> None:
     check(any("memory.high" in s for s in seen), f"no memory.high compared: {seen}")
     log(f"ls-app Event: {ev['message']}; files: {seen}")
     # The kubelet's own: memory.max = the 512Mi limit, cpu.max = 500m.
-    c = h.container_cgroup(pod, "app")
-    v = h.read_many([f"{c}/memory.max", f"{c}/cpu.max", f"{CGROUP}/kubepods/burstable/memory.min",
-                     f"{h.pod_cgroup(pod)}/memory.min"])
+    c, pc = h.container_cgroup(pod, "app"), h.pod_cgroup(pod)
+    kp, burst = f"{CGROUP}/kubepods", f"{CGROUP}/kubepods/burstable"
+    v = h.read_many([f"{c}/memory.max", f"{c}/cpu.max", f"{pc}/memory.min", f"{burst}/memory.min",
+                     f"{kp}/memory.min", f"{pc}/memory.low", f"{burst}/memory.low"])
     check(v[f"{c}/memory.max"] == str(512 * 2**20), f"container memory.max {v[f'{c}/memory.max']}")
     check(v[f"{c}/cpu.max"] == "50000 100000", f"container cpu.max {v[f'{c}/cpu.max']}")
-    burst, podmin = int(v[f"{CGROUP}/kubepods/burstable/memory.min"] or 0), int(v[f"{h.pod_cgroup(pod)}/memory.min"] or 0)
-    check(podmin > 0 and burst >= podmin, f"kubepods/burstable memory.min {burst} < the pod's {podmin}")
-    h.figures.append(f"figure LS pod cgroups on cgroup v2 (kubelet 1.37, cgroupfs): {', '.join(seen)}")
+    podmin = int(v[f"{pc}/memory.min"] or 0)
+    check(podmin == 128 * 2**20, f"pod memory.min {podmin}, want the 128Mi request")
+    check(int(v[f"{pc}/memory.low"] or 0) == 128 * 2**20, f"pod memory.low {v[f'{pc}/memory.low']}")
+    # Without the ancestors the pod's memory.min is not effective: cgroup v2 caps a child's
+    # protection at its parent's.
+    check(int(v[f"{burst}/memory.min"]) >= podmin and int(v[f"{kp}/memory.min"]) >= podmin,
+          f"ancestors: burstable memory.min {v[f'{burst}/memory.min']}, kubepods "
+          f"{v[f'{kp}/memory.min']}, below the pod's {podmin}")
+    h.figures.append(f"figure LS pod cgroups on cgroup v2 (kubelet 1.37, cgroupfs): {', '.join(seen)}; "
+                     f"kubepods/burstable memory.min {v[f'{burst}/memory.min']}, kubepods "
+                     f"{v[f'{kp}/memory.min']}")
     h.delete_pods(NS_QOS, "ls-app")
+
+
+# -- metrics, events ---------------------------------------------------------------------
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
+        if m:
+            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out[(m.group(1), labs)] = float(m.group(3))
+    return out
+
+
+def metric_sum(metrics: dict, metric: str, **want: str) -> float:
+    return sum(v for (n, labs), v in metrics.items()
+               if n == metric and all((k, w) in labs for k, w in want.items()))
+
+
+def applier_metrics(h: Harness, pod: dict | None = None) -> dict:
+    pod = pod or h.applier_pod()
+    ip = pod["status"].get("podIP")
+    check(ip, "the applier pod has no IP")
+    with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
+        return parse_metrics(r.read().decode())
+
+
+def quantity(q: str) -> float:
+    """A Kubernetes quantity as a number (cpu in millicores for batch-cpu, which is an integer)."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9,
+             "m": 1e-3}
+    for u, f in units.items():
+        if q.endswith(u):
+            return float(q[: -len(u)]) * f
+    return float(q)
+
+
+BATCH_CPU = "kubernetes.io/batch-cpu"
+BATCH_MEMORY = "kubernetes.io/batch-memory"
+NS_BATCH = "v2-batch"
+
+
+def shares_to_weight(shares: int) -> int:
+    """The kubelet's cgroup v2 formula (koord_api::knobs::shares_to_weight)."""
+    shares = min(max(shares, 2), 262144)
+    return min(max(1 + (shares - 2) * 9999 // 262142, 1), 10000)
+
+
+def v2_file(knob: str, want) -> tuple[str, str]:
+    """A contract knob (v1 name, as in resolved-qos) -> the cgroup v2 file and its text."""
+    if knob == "cpu.shares":
+        return "cpu.weight", str(shares_to_weight(int(want)))
+    if knob == "cpu.cfs_quota_us":
+        return "cpu.max", f"{'max' if int(want) < 0 else int(want)} 100000"
+    if knob == "memory.limit_in_bytes":
+        return "memory.max", "max" if int(want) < 0 else str(int(want) // 4096 * 4096)
+    return knob, str(want)
+
+
+def batch_files(h: Harness, pod: dict, container: str) -> dict[str, str]:
+    """The batch section of resolved-qos, translated to cgroup v2, in the real cgroups."""
+    batch = json.loads(pod["metadata"]["annotations"][RESOLVED])["batch"]
+    targets = [(h.pod_cgroup(pod), batch["pod"]), (h.container_cgroup(pod, container),
+                                                   batch["containers"][container])]
+    files = {f"{d}/{v2_file(k, w)[0]}": v2_file(k, w)[1] for d, knobs in targets
+             for k, w in knobs.items()}
+    # A SCHED_IDLE cgroup (cpu.idle = 1, BE with --cpu-idle-fallback) has no weight: the kernel
+    # reads cpu.weight as 0 and refuses writes (docs/cpu-qos.md).
+    if h.read(f"{h.pod_cgroup(pod)}/cpu.idle") == "1":
+        files[f"{h.pod_cgroup(pod)}/cpu.weight"] = "0"
+    got = h.read_many(list(files))
+    for path, want in files.items():
+        check(got[path] == want, f"{path} = {got[path]}, resolved-qos batch says {want}")
+    return {p.rsplit("/", 2)[-2][:12] + "/" + p.rsplit("/", 1)[-1]: v for p, v in got.items()}
+
+
+def be_batch_pod(name: str, image: str, command: list[str] | None = None,
+                 cpu: tuple[str, str] | None = ("100m", "500m"),
+                 mem: tuple[str, str] = ("64Mi", "128Mi")) -> dict:
+    req, lim = {"memory": mem[0]}, {"memory": mem[1]}
+    if cpu:
+        req["cpu"], lim["cpu"] = cpu
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS_BATCH, "labels": {QOS_LABEL: "BE"}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "work", "image": image,
+                                     "command": command or ["pause"],
+                                     "resources": {"requests": req, "limits": lim}}]}}
+
+
+def kubelet_log_size(h: Harness) -> int:
+    return (h.node_dir / "guest" / "logs" / "kubelet.log").stat().st_size
+
+
+def kubelet_log_since(h: Harness, offset: int) -> list[str]:
+    with open(h.node_dir / "guest" / "logs" / "kubelet.log", "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace").splitlines()
+
+
+def patch_slo_key(h: Harness, key: str, value: dict) -> None:
+    h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-config", "--type=merge", "-p",
+              json.dumps({"data": {key: json.dumps(value)}}))
+
+
+def node_batch(h: Harness) -> tuple[float, float]:
+    alloc = h.kjson("get", "node", h.env["NODE_NAME"])["status"].get("allocatable", {})
+    return quantity(alloc.get(BATCH_CPU, "0")), quantity(alloc.get(BATCH_MEMORY, "0"))
+
+
+@scenario("batch on cgroup v2: colocation on -> batch-cpu/batch-memory on the Node; a BE pod is "
+          "moved to batch resources and its pod and container cgroups hold the batch values as "
+          "cgroup v2 files (cpu.weight from the shares, cpu.max, memory.max); cpu.idle = 1")
+def s_batch(h: Harness) -> None:
+    h.namespace(NS_BATCH)
+    # BE cpuQOS on (group identity -1): with --cpu-idle-fallback the BE pod becomes SCHED_IDLE.
+    cfg = json.loads(json.dumps(protection.SLO_PROTECT))
+    cfg["clusterStrategy"]["beClass"]["cpuQOS"] = {"enable": True}
+    protection.set_slo(h, cfg)
+    patch_slo_key(h, "colocation-config", {
+        "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
+        "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
+        "resourceDiffThreshold": 0.1})
+    try:
+        cpu, mem = wait_until("batch-cpu/batch-memory on the Node", lambda: (
+            node_batch(h) if node_batch(h)[0] >= 100 and node_batch(h)[1] >= 64 * 2**20
+            else None), 180, 2)
+    except Check as e:
+        raise Check(f"{e}; Node has {node_batch(h)}") from None
+    log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**20:.0f} MiB")
+    spec = be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
+    wait_until("the webhook to resolve BE cpuQOS and batch resources", lambda: (lambda a: (
+        json.loads(a).get("cpuQOS") or {}).get("enabled") and "batch" in json.loads(a))(
+        json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                             input=json.dumps(spec)).stdout)["metadata"]["annotations"][RESOLVED]),
+        60, 1)
+    h.apply_obj(spec)
+    res = h.pod(NS_BATCH, "be-batch")["spec"]["containers"][0]["resources"]
+    check(BATCH_CPU in res["requests"] and "cpu" not in res["requests"], f"resources {res}")
+    pod = h.wait_running(NS_BATCH, "be-batch")
+    check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
+    applied_event(h, NS_BATCH, pod)
+    got = batch_files(h, pod, "work")
+    idle = h.read(f"{h.pod_cgroup(pod)}/cpu.idle")
+    check(idle == "1", f"BE pod cpu.idle = {idle} (the applier runs with --cpu-idle-fallback)")
+    # The kubelet's QoS cgroup stays non-idle: the kubelet writes its cpu.weight.
+    qos_idle = h.read(f"{CGROUP}/kubepods/besteffort/cpu.idle")
+    check(qos_idle == "0", f"kubepods/besteffort cpu.idle = {qos_idle} without --cpu-idle-qos-parents")
+    h.kubelet_log_mark = kubelet_log_size(h)
+    h.figures.append(f"figure BE batch pod on cgroup v2: {got}, pod cpu.idle {idle}")
+
+
+@scenario("container crash: the kubelet restarts it (new container ID, new cgroup), the applier "
+          "writes the batch values into the new cgroup within the resync period, no second Event")
+def s_crash(h: Harness) -> None:
+    h.apply_obj(be_batch_pod("crashy", h.env["WORKLOAD_IMAGE"],
+                             ["koord-stress", "--vm", "1", "--vm-bytes", "4M", "--vm-hang", "60",
+                              "-t", "6"], cpu=None, mem=("32Mi", "64Mi")))
+    pod = h.wait_running(NS_BATCH, "crashy")
+    first = h.container_id(pod, "work")
+    applied_event(h, NS_BATCH, pod)
+    batch_files(h, pod, "work")
+    before = [e["message"] for e in h.events(NS_BATCH, pod["metadata"]["uid"], APPLIED)]
+
+    def restarted():
+        p = h.pod(NS_BATCH, "crashy")
+        cs = p["status"]["containerStatuses"][0]
+        ok = cs.get("restartCount", 0) >= 1 and "running" in cs.get("state", {})
+        return p if ok and h.container_id(p, "work") != first else None
+    pod = wait_until("the kubelet to restart the container", restarted, 120, 0.5)
+    t0 = time.monotonic()
+
+    def back():
+        try:
+            return batch_files(h, pod, "work")
+        except Check:
+            return None
+    got = wait_until("the batch values on the new container", back, 30, 0.5)
+    log(f"crashy: batch values on the new container after {time.monotonic() - t0:.1f}s: {got}")
+    time.sleep(3)
+    after = [e["message"] for e in h.events(NS_BATCH, pod["metadata"]["uid"], APPLIED)]
+    check(after == before, f"{APPLIED} Events after the restart: {after}, before: {before}")
+    h.kubectl("-n", NS_BATCH, "delete", "pod", "crashy", "--wait=false")
+
+
+@scenario("applier pod deleted: the DaemonSet brings it back and it rewrites nothing; a hand edit "
+          "of a v2 file (the container's cpu.max) is repaired within the resync period")
+def s_applier_restart(h: Harness) -> None:
+    be = h.pod(NS_BATCH, "be-batch")
+    old = h.applier_pod()
+    h.kubectl("-n", SYSTEM_NS, "delete", "pod", old["metadata"]["name"], "--wait=true", timeout=120)
+
+    def new_ready():
+        p = h.applier_pod()
+        return p if p["metadata"]["uid"] != old["metadata"]["uid"] and all(
+            c["ready"] for c in p["status"].get("containerStatuses") or [{"ready": False}]) else None
+    new = wait_until("the new applier pod Ready", new_ready, 180, 1)
+    wait_until("the new applier's first pass", lambda: metric_sum(
+        applier_metrics(h, new), "koord_applier_cgroup_writes_total", outcome="unchanged") > 0,
+        60, 1)
+    time.sleep(22)  # and one full resync (20 s)
+    m = applier_metrics(h, new)
+    written = {dict(l)["knob"]: v for (n, l), v in m.items()
+               if n == "koord_applier_cgroup_writes_total" and ("outcome", "written") in l and v}
+    check(not written, f"the new applier wrote knobs that were already right: {written}")
+    f = f"{h.container_cgroup(be, 'work')}/cpu.max"
+    want = h.read(f)
+    h.guest(f"echo '90000 100000' > {f}")
+    check(h.read(f) == "90000 100000", "the hand edit did not take")
+    t0 = time.monotonic()
+    wait_until(f"{f} repaired", lambda: h.read(f) == want, 35, 0.5)
+    took = time.monotonic() - t0
+    log(f"hand edit of the container's cpu.max repaired to {want} after {took:.1f}s (resync 20 s)")
+    h.figures.append(f"figure hand edit of a v2 file repaired: {took:.1f} s (resync period 20 s)")
+    # Through BE pods created, crashed and deleted and the applier replaced: the kubelet's QoS
+    # cgroup updates never failed on a file the applier changed.
+    fails = [line for line in kubelet_log_since(h, h.kubelet_log_mark)
+             if "Failed to update QoS cgroup configuration" in line]
+    check(not fails, f"the kubelet failed QoS cgroup updates: {fails[:3]}")
+
+
+@scenario("webhook down: a pod created with no webhook endpoint starts untouched (failurePolicy "
+          "Ignore); when the webhook is back the re-resolver annotates it and the applier "
+          "writes its cgroup v2 files")
+def s_webhook_down(h: Harness) -> None:
+    node = h.env["NODE_NAME"]
+    h.kubectl("cordon", node)
+    try:
+        h.kubectl("-n", SYSTEM_NS, "delete", "pods", "-l", "app.kubernetes.io/name=koord-webhook",
+                  "--wait=true", timeout=120)
+        pod = ls_pod("while-down", h.env["WORKLOAD_IMAGE"])
+        pod["spec"]["nodeName"] = node  # bypasses the scheduler, as a DaemonSet pod would
+        t0 = time.monotonic()
+        h.apply_obj(pod, NS_QOS)
+        h.figures.append(f"figure kubectl apply of a pod with no webhook endpoint on 1.37: "
+                         f"{time.monotonic() - t0:.2f} s")
+        p = h.wait_running(NS_QOS, "while-down")
+        check(RESOLVED not in (p["metadata"].get("annotations") or {}),
+              f"mutated while the webhook was down: {p['metadata']}")
+    finally:
+        h.kubectl("uncordon", node)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=240s",
+              timeout=260)
+    p = wait_until("while-down to be re-resolved", lambda: (lambda q: q if RESOLVED in (
+        q["metadata"].get("annotations") or {}) else None)(h.pod(NS_QOS, "while-down")), 120, 1)
+    ev = applied_event(h, NS_QOS, p, timeout=120)
+    seen = knob_files(h, p, ev["message"])
+    check(any("pod memory.min=134217728" == s for s in seen), f"files: {seen}")
+    h.delete_pods(NS_QOS, "while-down")
+
+
+@scenario("ConfigMap flip: lsClass memoryQOS enable true -> false in ack-slo-config reaches a "
+          "running LS pod's annotation and its cgroup v2 files (memory.min 0), then back")
+def s_flip(h: Harness) -> None:
+    h.apply_obj(ls_pod("flip-ls", h.env["WORKLOAD_IMAGE"]), NS_QOS)
+    pod = h.wait_running(NS_QOS, "flip-ls")
+    applied_event(h, NS_QOS, pod)
+    cid = h.container_id(pod, "app")
+    path = f"{h.pod_cgroup(pod)}/memory.min"
+    check(h.read(path) == str(128 * 2**20), f"{path} = {h.read(path)} before the flip")
+    try:
+        for enable, want in ((False, "0"), (True, str(128 * 2**20))):
+            cfg = json.loads(json.dumps(protection.SLO_PROTECT))
+            cfg["clusterStrategy"]["lsClass"]["memoryQOS"]["enable"] = enable
+            t0 = time.monotonic()
+            protection.set_slo(h, cfg)
+            wait_until(f"{path} = {want}", lambda: h.read(path) == want, 120, 0.5)
+            took = time.monotonic() - t0
+            log(f"enable={enable}: {path} = {want} {took:.1f}s after the ConfigMap edit")
+            h.figures.append(f"figure ack-slo-config edit (lsClass memoryQOS enable={enable}) -> "
+                             f"a running pod's memory.min on cgroup v2: {took:.1f} s")
+    finally:
+        protection.set_slo(h, protection.SLO_PROTECT)
+    after = h.pod(NS_QOS, "flip-ls")
+    check(h.container_id(after, "app") == cid, "the container was restarted by the flip")
+    h.delete_pods(NS_QOS, "flip-ls")
 
 
 @scenario("protection B (installed, memory QoS off in ack-slo-config)")

@@ -122,13 +122,16 @@ fn cgroup_passes(
     let caps = detect_caps(&ctx.layout, config.cpu_idle_fallback);
     let resctrl = detect_resctrl(&config.resctrl_root, Some(&ctx.metrics))
         .map(|s| (config.resctrl_root.clone(), s));
-    let node_qos = Arc::new(NodeQos::new(
-        ctx.layout.clone(),
-        config.dry_run,
-        caps,
-        resctrl,
-        Some(ctx.metrics.clone()),
-    ));
+    let node_qos = Arc::new(
+        NodeQos::new(
+            ctx.layout.clone(),
+            config.dry_run,
+            caps,
+            resctrl,
+            Some(ctx.metrics.clone()),
+        )
+        .with_idle_qos_parents(config.cpu_idle_qos_parents),
+    );
     let applier = Arc::new(
         Applier::new(
             ctx.layout.clone(),

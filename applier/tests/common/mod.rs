@@ -228,6 +228,7 @@ pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
         dry_run: false,
         log_format: LogFormat::Text,
         cpu_idle_fallback: false,
+        cpu_idle_qos_parents: false,
         // Never the host's /sys/fs/resctrl in tests.
         resctrl_root: root.join("no-resctrl"),
         ancestors: Default::default(),

@@ -27,7 +27,7 @@ mkdir -p "/run/kmod/lib/modules/$(uname -r)"
 mount --bind "/usr/lib/uml/modules/$(uname -r)" "/run/kmod/lib/modules/$(uname -r)"
 MODPROBE=$(dirname "$0")/modprobe.sh
 echo "$MODPROBE" >/proc/sys/kernel/modprobe
-for m in overlay veth bridge br_netfilter nf_conntrack nf_nat nf_tables nft_compat nft_chain_nat \
+for m in overlay veth bridge br_netfilter nf_conntrack nf_nat \
     xt_comment xt_mark xt_conntrack xt_MASQUERADE xt_addrtype xt_nat xt_statistic xt_multiport \
     iptable_nat iptable_filter iptable_mangle ip6table_filter ip6table_nat; do
     "$MODPROBE" "$m" 2>/dev/null || echo "kv2-init: module $m not loaded"
@@ -73,7 +73,13 @@ start() { # NAME BIN ARGS...
 }
 
 start agent /usr/bin/python3 -B "$KV2_REPO/tests/node-v2/guest/agent.py" "$KV2_GUEST_IP" "$KV2_AGENT_PORT"
-export PATH="$KV2_CONTAINERD_BIN:$PATH"
+# Debian's UML kernel has nf_tables without its ip/inet families (CONFIG_NF_TABLES_IPV4 unset),
+# so iptables-nft cannot make a table: kube-proxy and the CNI plugins get the legacy backend.
+mkdir -p /run/kv2-bin
+for t in iptables ip6tables; do
+    for s in "" -save -restore; do ln -sf "/usr/sbin/$t-legacy$s" "/run/kv2-bin/$t$s"; done
+done
+export PATH="/run/kv2-bin:$KV2_CONTAINERD_BIN:$PATH"
 start containerd "$KV2_CONTAINERD_BIN/containerd" --config "$G/containerd.toml"
 i=0
 until "$KV2_CONTAINERD_BIN/ctr" --address /run/containerd/containerd.sock version >/dev/null 2>&1; do
