@@ -259,3 +259,34 @@ fn malformed_flag_is_refused() {
         );
     }
 }
+
+/// The cgroupRoot's own `memory.min`/`memory.low` cap every pod's protection: 0 there is
+/// warned about (naming the file), a value there is not; the applier never writes them.
+#[test]
+fn zero_protection_above_kubepods_is_warned_and_left_alone() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    kubelet_tree(
+        tmp.path(),
+        CgroupVersion::V2,
+        CgroupDriver::Systemd,
+        "/kubelet",
+    );
+    let above = tmp.path().join("kubelet.slice");
+    std::fs::write(above.join("memory.min"), "0\n").expect("seed");
+    std::fs::write(above.join("memory.low"), "1073741824\n").expect("seed");
+    let (code, _, stderr) = once(tmp.path(), CgroupVersion::V2, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let min = above.join("memory.min").display().to_string();
+    let low = above.join("memory.low").display().to_string();
+    assert!(
+        stderr.contains("0 above kubepods") && stderr.contains(&min),
+        "memory.min warned: {stderr}"
+    );
+    assert!(!stderr.contains(&low), "memory.low holds a value: {stderr}");
+    assert_eq!(common::read(&above.join("memory.min")), "0", "not written");
+    assert_eq!(common::read(&above.join("memory.low")), "1073741824");
+
+    std::fs::write(above.join("memory.min"), "1073741824\n").expect("seed");
+    let (_, _, stderr) = once(tmp.path(), CgroupVersion::V2, &[]);
+    assert!(!stderr.contains("0 above kubepods"), "{stderr}");
+}

@@ -182,6 +182,21 @@ impl Layout {
         self.kubelet_dir(&[])
     }
 
+    /// The kubelet's cgroupRoot and its ancestors below the hierarchy root, outermost first
+    /// (`kubelet`, or `kubelet.slice` with systemd); empty for `cgroupRoot: /`. Not the
+    /// kubelet's cgroups, but the kernel caps the protection of every pod by theirs.
+    pub fn kubelet_root_dirs(&self) -> Vec<PathBuf> {
+        let kubepods = self.kubepods_dir();
+        let mut dirs: Vec<PathBuf> = kubepods
+            .ancestors()
+            .skip(1)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(Path::to_owned)
+            .collect();
+        dirs.reverse();
+        dirs
+    }
+
     /// The QoS-class parent of Burstable and BestEffort pods (`kubepods/burstable`); `None`
     /// for Guaranteed, whose pods sit directly under `kubepods`.
     pub fn qos_dir(&self, qos: KubeQos) -> Option<PathBuf> {
@@ -350,6 +365,7 @@ mod tests {
                     "{what}"
                 );
                 assert_eq!(l.qos_dir(KubeQos::Guaranteed), None, "{what}");
+                assert_eq!(l.kubelet_root_dirs().len(), kr.parts().len(), "{what}");
                 assert_eq!(
                     l.qos_parent_dir(KubeQos::Guaranteed),
                     PathBuf::from(&kubepods),
@@ -379,11 +395,31 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_root_dirs_table() {
+        for (root, driver, want) in [
+            ("/kubelet", CgroupDriver::Cgroupfs, vec!["kubelet"]),
+            ("/kubelet", CgroupDriver::Systemd, vec!["kubelet.slice"]),
+            ("/a/b", CgroupDriver::Cgroupfs, vec!["a", "a/b"]),
+            (
+                "/a/b",
+                CgroupDriver::Systemd,
+                vec!["a.slice", "a.slice/a-b.slice"],
+            ),
+        ] {
+            let l = Layout::new("/cg", CgroupVersion::V2, driver)
+                .with_kubelet_root(KubeletRoot::parse(root).expect("root"));
+            let want: Vec<PathBuf> = want.into_iter().map(PathBuf::from).collect();
+            assert_eq!(l.kubelet_root_dirs(), want, "{root} {driver}");
+        }
+    }
+
+    #[test]
     fn top_kubelet_root_is_the_default() {
         for driver in [CgroupDriver::Cgroupfs, CgroupDriver::Systemd] {
             let plain = Layout::new("/cg", CgroupVersion::V2, driver);
             let top = plain.clone().with_kubelet_root(KubeletRoot::top());
             assert_eq!(plain, top);
+            assert!(plain.kubelet_root_dirs().is_empty());
             for qos in [KubeQos::Guaranteed, KubeQos::Burstable, KubeQos::BestEffort] {
                 assert_eq!(plain.pod_dir(UID, qos), top.pod_dir(UID, qos));
             }
