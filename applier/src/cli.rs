@@ -49,8 +49,8 @@ pub struct GlobalArgs {
     #[arg(long, env = "KOORD_CGROUP_DRIVER", value_enum, global = true)]
     pub cgroup_driver: Option<CgroupDriver>,
     /// The kubelet's `cgroupRoot` as its config says it (`/`, `/kubelet` on kind), whatever the
-    /// driver. Default: detected (`kubepods[.slice]` at the root, else exactly one one or two
-    /// levels down).
+    /// driver. Default: detected (`/` when `kubepods[.slice]` is at the root, else the only
+    /// kubepods tree one or two levels down; two or more refuse to start).
     #[arg(long, env = "KOORD_KUBELET_CGROUP_ROOT", global = true)]
     pub kubelet_cgroup_root: Option<KubeletRoot>,
     /// The host's /proc (for the locality and collector features).
