@@ -272,10 +272,9 @@ mod tests {
     }
 
     /// Outcome of detection on a tree: the driver and cgroupRoot, none, or the error's text.
-    fn detect_in(
-        dirs: &[&str],
-        driver: Option<CgroupDriver>,
-    ) -> Result<Option<(CgroupDriver, String)>, String> {
+    type Outcome = Result<Option<(CgroupDriver, String)>, String>;
+
+    fn detect_in(dirs: &[&str], driver: Option<CgroupDriver>) -> Outcome {
         let tmp = tempfile::tempdir().expect("tempdir");
         for d in dirs {
             std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
@@ -289,11 +288,7 @@ mod tests {
     fn detection_table() {
         use CgroupDriver::{Cgroupfs, Systemd};
         let found = |d, r: &str| Ok(Some((d, r.to_owned())));
-        let cases: Vec<(
-            &[&str],
-            Option<CgroupDriver>,
-            Result<Option<(CgroupDriver, String)>, String>,
-        )> = vec![
+        let cases: Vec<(&[&str], Option<CgroupDriver>, Outcome)> = vec![
             (&[], None, Ok(None)),
             (&["system.slice/containerd.service"], None, Ok(None)),
             (&["kubepods/burstable"], None, found(Cgroupfs, "/")),
