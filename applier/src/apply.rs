@@ -256,6 +256,7 @@ impl Applier {
             uid: pod.uid.clone(),
             cgroup_version: self.layout.version,
             cgroup_driver: self.layout.driver,
+            kubelet_cgroup_root: self.layout.kubelet_root.to_string(),
             dry_run: self.writer.dry_run,
             status,
             reason,

@@ -10,7 +10,8 @@ use std::time::Duration;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 pub use koord_runtime::LogFormat;
 
-use crate::cgroup::detect::{DetectError, detect_driver, detect_version};
+use crate::cgroup::detect::{self, DetectError, detect_version};
+use crate::cgroup::kubelet_root::KubeletRoot;
 use crate::cgroup::layout::Layout;
 use crate::cgroup::{CgroupDriver, CgroupVersion};
 use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
@@ -47,6 +48,11 @@ pub struct GlobalArgs {
     /// Force the kubelet cgroup driver instead of detecting it from kubepods[.slice].
     #[arg(long, env = "KOORD_CGROUP_DRIVER", value_enum, global = true)]
     pub cgroup_driver: Option<CgroupDriver>,
+    /// The kubelet's `cgroupRoot` as its config says it (`/`, `/kubelet` on kind), whatever the
+    /// driver. Default: detected (`/` when `kubepods[.slice]` is at the root, else the only
+    /// kubepods tree one or two levels down; two or more refuse to start).
+    #[arg(long, env = "KOORD_KUBELET_CGROUP_ROOT", global = true)]
+    pub kubelet_cgroup_root: Option<KubeletRoot>,
     /// The host's /proc (for the locality and collector features).
     #[arg(long, env = "KOORD_PROC_ROOT", default_value = "/proc", global = true)]
     pub proc_root: PathBuf,
@@ -146,6 +152,8 @@ pub struct Config {
     pub cgroup_root: PathBuf,
     pub cgroup_version: Option<CgroupVersion>,
     pub cgroup_driver: Option<CgroupDriver>,
+    /// `--kubelet-cgroup-root`; `None` = detect.
+    pub kubelet_cgroup_root: Option<KubeletRoot>,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
     pub locality: crate::numa::LocalityConfig,
@@ -232,17 +240,34 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, ConfigError> {
 
 impl Config {
     /// The layout: forced values win, else detection; a node whose kubelet has not made its
-    /// cgroups yet falls back to cgroupfs, the kubelet's default driver.
+    /// cgroups yet falls back to cgroupfs (the kubelet's default driver) at cgroupRoot `/`.
     pub fn layout(&self) -> Result<Layout, ConfigError> {
         let version = match self.cgroup_version {
             Some(v) => v,
             None => detect_version(&self.cgroup_root)?,
         };
-        let driver = self.cgroup_driver.or_else(|| detect_driver(&self.cgroup_root, version)).unwrap_or_else(|| {
-            tracing::warn!(root = %self.cgroup_root.display(), "no kubepods cgroup found; assuming the cgroupfs driver");
-            CgroupDriver::Cgroupfs
-        });
-        Ok(Layout::new(self.cgroup_root.clone(), version, driver))
+        let base = detect::kubepods_base(&self.cgroup_root, version);
+        let (driver, kubelet_root) = match &self.kubelet_cgroup_root {
+            Some(kr) => {
+                let driver = self.cgroup_driver.or_else(|| detect::driver_at(&base, kr)).unwrap_or_else(|| {
+                    tracing::warn!(base = %base.display(), kubelet_cgroup_root = %kr, "no kubepods cgroup below the kubelet cgroup root; assuming the cgroupfs driver");
+                    CgroupDriver::Cgroupfs
+                });
+                (driver, kr.clone())
+            }
+            None => match detect::choose(&detect::scan_kubepods(&base), self.cgroup_driver)? {
+                Some(found) => {
+                    tracing::info!(dir = %base.join(&found.dir).display(), driver = %found.driver, kubelet_cgroup_root = %found.kubelet_root, "kubelet cgroup tree detected");
+                    (found.driver, found.kubelet_root)
+                }
+                None => {
+                    let driver = self.cgroup_driver.unwrap_or(CgroupDriver::Cgroupfs);
+                    tracing::warn!(base = %base.display(), %driver, "no kubepods cgroup found at the root or one or two levels down; assuming cgroupRoot / (set --kubelet-cgroup-root if the kubelet uses another)");
+                    (driver, KubeletRoot::top())
+                }
+            },
+        };
+        Ok(Layout::new(self.cgroup_root.clone(), version, driver).with_kubelet_root(kubelet_root))
     }
 }
 
@@ -252,6 +277,7 @@ impl From<&GlobalArgs> for Config {
             cgroup_root: g.cgroup_root.clone(),
             cgroup_version: g.cgroup_version,
             cgroup_driver: g.cgroup_driver,
+            kubelet_cgroup_root: g.kubelet_cgroup_root.clone(),
             proc_root: g.proc_root.clone(),
             sys_root: g.sys_root.clone(),
             locality: crate::numa::LocalityConfig::from(&g.locality),
@@ -395,6 +421,98 @@ mod tests {
             );
         }
         assert!(parse(&["once", "--kubelet-memory-qos=maybe", "-f", "p"]).is_err());
+    }
+
+    #[test]
+    fn kubelet_cgroup_root_flag() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["koord-applier", "once", "-f", "p"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).map(|c| Config::from(&c.global).kubelet_cgroup_root)
+        };
+        assert_eq!(parse(&[]).expect("parses"), None, "detected by default");
+        assert_eq!(
+            parse(&["--kubelet-cgroup-root", "/kubelet"]).expect("parses"),
+            Some(KubeletRoot::parse("/kubelet").expect("root"))
+        );
+        assert_eq!(
+            parse(&["--kubelet-cgroup-root=/"]).expect("parses"),
+            Some(KubeletRoot::top())
+        );
+        for bad in ["kubelet", "/kubelet/../..", "/a//b", "/a/b/c/d/e"] {
+            let e = parse(&["--kubelet-cgroup-root", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("--kubelet-cgroup-root") && e.contains("`/name[/name...]`"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    /// `Config::layout` on trees: detection, the flag, a forced driver, and two candidates.
+    #[test]
+    fn layout_finds_the_kubelet_root() {
+        let layout = |dirs: &[&str], root: Option<&str>, driver: Option<CgroupDriver>| {
+            let tmp = tempfile::tempdir().expect("tmp");
+            for d in dirs {
+                std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
+            }
+            let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "p"]).expect("parses");
+            let cfg = Config {
+                cgroup_root: tmp.path().to_owned(),
+                cgroup_version: Some(CgroupVersion::V2),
+                cgroup_driver: driver,
+                kubelet_cgroup_root: root.map(|r| KubeletRoot::parse(r).expect("root")),
+                ..Config::from(&cli.global)
+            };
+            cfg.layout()
+                .map(|l| (l.driver, l.kubelet_root.to_string(), l.kubepods_dir()))
+                .map_err(|e| e.to_string())
+        };
+        use CgroupDriver::{Cgroupfs, Systemd};
+        let ok = |d, r: &str, k: &str| Ok((d, r.to_owned(), PathBuf::from(k)));
+        assert_eq!(layout(&[], None, None), ok(Cgroupfs, "/", "kubepods"));
+        assert_eq!(
+            layout(&[], None, Some(Systemd)),
+            ok(Systemd, "/", "kubepods.slice")
+        );
+        assert_eq!(
+            layout(&["kubelet/kubepods/burstable"], None, None),
+            ok(Cgroupfs, "/kubelet", "kubelet/kubepods")
+        );
+        assert_eq!(
+            layout(&["kubelet.slice/kubelet-kubepods.slice"], None, None),
+            ok(Systemd, "/kubelet", "kubelet.slice/kubelet-kubepods.slice")
+        );
+        // The flag wins over a decoy at the top; the driver comes from what is below it.
+        assert_eq!(
+            layout(
+                &["kubepods", "kubelet.slice/kubelet-kubepods.slice"],
+                Some("/kubelet"),
+                None
+            ),
+            ok(Systemd, "/kubelet", "kubelet.slice/kubelet-kubepods.slice")
+        );
+        assert_eq!(
+            layout(&[], Some("/kubelet"), None),
+            ok(Cgroupfs, "/kubelet", "kubelet/kubepods")
+        );
+        let e = layout(&["kubelet/kubepods", "other/kubepods"], None, None).expect_err("ambiguous");
+        assert!(
+            e.contains("other/kubepods (cgroupRoot /other, cgroupfs)")
+                && e.contains("--kubelet-cgroup-root"),
+            "{e}"
+        );
+        // The flag settles it.
+        assert_eq!(
+            layout(
+                &["kubelet/kubepods", "other/kubepods"],
+                Some("/other"),
+                None
+            ),
+            ok(Cgroupfs, "/other", "other/kubepods")
+        );
     }
 
     #[test]

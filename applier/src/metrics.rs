@@ -27,6 +27,9 @@ pub struct Metrics {
     pub qos_protection: IntGaugeVec,
     /// Events by reason and whether they were posted or suppressed as duplicates.
     pub events: IntCounterVec,
+    /// 1, labelled with the cgroup version, the kubelet's driver and its `cgroupRoot` as
+    /// this applier detected or was told them.
+    pub cgroup_layout: IntGaugeVec,
     /// 1 when resctrl (L3 CAT or MBA) is usable at `--resctrl-root`, else 0.
     pub resctrl_supported: IntGauge,
     /// resctrl class groups (`koord-LS`, `koord-BE`) created.
@@ -103,6 +106,16 @@ impl Metrics {
                 "Pod events by reason and result.",
                 &["reason", "result"],
             )?,
+            cgroup_layout: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "koord_applier_cgroup_layout_info",
+                        "The cgroup layout in use (1): cgroup version, kubelet cgroup driver and kubelet cgroupRoot.",
+                    ),
+                    &["version", "driver", "kubelet_cgroup_root"],
+                ),
+            )?,
             resctrl_supported: register(
                 r,
                 IntGauge::new(
@@ -142,6 +155,17 @@ impl Metrics {
             .push(source);
     }
 
+    /// Exposes the layout the passes use (`koord_applier_cgroup_layout_info`).
+    pub fn set_cgroup_layout(&self, layout: &crate::cgroup::layout::Layout) {
+        self.cgroup_layout
+            .with_label_values(&[
+                layout.version.to_string().as_str(),
+                layout.driver.to_string().as_str(),
+                layout.kubelet_root.to_string().as_str(),
+            ])
+            .set(1);
+    }
+
     /// The registry, for families defined next to their code (the collectors').
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -179,6 +203,16 @@ mod tests {
             .with_label_values(&["MemoryQOSApplied", "posted"])
             .inc();
         m.resctrl_supported.set(0);
+        m.set_cgroup_layout(
+            &crate::cgroup::layout::Layout::new(
+                "/sys/fs/cgroup",
+                crate::cgroup::CgroupVersion::V2,
+                crate::cgroup::CgroupDriver::Systemd,
+            )
+            .with_kubelet_root(
+                crate::cgroup::kubelet_root::KubeletRoot::parse("/kubelet").expect("root"),
+            ),
+        );
         m.resctrl_schemata_writes.inc();
         m.resctrl_tasks.with_label_values(&["added"]).inc_by(2);
         m.qos_protection
@@ -193,6 +227,7 @@ mod tests {
             "koord_applier_unsupported_knobs{knob=\"memory.wmark_ratio\"} 1",
             "koord_applier_events_total{reason=\"MemoryQOSApplied\",result=\"posted\"} 1",
             "koord_applier_resctrl_supported 0",
+            "koord_applier_cgroup_layout_info{driver=\"systemd\",kubelet_cgroup_root=\"/kubelet\",version=\"v2\"} 1",
             "koord_applier_resctrl_groups_created_total 0",
             "koord_applier_resctrl_schemata_writes_total 1",
             "koord_applier_resctrl_tasks_moved_total{direction=\"added\"} 2",

@@ -55,6 +55,8 @@ pub struct PodReport {
     pub uid: String,
     pub cgroup_version: CgroupVersion,
     pub cgroup_driver: CgroupDriver,
+    /// The kubelet's `cgroupRoot` the paths are below (`/` on most nodes).
+    pub kubelet_cgroup_root: String,
     pub dry_run: bool,
     pub status: PodStatus,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -30,10 +30,25 @@ async fn scrape(addr: std::net::SocketAddr) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_exposes_psi_and_drops_deleted_pods() {
+    psi_run("", "/").await;
+}
+
+/// The same below a kubelet with `cgroupRoot: /kubelet`, detected: the collector reads the
+/// pods' pressure files under `kubelet/kubepods`, and the info metric says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_follows_a_detected_kubelet_cgroup_root() {
+    psi_run("kubelet/", "/kubelet").await;
+}
+
+/// `run` on a cgroupfs v2 tree whose `kubepods` is below `prefix` (the kubelet's cgroupRoot
+/// `kubelet_root`, left to detection).
+async fn psi_run(prefix: &str, kubelet_root: &str) {
     koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let a = cid(0xa);
-    let pod_dir = tmp.path().join(format!("kubepods/burstable/pod{UID}"));
+    let pod_dir = tmp
+        .path()
+        .join(format!("{prefix}kubepods/burstable/pod{UID}"));
     for d in [pod_dir.clone(), pod_dir.join(&a)] {
         std::fs::create_dir_all(&d).expect("mkdir");
         for f in ["cpu.pressure", "memory.pressure", "io.pressure"] {
@@ -115,6 +130,10 @@ async fn run_exposes_psi_and_drops_deleted_pods() {
         text.contains("koord_applier_pods_managed"),
         "collector families share the applier's registry"
     );
+    let info = format!(
+        "koord_applier_cgroup_layout_info{{driver=\"cgroupfs\",kubelet_cgroup_root=\"{kubelet_root}\",version=\"v2\"}} 1"
+    );
+    assert!(text.contains(&info), "{info}\n{text}");
 
     delete_tx.send(()).expect("server alive");
     wait_for(false).await;

@@ -6,10 +6,11 @@
 //! with requests.
 //!
 //! `plan` is the pure arithmetic, `report` what a pass did (pure), `pass` the IO (one pass over
-//! the node). `run` calls the pass
+//! the node), `above` the check of a non-`/` kubelet cgroupRoot's own protection. `run` calls the pass
 //! after the initial list, after each resync, and (coalesced) after pod deletions and pods
 //! whose protection changed; `once` after its pod's pass.
 
+pub mod above;
 pub mod pass;
 pub mod plan;
 pub mod report;

@@ -51,6 +51,8 @@ impl MemoryAncestors {
         kubelet_memory_qos: KubeletMemoryQos,
         metrics: Option<Arc<Metrics>>,
     ) -> Self {
+        // Once per command: what caps this pass's sums from above, if anything does.
+        super::above::warn_unprotected_above(&layout);
         Self {
             layout,
             writer: CgroupWriter::new(dry_run),

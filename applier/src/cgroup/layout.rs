@@ -9,6 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
+use super::kubelet_root::KubeletRoot;
 use super::{CgroupDriver, CgroupVersion, Controller};
 
 /// Kubernetes QoS class (`status.qosClass`), which picks the kubelet parent cgroup.
@@ -115,51 +116,85 @@ pub struct Layout {
     pub root: PathBuf,
     pub version: CgroupVersion,
     pub driver: CgroupDriver,
+    /// The kubelet's `cgroupRoot`: every directory this layout names is below it.
+    pub kubelet_root: KubeletRoot,
 }
 
 impl Layout {
+    /// A layout for a kubelet with `cgroupRoot: /` (the default); see [`Self::with_kubelet_root`].
     pub fn new(root: impl Into<PathBuf>, version: CgroupVersion, driver: CgroupDriver) -> Self {
         Self {
             root: root.into(),
             version,
             driver,
+            kubelet_root: KubeletRoot::top(),
         }
+    }
+
+    /// The same layout for a kubelet whose `cgroupRoot` is `kubelet_root` (kind: `/kubelet`).
+    pub fn with_kubelet_root(mut self, kubelet_root: KubeletRoot) -> Self {
+        self.kubelet_root = kubelet_root;
+        self
+    }
+
+    /// The kubelet's cgroup named `<cgroupRoot>/kubepods/<below...>` (its `CgroupName`), as a
+    /// directory relative to the hierarchy root, the way each driver spells it
+    /// (`pkg/kubelet/cm/cgroup_manager_linux.go`): cgroupfs joins the names with `/`; systemd
+    /// escapes `-` as `_` in each name, joins them with `-` and expands the slice, so every
+    /// ancestor is a slice named by the prefix (`kubelet.slice/kubelet-kubepods.slice/...`).
+    fn kubelet_dir(&self, below: &[&str]) -> PathBuf {
+        let names = self
+            .kubelet_root
+            .parts()
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once("kubepods"))
+            .chain(below.iter().copied());
+        let mut p = PathBuf::new();
+        match self.driver {
+            CgroupDriver::Cgroupfs => p.extend(names),
+            CgroupDriver::Systemd => {
+                let mut prefix = String::new();
+                for name in names {
+                    if !prefix.is_empty() {
+                        prefix.push('-');
+                    }
+                    prefix.push_str(&name.replace('-', "_"));
+                    p.push(format!("{prefix}.slice"));
+                }
+            }
+        }
+        p
     }
 
     /// The pod directory relative to the hierarchy root (below the controller on v1).
     pub fn pod_dir(&self, uid: &str, qos: KubeQos) -> Result<PathBuf, LayoutError> {
         validate_pod_uid(uid)?;
-        let mut p = PathBuf::new();
-        match self.driver {
-            CgroupDriver::Cgroupfs => {
-                p.push("kubepods");
-                if let Some(parent) = qos.parent() {
-                    p.push(parent);
-                }
-                p.push(format!("pod{uid}"));
-            }
-            CgroupDriver::Systemd => {
-                // systemd slice names nest by prefix and escape '-' inside a part as '_'.
-                let uid = uid.replace('-', "_");
-                p.push("kubepods.slice");
-                match qos.parent() {
-                    Some(parent) => {
-                        p.push(format!("kubepods-{parent}.slice"));
-                        p.push(format!("kubepods-{parent}-pod{uid}.slice"));
-                    }
-                    None => p.push(format!("kubepods-pod{uid}.slice")),
-                }
-            }
-        }
-        Ok(p)
+        let pod = format!("pod{uid}");
+        Ok(match qos.parent() {
+            Some(parent) => self.kubelet_dir(&[parent, &pod]),
+            None => self.kubelet_dir(&[&pod]),
+        })
     }
 
     /// The kubelet's `kubepods` cgroup, relative to the hierarchy root.
     pub fn kubepods_dir(&self) -> PathBuf {
-        PathBuf::from(match self.driver {
-            CgroupDriver::Cgroupfs => "kubepods",
-            CgroupDriver::Systemd => "kubepods.slice",
-        })
+        self.kubelet_dir(&[])
+    }
+
+    /// The kubelet's cgroupRoot and its ancestors below the hierarchy root, outermost first
+    /// (`kubelet`, or `kubelet.slice` with systemd); empty for `cgroupRoot: /`. Not the
+    /// kubelet's cgroups, but the kernel caps the protection of every pod by theirs.
+    pub fn kubelet_root_dirs(&self) -> Vec<PathBuf> {
+        let kubepods = self.kubepods_dir();
+        let mut dirs: Vec<PathBuf> = kubepods
+            .ancestors()
+            .skip(1)
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(Path::to_owned)
+            .collect();
+        dirs.reverse();
+        dirs
     }
 
     /// The QoS-class parent of Burstable and BestEffort pods (`kubepods/burstable`); `None`
@@ -171,13 +206,10 @@ impl Layout {
     /// The directory a class's pod directories sit in, relative to the hierarchy root:
     /// `kubepods` itself for Guaranteed, else the class's own directory.
     pub fn qos_parent_dir(&self, qos: KubeQos) -> PathBuf {
-        let mut p = self.kubepods_dir();
-        match (qos.parent(), self.driver) {
-            (None, _) => {}
-            (Some(parent), CgroupDriver::Cgroupfs) => p.push(parent),
-            (Some(parent), CgroupDriver::Systemd) => p.push(format!("kubepods-{parent}.slice")),
+        match qos.parent() {
+            Some(parent) => self.kubelet_dir(&[parent]),
+            None => self.kubelet_dir(&[]),
         }
-        p
     }
 
     /// The container directory name below its pod directory.
@@ -260,6 +292,137 @@ mod tests {
                 PathBuf::from(want),
                 "{driver} {qos:?}"
             );
+        }
+    }
+
+    /// Every directory the layout names, for a kubelet with `cgroupRoot: /kubelet` (kind) and
+    /// `/a/b`, under both drivers and both versions: the kubelet's own spelling
+    /// (`NewCgroupName(root, "kubepods", ...)` then `ToCgroupfs`/`ToSystemd`).
+    #[test]
+    fn non_top_kubelet_root_table() {
+        use CgroupDriver::{Cgroupfs, Systemd};
+        let cid = ContainerId::parse(&format!("containerd://{}", "ab12".repeat(16))).expect("id");
+        let u = "5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab";
+        // (root, driver, kubepods, burstable, BE pod dir, Guaranteed pod dir)
+        let cases = [
+            (
+                "/kubelet",
+                Cgroupfs,
+                "kubelet/kubepods".to_owned(),
+                "kubelet/kubepods/burstable".to_owned(),
+                format!("kubelet/kubepods/besteffort/pod{UID}"),
+                format!("kubelet/kubepods/pod{UID}"),
+            ),
+            (
+                "/kubelet",
+                Systemd,
+                "kubelet.slice/kubelet-kubepods.slice".to_owned(),
+                "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice".to_owned(),
+                format!(
+                    "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{u}.slice"
+                ),
+                format!("kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod{u}.slice"),
+            ),
+            (
+                "/a/b",
+                Cgroupfs,
+                "a/b/kubepods".to_owned(),
+                "a/b/kubepods/burstable".to_owned(),
+                format!("a/b/kubepods/besteffort/pod{UID}"),
+                format!("a/b/kubepods/pod{UID}"),
+            ),
+            (
+                "/a/b",
+                Systemd,
+                "a.slice/a-b.slice/a-b-kubepods.slice".to_owned(),
+                "a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-burstable.slice".to_owned(),
+                format!(
+                    "a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-pod{u}.slice"
+                ),
+                format!("a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-pod{u}.slice"),
+            ),
+            // systemd escapes `-` inside a name, as it does in the pod UID.
+            (
+                "/my-root",
+                Systemd,
+                "my_root.slice/my_root-kubepods.slice".to_owned(),
+                "my_root.slice/my_root-kubepods.slice/my_root-kubepods-burstable.slice".to_owned(),
+                format!(
+                    "my_root.slice/my_root-kubepods.slice/my_root-kubepods-besteffort.slice/my_root-kubepods-besteffort-pod{u}.slice"
+                ),
+                format!("my_root.slice/my_root-kubepods.slice/my_root-kubepods-pod{u}.slice"),
+            ),
+        ];
+        for (root, driver, kubepods, burstable, be_pod, g_pod) in cases {
+            let kr = KubeletRoot::parse(root).expect("root");
+            for version in [CgroupVersion::V1, CgroupVersion::V2] {
+                let l = Layout::new("/cg", version, driver).with_kubelet_root(kr.clone());
+                let what = format!("{root} {driver} {version}");
+                assert_eq!(l.kubepods_dir(), PathBuf::from(&kubepods), "{what}");
+                assert_eq!(
+                    l.qos_dir(KubeQos::Burstable),
+                    Some(PathBuf::from(&burstable)),
+                    "{what}"
+                );
+                assert_eq!(l.qos_dir(KubeQos::Guaranteed), None, "{what}");
+                assert_eq!(l.kubelet_root_dirs().len(), kr.parts().len(), "{what}");
+                assert_eq!(
+                    l.qos_parent_dir(KubeQos::Guaranteed),
+                    PathBuf::from(&kubepods),
+                    "{what}"
+                );
+                let be = l.pod_dir(UID, KubeQos::BestEffort).expect("uid");
+                assert_eq!(be, PathBuf::from(&be_pod), "{what}");
+                assert_eq!(
+                    l.pod_dir(UID, KubeQos::Guaranteed).expect("uid"),
+                    PathBuf::from(&g_pod),
+                    "{what}"
+                );
+                // The container directory and the absolute path: below the hierarchy root,
+                // under the controller's mount on v1.
+                let container = be.join(l.container_leaf(&cid));
+                let dir = l
+                    .dir(&container, Controller::Memory)
+                    .expect("below the root");
+                let want = match version {
+                    CgroupVersion::V1 => Path::new("/cg/memory").join(&container),
+                    CgroupVersion::V2 => Path::new("/cg").join(&container),
+                };
+                assert_eq!(dir, want, "{what}");
+                assert!(dir.starts_with("/cg"), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn kubelet_root_dirs_table() {
+        for (root, driver, want) in [
+            ("/kubelet", CgroupDriver::Cgroupfs, vec!["kubelet"]),
+            ("/kubelet", CgroupDriver::Systemd, vec!["kubelet.slice"]),
+            ("/a/b", CgroupDriver::Cgroupfs, vec!["a", "a/b"]),
+            (
+                "/a/b",
+                CgroupDriver::Systemd,
+                vec!["a.slice", "a.slice/a-b.slice"],
+            ),
+        ] {
+            let l = Layout::new("/cg", CgroupVersion::V2, driver)
+                .with_kubelet_root(KubeletRoot::parse(root).expect("root"));
+            let want: Vec<PathBuf> = want.into_iter().map(PathBuf::from).collect();
+            assert_eq!(l.kubelet_root_dirs(), want, "{root} {driver}");
+        }
+    }
+
+    #[test]
+    fn top_kubelet_root_is_the_default() {
+        for driver in [CgroupDriver::Cgroupfs, CgroupDriver::Systemd] {
+            let plain = Layout::new("/cg", CgroupVersion::V2, driver);
+            let top = plain.clone().with_kubelet_root(KubeletRoot::top());
+            assert_eq!(plain, top);
+            assert!(plain.kubelet_root_dirs().is_empty());
+            for qos in [KubeQos::Guaranteed, KubeQos::Burstable, KubeQos::BestEffort] {
+                assert_eq!(plain.pod_dir(UID, qos), top.pod_dir(UID, qos));
+            }
         }
     }
 

@@ -1,10 +1,12 @@
 //! Where a pod's cgroups live and how their files are read and written.
 //!
-//! `layout` is pure (names and paths), `readback` and `outcome` are pure (how a value reads
-//! back, what happened to a knob), `detect` asks the kernel which hierarchy is mounted, and
+//! `layout` and `kubelet_root` are pure (names and paths, the kubelet's `cgroupRoot`),
+//! `readback` and `outcome` are pure (how a value reads back, what happened to a knob),
+//! `detect` asks the kernel which hierarchy is mounted and where the kubelet's tree is, and
 //! `writer` is the only code that writes cgroup files.
 
 pub mod detect;
+pub mod kubelet_root;
 pub mod layout;
 pub mod outcome;
 pub mod readback;

@@ -59,7 +59,7 @@ pub async fn run_with_client(
     let layout = config.layout()?;
     let nofile = raise_nofile_limit();
     server::check_cap(run.endpoint.max_connections, nofile)?;
-    tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, node = %run.node_name, "starting");
+    tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, kubelet_cgroup_root = %layout.kubelet_root, node = %run.node_name, "starting");
     // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
     let (store, writer) = reflector::store::<Pod>();
     let (events, events_rx) = mpsc::channel(1024);
@@ -74,6 +74,7 @@ pub async fn run_with_client(
         events,
         metrics: Arc::new(Metrics::new()?),
     };
+    ctx.metrics.set_cgroup_layout(&ctx.layout);
     start_features(&ctx, &config, &run)?;
     let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config);
     let ready = Arc::new(AtomicBool::new(false));

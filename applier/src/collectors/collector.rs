@@ -219,11 +219,13 @@ impl Collector {
     /// used when `cpuacct/` has none. Otherwise the PSI collector stays idle and says so once.
     fn check_v1_psi(&mut self) {
         let root = &self.layout.root;
+        let kubepods = self.layout.kubepods_dir();
         let found = PSI_V1_CONTROLLERS.into_iter().find(|c| {
-            ["kubepods", "kubepods.slice"].iter().any(|k| {
-                Resource::ALL
-                    .iter()
-                    .all(|r| root.join(c.dir_name()).join(k).join(r.file()).is_file())
+            Resource::ALL.iter().all(|r| {
+                root.join(c.dir_name())
+                    .join(&kubepods)
+                    .join(r.file())
+                    .is_file()
             })
         });
         match found {

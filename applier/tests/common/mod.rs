@@ -221,6 +221,7 @@ pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
         cgroup_root: root.to_owned(),
         cgroup_version: Some(CgroupVersion::V2),
         cgroup_driver: Some(driver),
+        kubelet_cgroup_root: None,
         proc_root: "/proc".into(),
         sys_root: "/sys".into(),
         locality: Default::default(),
