@@ -1,18 +1,23 @@
 # The two commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run test lint unit perf e2e numa memqos node node-v2 images release-images bench
+.PHONY: run test lint unit perf suites e2e numa node node-v2 images release-images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
 ## Every test: formatting, lints, unit + integration tests, the webhook's performance
-## regression checks, the end-to-end suite on a real kube-apiserver, the node suite (the
-## product's images on a real kubelet + containerd, installed with kubectl apply -k) and two
-## QEMU guests: the two-NUMA-node migration proof and the memory protection proof
-## (memory.min/low/high on a real cgroup v2 kernel).
-test: lint unit perf e2e node numa memqos
+## regression checks, the end-to-end suite on a real kube-apiserver, the two node suites (the
+## product's images on a real kubelet + containerd, installed with kubectl apply -k): the
+## cgroup v1 node on the host and the cgroup v2 node (Kubernetes 1.37, containerd 2) in a
+## User-Mode Linux guest, with the memory protection proof on real pods; and the two-NUMA-node
+## QEMU guest (the page migration proof). The suites run in two lanes (tests/suites.sh): the
+## cgroup v2 node alongside e2e, the v1 node and the NUMA guest, which run one after the other.
+test: lint unit perf suites
+
+suites:
+	tests/suites.sh
 
 lint:
 	$(CARGO) fmt --all --check
@@ -42,9 +47,6 @@ e2e:
 numa:
 	KOORD_APPLIER_PROFILE=release tests/numa/run-two-node-guest.sh
 
-memqos:
-	tests/memqos/run-memqos-guest.sh
-
 ## OCI archives of koord-webhook and koord-applier, named as manifests/ references them.
 images:
 	images/build.sh
@@ -59,7 +61,7 @@ node:
 
 ## The node of the current platform: Kubernetes 1.37, containerd 2, cgroup v2 (cgroupfs driver)
 ## in a User-Mode Linux guest; the product installed as a user, the LS/BE protection proof on
-## real pods (tests/node-v2/README.md). Not part of `make test` yet.
+## real pods (tests/node-v2/README.md).
 node-v2:
 	tests/node-v2/run
 

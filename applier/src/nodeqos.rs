@@ -31,9 +31,22 @@ pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool) -> NodeCaps {
             .filter_map(|rel| layout.dir(rel, Controller::Cpu).ok())
             .any(|dir| dir.join(file).exists())
     };
+    // cgroup v2: the kernel reads `cpu.weight` of an idle cgroup as 0, and the kubelet turns
+    // that into cpu.shares with `(weight - 1) * 262142 / 9999 + 2` in u64: about 1.8e15 cores
+    // "used" by the pod. Seen on the cgroup v2 node (kubelet 1.37.2): its admission then refused
+    // every new pod with OutOfcpu ("used: 1801620012949489, capacity: 1000"). So the fallback
+    // is refused on v2.
+    let refused_v2 = cpu_idle_fallback && layout.version == CgroupVersion::V2;
+    if refused_v2 {
+        tracing::warn!(
+            "--cpu-idle-fallback is refused on cgroup v2: the kernel reads cpu.weight of an idle cgroup as 0, \
+             which the kubelet miscounts as ~1.8e15 CPUs used (new pods fail admission with OutOfcpu); \
+             BE pods keep the batch cpu.weight instead"
+        );
+    }
     let caps = NodeCaps {
         bvt_warp_ns: has(CPU_BVT_WARP_NS),
-        cpu_idle_fallback,
+        cpu_idle_fallback: cpu_idle_fallback && !refused_v2,
     };
     if caps.uses_cpu_idle() && !has(CPU_IDLE) {
         tracing::warn!(

@@ -447,3 +447,37 @@ fn resctrl_unsupported_is_detected_and_reported_as_a_gauge() {
             .contains("koord_applier_resctrl_supported 0")
     );
 }
+
+/// cgroup v2: the fallback is refused (the kubelet reads an idle cgroup's `cpu.weight` 0 as
+/// ~1.8e15 CPUs used); a BE pod keeps its batch weight and no `cpu.idle` is planned.
+#[test]
+fn cpu_idle_fallback_refused_on_v2() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path();
+    let l = layout(root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let caps = detect_caps(&l, true);
+    assert!(!caps.uses_cpu_idle(), "{caps:?}");
+    let (_, be) = pods();
+    make_pod_tree(&l, Kernel::MainlineV2, &be);
+    fs::write(
+        root.join(l.pod_dir(&be.uid, be.kube_qos).expect("pod dir"))
+            .join("cpu.idle"),
+        "0\n",
+    )
+    .expect("seed cpu.idle");
+    let plan_files: Vec<String> = Applier::new(l, true, None)
+        .with_caps(caps)
+        .apply(&be)
+        .knobs
+        .iter()
+        .map(|k| k.file.to_string())
+        .collect();
+    assert!(
+        plan_files.iter().any(|f| f == "cpu.weight"),
+        "{plan_files:?}"
+    );
+    assert!(
+        !plan_files.iter().any(|f| f == "cpu.idle"),
+        "{plan_files:?}"
+    );
+}

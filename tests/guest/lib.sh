@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared machinery of the QEMU guest tests (tests/numa, tests/memqos); sourced, not run.
+# Shared machinery of the QEMU guest tests (tests/numa); sourced, not run.
 #
 # What both need: host tools from Debian, the current Debian kernel (and any of its modules)
 # extracted from the package (not installed) and cached by package version, a busybox

@@ -22,6 +22,7 @@
 #
 # Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
 # KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
+# KOORD_V2_KUBELET_CGROUP_ROOT (the kubelet's cgroupRoot, /),
 # KOORD_V2_K8S_VERSION (1.37.2), KOORD_V2_ETCD_VERSION (3.6.16), KOORD_V2_CONTAINERD_VERSION
 # (build-containerd.sh), KOORD_V2_IMAGES (more OCI archives to import at boot), KOORD_E2E_CACHE.
 set -Eeuo pipefail
@@ -38,6 +39,8 @@ GUEST_MEM=${KOORD_V2_GUEST_MEM:-1536M}
 DISK_MB=${KOORD_V2_DISK_MB:-6144}
 MAX_PODS=${KOORD_V2_MAX_PODS:-120}
 READY_TIMEOUT=${KOORD_V2_READY_TIMEOUT:-240}
+# The kubelet's cgroupRoot (kind runs its kubelet under /kubelet); the guest's init makes it.
+KUBELET_CGROUP_ROOT=${KOORD_V2_KUBELET_CGROUP_ROOT:-/}
 # Kubernetes 1.37.2: the newest release the Go proxy serves (its go line is 1.26.0). etcd 3.6:
 # kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6 patch served.
 export KOORD_E2E_K8S_VERSION=${KOORD_V2_K8S_VERSION:-1.37.2}
@@ -152,6 +155,7 @@ KV2_AGENT_PORT='$AGENT_PORT'
 KV2_K8S_BIN='$k8s'
 KV2_CONTAINERD_BIN='$ctrd'
 KV2_IMAGES='$*'
+KV2_KUBELET_CGROUP_ROOT='$KUBELET_CGROUP_ROOT'
 KV2_CPU_MHZ='$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo | grep -E '^[0-9]+\.[0-9]+$' || echo 2000.000)'
 EOF
     # containerd 2 (config version 3) with the guest's default paths (all on guest-only
@@ -225,6 +229,7 @@ healthzBindAddress: 127.0.0.1
 # cgroup v2, cgroupfs driver (the guest's init is a shell script, not systemd).
 cgroupDriver: cgroupfs
 cgroupsPerQOS: true
+cgroupRoot: $KUBELET_CGROUP_ROOT
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 imageServiceEndpoint: unix:///run/containerd/containerd.sock

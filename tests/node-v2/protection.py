@@ -4,6 +4,8 @@ node. One run, configurations in order on the same node:
   A   the product not installed
   B   installed, memory QoS off in ack-slo-config (enable: false for LS and BE)
   C0  installed, the reference's ack-slo-config as it is (enable: true, no parameters)
+  P   as C, but the applier with --protect-ancestors=false: the pod-level memory.min/low only,
+      kubepods and kubepods/burstable left at the kubelet's 0
   C   installed, the reference's ack-slo-config with the parameters that protect: LS
       minLimitPercent/lowLimitPercent 100 (memory.min/low = request), BE throttlingPercent 80
       (memory.high = 80% of the limit)
@@ -18,7 +20,7 @@ cluster configuration decides; the seed's `{"policy": "auto"}` would take the cl
 parameters, i.e. 0, whatever the cluster says) has two containers: `redis` and `cache`, which
 reads a file of its emptyDir once (its page cache is the working set; a second read would
 activate the pages and even A would keep them). The BE pod holds anonymous memory and streams a
-file larger than the node's free memory through the page cache, twice.
+file larger than the node's free memory through the page cache (written, then read once).
 
 Per configuration: LS working set kept (the LS pod's file pages after the flood / before, from
 its memory.stat), the refaults of its re-read after the flood (workingset_refault_file), Redis
@@ -78,7 +80,7 @@ def ls_pod(image: str) -> dict:
 def be_pod(image: str) -> dict:
     flood = (f"koord-stress --vm 1 --vm-bytes {BE_ANON} --vm-hang 100000 & sleep 3; "
              f"dd if=/dev/zero of=/data/be bs=1M count={BE_FILE_MIB} 2>/dev/null; "
-             f"cat /data/be >/dev/null; cat /data/be >/dev/null; touch /data/done; "
+             f"cat /data/be >/dev/null; touch /data/done; "
              f"exec sleep 1000000")
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "be-flood", "labels": {"koordinator.sh/qosClass": "BE"}},
@@ -112,6 +114,24 @@ def wait_resolved(h, want_enabled: bool, min_percent: int, ns: str = NS) -> None
     wait_until(f"the webhook to resolve memoryQOS enabled={want_enabled}", seen, 90, 1)
 
 
+def applier_args(h, add: str | None = None, remove: str | None = None) -> None:
+    """Adds or removes one flag of the applier DaemonSet, as an operator would, and waits for
+    the new applier pod."""
+    ds = h.kjson("-n", "koordinator-system", "get", "daemonset", "koord-applier")
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    if add:
+        ops = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": add}]
+    else:
+        check(remove in args, f"{remove} not in the applier's args {args}")
+        i = args.index(remove)
+        ops = [{"op": "test", "path": f"/spec/template/spec/containers/0/args/{i}", "value": remove},
+               {"op": "remove", "path": f"/spec/template/spec/containers/0/args/{i}"}]
+    h.kubectl("-n", "koordinator-system", "patch", "daemonset", "koord-applier", "--type=json",
+              "-p", json.dumps(ops))
+    h.kubectl("-n", "koordinator-system", "rollout", "status", "daemonset/koord-applier",
+              "--timeout=240s", timeout=260)
+
+
 def memstat(h, cg: str) -> dict[str, int]:
     out = {}
     for line in h.read(f"{cg}/memory.stat").splitlines():
@@ -139,13 +159,18 @@ def run_config(h, name: str) -> None:
     elif name == "C0":
         set_slo(h, SLO_ON)
         wait_resolved(h, True, 0)
+    elif name == "P":
+        set_slo(h, SLO_PROTECT)
+        wait_resolved(h, True, 100)
+        applier_args(h, add="--protect-ancestors=false")
     elif name == "C":
+        applier_args(h, remove="--protect-ancestors=false")
         set_slo(h, SLO_PROTECT)
         wait_resolved(h, True, 100)
     h.apply_obj(ls_pod(image), NS)
     ls = h.wait_running(NS, "redis-demo")
     ls_cg = h.pod_cgroup(ls)
-    if name == "C":
+    if name in ("P", "C"):
         # The applier's pass: the LS pod's memory.min = its request (64Mi + 200Mi).
         wait_until("the applier to write the LS pod's memory.min", lambda: int(
             h.read(f"{ls_cg}/memory.min")) >= 264 * 2**20, 90, 1)
@@ -189,7 +214,9 @@ def run_config(h, name: str) -> None:
          "rps": float(col["rps"]), "p50": float(col["p50_latency_ms"]),
          "p99": float(col["p99_latency_ms"]), "be_high": be_events.get("high", 0),
          "be_max": be_events.get("max", 0), "be_memory_high": be_high, "oom": oom,
-         "ls_min": prot[f"{ls_cg}/memory.min"], "flood_s": flood_s}
+         "ls_min": prot[f"{ls_cg}/memory.min"], "flood_s": flood_s,
+         "ancestors_min": int(prot["/sys/fs/cgroup/kubepods/memory.min"] or 0)
+         + int(prot["/sys/fs/cgroup/kubepods/burstable/memory.min"] or 0)}
     RESULTS[name] = r
     log(f"{name}: {r}")
     h.delete_pods(NS, "be-flood", "redis-demo")
@@ -201,16 +228,77 @@ def verdict(h) -> None:
     lines = ["figure protection (LS redis-demo + BE flood on a "
              f"{h.env.get('GUEST_MEM', '?')} cgroup v2 node; tests/node-v2/run):",
              "  config | LS kept | LS file MiB before->after | refaults on re-read | GET rps | "
-             "p50 ms | p99 ms | BE memory.high | BE events high/max | OOM kills | LS pod memory.min"]
-    for name in ("A", "B", "C0", "C"):
+             "p50 ms | p99 ms | BE memory.high | BE events high/max | OOM kills | LS pod memory.min | "
+             "kubepods + burstable memory.min"]
+    for name in ("A", "B", "C0", "P", "C"):
         r = RESULTS.get(name)
         if r:
             lines.append(f"  {name:6} | {r['kept']:5.1f}% | {r['file_before']} -> {r['file_after']} | "
                          f"{r['refaults']} | {r['rps']:.0f} | {r['p50']:.2f} | {r['p99']:.2f} | "
-                         f"{r['be_memory_high']} | {r['be_high']}/{r['be_max']} | {r['oom']} | {r['ls_min']}")
+                         f"{r['be_memory_high']} | {r['be_high']}/{r['be_max']} | {r['oom']} | {r['ls_min']} | "
+                         f"{r['ancestors_min']}")
     h.figures.append("\n".join(lines))
     check("A" in RESULTS and "C" in RESULTS, f"configurations measured: {sorted(RESULTS)}")
     check(RESULTS["C"]["kept"] >= 90, f"C kept {RESULTS['C']['kept']:.1f}% of the LS working set (< 90%)")
     check(RESULTS["A"]["kept"] <= 50, f"A kept {RESULTS['A']['kept']:.1f}% (> 50%: no pressure?)")
     if RESULTS["C"]["oom"]:
         raise Check(f"{RESULTS['C']['oom']} OOM kills in C")
+    # The BE pod's memory.high is throttlingPercent 80 of its 1600Mi limit (held there: the
+    # scenario after this one).
+    c = RESULTS["C"]
+    check(c["be_memory_high"] == str(1600 * 2**20 * 80 // 100 // 4096 * 4096),
+          f"C: BE memory.high {c['be_memory_high']}, want 80% of 1600Mi")
+    p = RESULTS.get("P")
+    if p:
+        # The kernel caps a cgroup's protection at its ancestors': pod-level values alone
+        # protect nothing while kubepods and kubepods/burstable are 0.
+        check(p["ancestors_min"] == 0, f"P: the ancestors' memory.min is {p['ancestors_min']}, not 0")
+        check(p["kept"] <= 50, f"P kept {p['kept']:.1f}% with the ancestors at 0 (> 50%)")
+
+
+def throttled(h) -> None:
+    """A BE pod with throttlingPercent 80 of a 400Mi limit (memory.high 320Mi) streams 900 MiB
+    through the page cache next to the LS pod: the kernel reclaims the BE pod at memory.high
+    (its `high` counter grows), nothing reaches memory.max or is OOM-killed, the LS working set
+    stays."""
+    image = h.env["REDIS_IMAGE"]
+    h.apply_obj(ls_pod(image), NS)
+    ls = h.wait_running(NS, "redis-demo")
+    ls_cg, ed = h.pod_cgroup(ls), emptydir(ls)
+    wait_until("the applier to write the LS pod's memory.min", lambda: int(
+        h.read(f"{ls_cg}/memory.min")) >= 264 * 2**20, 90, 1)
+    h.guest(f"dd if=/dev/urandom of={ed}/ws bs=1M count={LS_FILE_MIB} 2>/dev/null && sync && "
+            f"echo 3 >/proc/sys/vm/drop_caches && touch {ed}/go", timeout=180)
+    wait_until("the LS pod to read its working set", lambda: h.guest(
+        f"[ -f {ed}/warm ] && echo y", check_rc=False).strip() == "y", 120, 0.5)
+    before = memstat(h, ls_cg)["file"]
+    oom0 = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0)
+    pod = be_pod(h.env["WORKLOAD_IMAGE"])
+    pod["metadata"]["name"] = "be-throttled"
+    c = pod["spec"]["containers"][0]
+    c["command"] = ["sh", "-c", "dd if=/dev/zero of=/data/be bs=1M count=900 2>/dev/null; "
+                    "cat /data/be >/dev/null; touch /data/done; exec sleep 1000000"]
+    c["resources"]["limits"]["memory"] = "400Mi"
+    h.apply_obj(pod, NS)
+    be = h.wait_running(NS, "be-throttled")
+    cg = h.container_cgroup(be, "flood")
+    want = str(400 * 2**20 * 80 // 100 // 4096 * 4096)
+    wait_until("the BE container's memory.high", lambda: h.read(f"{cg}/memory.high") == want, 90, 0.5)
+    wait_until("the BE stream to finish", lambda: h.guest(
+        f"[ -f {emptydir(be)}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
+    ev = kv(h.read(f"{h.pod_cgroup(be)}/memory.events"))
+    peak = int(h.read(f"{cg}/memory.peak")) if h.guest(f"[ -e {cg}/memory.peak ] && echo y",
+                                                       check_rc=False).strip() == "y" else None
+    after = memstat(h, ls_cg)["file"]
+    oom = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0) - oom0
+    h.delete_pods(NS, "be-throttled", "redis-demo")
+    h.figures.append(f"figure BE throttled (throttlingPercent 80 of 400Mi: memory.high {want}): "
+                     f"900 MiB streamed, memory.events high {ev.get('high', 0)} max {ev.get('max', 0)}"
+                     f" oom_kill {ev.get('oom_kill', 0)}, peak "
+                     f"{'n/a' if peak is None else f'{peak >> 20} MiB'}, node OOM kills {oom}; LS file "
+                     f"{before >> 20} -> {after >> 20} MiB")
+    log(h.figures[-1])
+    check(ev.get("high", 0) > 0, f"memory.events high {ev.get('high', 0)}: never throttled")
+    check(ev.get("max", 0) == 0 and ev.get("oom_kill", 0) == 0 and oom == 0,
+          f"BE reached memory.max or was OOM-killed: {ev}, node OOM kills {oom}")
+    check(after >= before * 0.9, f"the LS pod lost its working set: {before >> 20} -> {after >> 20} MiB")

@@ -50,6 +50,11 @@ mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
 mount --make-rshared /
 echo "+cpu +memory +pids +io" >/sys/fs/cgroup/cgroup.subtree_control
 say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+# A kubelet cgroupRoot other than / must exist, with the controllers enabled below it.
+if [ "${KV2_KUBELET_CGROUP_ROOT:-/}" != / ]; then
+    mkdir -p "/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT"
+    echo "+cpu +memory +pids +io" >"/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT/cgroup.subtree_control"
+fi
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || true
 hostname "$KV2_NODE_NAME"
 # UML's /proc/cpuinfo has no clock speed, and the kubelet's cAdvisor refuses to start without
