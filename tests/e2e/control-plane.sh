@@ -7,6 +7,8 @@
 # Usage:
 #   control-plane.sh build [CMD...]         build if missing; print the kube-apiserver and etcd paths,
 #                                           then those of the extra k8s.io/kubernetes/cmd/CMDs
+#                                           (also builds kubectl when none of the server's minor
+#                                           version is installed; its path is not printed)
 #   control-plane.sh start DIR              start etcd + kube-apiserver (loopback by default), write DIR/kubeconfig
 #   control-plane.sh stop DIR               stop both processes started into DIR (by PID)
 #   control-plane.sh restart-apiserver DIR  restart only kube-apiserver, same flags, wait until ready
@@ -37,10 +39,14 @@
 #   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
 set -Eeuo pipefail
 
-# Pinned versions. 1.33.13 is the newest 1.33 patch the Go proxy serves; kubectl.1.33
-# (1.33.1) is within skew. 3.5.35 is the newest 3.5 patch; kubeadm pairs 1.33 with etcd 3.5.
-K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.33.13}
-ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.5.35}
+# Pinned versions: one Kubernetes build for every cluster (the e2e control plane, the v1 node
+# and the cgroup v2 node), so a cold CI run compiles it once. 1.37.2 is the newest release the
+# Go proxy serves (its go line is 1.26.0); its kubectl is built alongside (no packaged kubectl
+# is within skew of 1.37). etcd 3.6: kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6
+# patch served. The previous pin stays a tested option:
+# KOORD_E2E_K8S_VERSION=1.33.13 KOORD_E2E_ETCD_VERSION=3.5.35 (kubectl.1.33 is within skew).
+K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.37.2}
+ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.6.16}
 
 CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-qos-e2e}
 APISERVER_BIN=$CACHE/k8s-$K8S_VERSION/bin/kube-apiserver
@@ -393,8 +399,22 @@ find_kubectl() {
 # Commands
 # ---------------------------------------------------------------------------------------
 
+# A kubectl of the server's minor version exists (KUBECTL, one built with the cluster's
+# binaries, or a packaged kubectl.<minor>)? Otherwise `build` compiles one: plain `kubectl` may be
+# far outside skew (no package ships a 1.37 kubectl here).
+have_matched_kubectl() {
+    [[ -n ${KUBECTL:-} || -x $(k8s_bin kubectl) ]] && return 0
+    local minor=${K8S_VERSION%.*} k
+    command -v "kubectl.$minor" >/dev/null && return 0
+    k=$(command -v kubectl) || return 1
+    k=$(readlink -f "$k")
+    [[ -x ${k%/*}/kubectl.$minor ]]
+}
+
 cmd_build() { # [CMD...]
-    ensure_built "$@"
+    local extra=()
+    if ! have_matched_kubectl && [[ " $* " != *" kubectl "* ]]; then extra=(kubectl); fi
+    ensure_built "$@" "${extra[@]}"
     echo "$APISERVER_BIN"
     echo "$ETCD_BIN"
     local cmd
@@ -535,7 +555,7 @@ cmd_client_cert() { # DIR CN ORG OUT
 }
 
 usage() {
-    sed -n '7,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '7,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
