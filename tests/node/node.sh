@@ -233,10 +233,15 @@ port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
-# This machine: cgroup v1, no systemd as init.
+# This machine: cgroup v1, no systemd as init. Since 1.35 the kubelet refuses cgroup v1 unless
+# told not to.
 cgroupDriver: cgroupfs
 cgroupsPerQOS: true
 failCgroupV1: false
+# The kubelet's own Memory QoS (on by default since 1.37) works only on cgroup v2; off here, so
+# the v1 node stays what it was (and the kubelet does not warn at start).
+featureGates:
+  MemoryQoS: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$d/containerd/containerd.sock
 imageServiceEndpoint: unix://$d/containerd/containerd.sock
