@@ -330,11 +330,7 @@ def prerequisites(h: Harness) -> None:
     for tool in ("cargo", "openssl", "curl"):
         if not shutil.which(tool):
             problems.append(f"{tool} not on PATH")
-    r = subprocess.run([str(CONTROL_PLANE), "kubectl"], capture_output=True, text=True)
-    if r.returncode != 0:
-        problems.append(f"no kubectl: {r.stderr.strip()}")
-    else:
-        h.kubectl_bin = r.stdout.strip()
+    # kubectl: found (or built) by control-plane.sh build, see build().
     if problems:
         raise Fatal("missing prerequisites:\n  - " + "\n  - ".join(problems))
 
