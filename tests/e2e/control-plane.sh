@@ -7,6 +7,8 @@
 # Usage:
 #   control-plane.sh build [CMD...]         build if missing; print the kube-apiserver and etcd paths,
 #                                           then those of the extra k8s.io/kubernetes/cmd/CMDs
+#                                           (also builds kubectl when none of the server's minor
+#                                           version is installed; its path is not printed)
 #   control-plane.sh start DIR              start etcd + kube-apiserver (loopback by default), write DIR/kubeconfig
 #   control-plane.sh stop DIR               stop both processes started into DIR (by PID)
 #   control-plane.sh restart-apiserver DIR  restart only kube-apiserver, same flags, wait until ready
@@ -37,10 +39,14 @@
 #   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
 set -Eeuo pipefail
 
-# Pinned versions. 1.33.13 is the newest 1.33 patch the Go proxy serves; kubectl.1.33
-# (1.33.1) is within skew. 3.5.35 is the newest 3.5 patch; kubeadm pairs 1.33 with etcd 3.5.
-K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.33.13}
-ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.5.35}
+# Pinned versions: one Kubernetes build for every cluster (the e2e control plane, the v1 node
+# and the cgroup v2 node), so a cold CI run compiles it once. 1.37.2 is the newest release the
+# Go proxy serves (its go line is 1.26.0); its kubectl is built alongside (no packaged kubectl
+# is within skew of 1.37). etcd 3.6: kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6
+# patch served. The previous pin stays a tested option:
+# KOORD_E2E_K8S_VERSION=1.33.13 KOORD_E2E_ETCD_VERSION=3.5.35 (kubectl.1.33 is within skew).
+K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.37.2}
+ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.6.16}
 
 CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-qos-e2e}
 APISERVER_BIN=$CACHE/k8s-$K8S_VERSION/bin/kube-apiserver
@@ -56,10 +62,9 @@ SERVICE_CIDR=${KOORD_E2E_SERVICE_CIDR:-10.0.0.0/24}
 NODE_MODE=${KOORD_E2E_NODE_MODE:-0}
 
 PROG=${0##*/}
+# shellcheck source=tests/lib/cluster.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd)/cluster.sh"
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
-
-die() { echo "$PROG: error: $*" >&2; exit 1; }
-log() { echo "$PROG: $*" >&2; }
 
 # ---------------------------------------------------------------------------------------
 # Build
@@ -195,49 +200,12 @@ ensure_built() { # [EXTRA CMD...]
 }
 
 # ---------------------------------------------------------------------------------------
-# Processes
+# Processes (pid_alive, launch, stop_proc, ...: tests/lib/cluster.sh; logs in DIR/logs/)
 # ---------------------------------------------------------------------------------------
-
-# True if PID is a live (not zombie) process running binary NAME. Checking the name
-# guards against a stale pid file whose PID was reused by something else.
-pid_alive() { # PID NAME
-    local pid=$1 name=$2 state
-    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [[ $state != Z ]] || return 1
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]]
-}
-
-read_pid() { [[ -f $1 ]] && cat "$1" || true; }
-
-stop_proc() { # DIR NAME
-    local pidfile=$1/$2.pid pid i
-    pid=$(read_pid "$pidfile")
-    if [[ -z $pid ]]; then return 0; fi
-    if pid_alive "$pid" "$2"; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 200; i++)); do # 20 s for a graceful exit
-            pid_alive "$pid" "$2" || break
-            sleep 0.1
-        done
-        if pid_alive "$pid" "$2"; then
-            log "$2 (pid $pid) ignored SIGTERM; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-            for ((i = 0; i < 50; i++)); do pid_alive "$pid" "$2" || break; sleep 0.1; done
-        fi
-        if pid_alive "$pid" "$2"; then die "$2 (pid $pid) is still running"; fi
-        log "stopped $2 (pid $pid)"
-    fi
-    rm -f "$pidfile"
-}
-
-port_busy() { # PORT [ADDRESS]
-    (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
-}
 
 tail_logs() { # DIR
     local f
-    for f in "$1/etcd.log" "$1/kube-apiserver.log"; do
+    for f in "$1/logs/etcd.log" "$1/logs/kube-apiserver.log"; do
         [[ -f $f ]] || continue
         echo "----- last 40 lines of $f -----" >&2
         tail -n 40 "$f" >&2
@@ -250,21 +218,6 @@ fail_start() { # DIR MESSAGE
     stop_proc "$1" kube-apiserver || true
     stop_proc "$1" etcd || true
     exit 1
-}
-
-launch() { # DIR NAME BIN ARGS...   (stdin/out/err detached so callers' pipes close)
-    local dir=$1 name=$2 bin=$3
-    shift 3
-    "$bin" "$@" </dev/null >>"$dir/$name.log" 2>&1 &
-    local pid=$! i
-    echo "$pid" >"$dir/$name.pid"
-    # Until the forked shell has exec'd the binary, /proc/PID/comm is still the shell's name and
-    # pid_alive would call the process dead (seen on a loaded machine): wait for the exec.
-    for ((i = 0; i < 100; i++)); do
-        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$(basename "$bin" | cut -c1-15)" ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
 }
 
 wait_etcd() { # DIR
@@ -393,8 +346,22 @@ find_kubectl() {
 # Commands
 # ---------------------------------------------------------------------------------------
 
+# A kubectl of the server's minor version exists (KUBECTL, one built with the cluster's
+# binaries, or a packaged kubectl.<minor>)? Otherwise `build` compiles one: plain `kubectl` may be
+# far outside skew (no package ships a 1.37 kubectl here).
+have_matched_kubectl() {
+    [[ -n ${KUBECTL:-} || -x $(k8s_bin kubectl) ]] && return 0
+    local minor=${K8S_VERSION%.*} k
+    command -v "kubectl.$minor" >/dev/null && return 0
+    k=$(command -v kubectl) || return 1
+    k=$(readlink -f "$k")
+    [[ -x ${k%/*}/kubectl.$minor ]]
+}
+
 cmd_build() { # [CMD...]
-    ensure_built "$@"
+    local extra=()
+    if ! have_matched_kubectl && [[ " $* " != *" kubectl "* ]]; then extra=(kubectl); fi
+    ensure_built "$@" "${extra[@]}"
     echo "$APISERVER_BIN"
     echo "$ETCD_BIN"
     local cmd
@@ -425,7 +392,7 @@ cmd_start() {
 
     local t0=$SECONDS
     # Fresh state each start: old etcd data or certs from another run must not leak in.
-    rm -rf "$dir/etcd-data" "$dir/pki" "$dir"/*.log
+    rm -rf "$dir/etcd-data" "$dir/pki" "$dir/logs"
     mkdir -p "$dir/pki"
     save_state "$dir"
 
@@ -520,7 +487,8 @@ cmd_restart_apiserver() {
     local i
     for ((i = 0; i < 50; i++)); do port_busy "$APISERVER_PORT" "$BIND_ADDRESS" || break; sleep 0.1; done
     if port_busy "$APISERVER_PORT" "$BIND_ADDRESS"; then die "port $BIND_ADDRESS:$APISERVER_PORT still in use after stopping kube-apiserver"; fi
-    echo "----- restart at $(date -u +%FT%TZ) -----" >>"$dir/kube-apiserver.log"
+    mkdir -p "$dir/logs"
+    echo "----- restart at $(date -u +%FT%TZ) -----" >>"$dir/logs/kube-apiserver.log"
     start_apiserver "$dir"
     # The serving cert is reused from --cert-dir, but rewrite in case it was regenerated.
     write_kubeconfig "$dir"
@@ -535,7 +503,7 @@ cmd_client_cert() { # DIR CN ORG OUT
 }
 
 usage() {
-    sed -n '7,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '7,17p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 

@@ -28,21 +28,24 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import unittest
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 E2E = Path(__file__).resolve().parent
 REPO = E2E.parents[1]
 sys.path.insert(0, str(E2E))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.dont_write_bytecode = True  # no __pycache__ in the repo
 
 import reresolve_e2e  # noqa: E402
-from checks import Check, Fatal, check, quantity, wait_until  # noqa: E402,F401  (also suite.X for the scenario modules)
-import webhookcfg  # noqa: E402
+import koordtest  # noqa: E402
+from koordtest import webhookcfg  # noqa: E402
+# Also suite.X for the scenario modules (reresolve_e2e.py, colocation_e2e.py).
+from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402,F401
+from koordtest.harness import log  # noqa: E402
+from koordtest.metrics import parse_metrics  # noqa: E402
 
 CONTROL_PLANE = E2E / "control-plane.sh"
 HELM_SH = E2E / "helm.sh"
@@ -83,8 +86,7 @@ BATCH_WARNING = "koord-qos: BE pod admitted with its cpu/memory unchanged: coloc
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def log(msg: str) -> None:
-    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+koordtest.set_log_tag("e2e")
 
 
 def free_port() -> int:
@@ -182,14 +184,16 @@ class Proc:
             return ""
 
 
-class Harness:
+class Harness(koordtest.Harness):
+    KUBECTL_TIMEOUT = 60
+    SA_TIMEOUT = None  # no controller-manager: ServiceAccount admission is off instead
+
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="koord-e2e."))
+        super().__init__("koord-e2e.")
         self.cp_dir = self.dir / "cp"
         self.cp_started = False
         self.procs: dict[str, Proc] = {}
         self.cgroup_dirs: list[Path] = []  # created by us, in creation order
-        self.kubectl_bin = ""
         self.webhook_bin = ""
         self.applier_bin = ""
         self.kubeconfig = self.cp_dir / "kubeconfig"
@@ -202,26 +206,14 @@ class Harness:
         self.applier_metrics_port = 0
         self.webhook_kubeconfig = Path()
         self.mwc: dict = {}
-        self.figures: dict = {}  # latency figures, printed at the end
-        self.carry: dict = {}  # values one scenario hands to the next
+        # Named figures (latency, re-resolution), printed at the end as JSON lines.
+        self.figures: dict = {}  # type: ignore[assignment]
 
-    # -- kubectl -------------------------------------------------------------------------
-
-    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess:
-        argv = [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", *args]
-        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
-        if check_rc and p.returncode != 0:
-            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
-        return p
-
-    def kjson(self, *args: str) -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+    # -- kubectl (the rest in koordtest.Harness) -----------------------------------------
 
     def apply(self, obj: dict | list[dict]) -> None:
         items = obj if isinstance(obj, list) else [obj]
-        doc = {"apiVersion": "v1", "kind": "List", "items": items}
-        self.kubectl("apply", "-f", "-", input=json.dumps(doc))
+        self.apply_obj({"apiVersion": "v1", "kind": "List", "items": items})
 
     def create_pod(self, pod: dict) -> dict:
         """`kubectl create`; returns the object as stored (after admission)."""
@@ -229,12 +221,7 @@ class Harness:
                                        input=json.dumps(pod)).stdout)
 
     def get_pod(self, ns: str, name: str) -> dict:
-        return self.kjson("get", "pod", "-n", ns, name)
-
-    def namespace(self, name: str, opt_in: bool) -> None:
-        lab = {OPT_IN_LABEL: "enabled"} if opt_in else {}
-        self.apply({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": name, "labels": lab}})
+        return self.pod(ns, name)
 
     def rendered_cm(self, name: str) -> dict:
         for o in webhookcfg.select(self.examples, "ConfigMap"):
@@ -293,17 +280,7 @@ class Harness:
             return e.code, e.read().decode(errors="replace")
 
     def metrics(self, port: int) -> dict[tuple[str, frozenset], float]:
-        _, text = self.http_get(port, "/metrics")
-        out = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)", line)
-            if not m:
-                continue
-            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-            out[(m.group(1), labs)] = float(m.group(3))
-        return out
+        return parse_metrics(self.http_get(port, "/metrics")[1])
 
     def metric_sum(self, port: int, name: str, **want: str) -> float:
         return sum(v for (n, labs), v in self.metrics(port).items()
@@ -353,11 +330,7 @@ def prerequisites(h: Harness) -> None:
     for tool in ("cargo", "openssl", "curl"):
         if not shutil.which(tool):
             problems.append(f"{tool} not on PATH")
-    r = subprocess.run([str(CONTROL_PLANE), "kubectl"], capture_output=True, text=True)
-    if r.returncode != 0:
-        problems.append(f"no kubectl: {r.stderr.strip()}")
-    else:
-        h.kubectl_bin = r.stdout.strip()
+    # kubectl: found (or built) by control-plane.sh build, see build().
     if problems:
         raise Fatal("missing prerequisites:\n  - " + "\n  - ".join(problems))
 
@@ -398,6 +371,12 @@ def build(h: Harness) -> None:
                     + ("; ".join(errors) or f"control-plane.sh build exited {rc}")
                     + " (the suite needs Go and the Go module proxy on first use)")
     log(f"control plane binaries ready in {time.monotonic() - t0:.0f}s: " + " ".join(out.split()))
+    # build made a kubectl of the server's version if none was installed: use it.
+    r = subprocess.run([str(CONTROL_PLANE), "kubectl"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise Fatal(f"no kubectl after control-plane.sh build: {r.stderr.strip()}")
+    h.kubectl_bin = r.stdout.strip()
+    log(f"kubectl: {h.kubectl_bin}")
 
     log("helm: helm.sh build (compiles helm from its Go module on first use)")
     t0 = time.monotonic()
@@ -536,14 +515,8 @@ def register_webhook(h: Harness) -> None:
 # Scenarios
 # ---------------------------------------------------------------------------------------
 
-SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
-
-
-def scenario(name: str):
-    def deco(fn):
-        SCENARIOS.append((name, fn))
-        return fn
-    return deco
+SUITE = koordtest.Suite("KOORD_E2E_ONLY")
+scenario = SUITE.scenario
 
 
 @scenario("webhookcfg: Service -> url + caBundle transformation (unit tests)")
@@ -1223,75 +1196,33 @@ def s_colocation(h: Harness) -> None:
 # ---------------------------------------------------------------------------------------
 
 
+def setup(h: Harness) -> None:
+    prerequisites(h)
+    build(h)
+    start_control_plane(h)
+    deploy_base(h)
+
+
+def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
+    if failed:
+        for name, p in h.procs.items():
+            print(f"----- last lines of the {name} log ({p.logfile}) -----\n{p.tail(30)}",
+                  file=sys.stderr)
+    keep = bool(failed) or os.environ.get("KOORD_E2E_KEEP") == "1"
+    h.cleanup(keep=keep and not interrupted)
+    if h.figures.get("without_webhook") or h.figures.get("with_webhook"):
+        print(f"latency ({h.figures.get('profile')} build): "
+              f"without webhook {h.figures.get('without_webhook')}, "
+              f"with webhook {h.figures.get('with_webhook')}", flush=True)
+    for key in ("reresolve_down_s", "reresolve_flip", "reresolve_takeover_s",
+                "reresolve_scale", "reresolve_memory"):
+        if key in h.figures:
+            print(f"{key} ({h.figures.get('profile')} build): {json.dumps(h.figures[key])}",
+                  flush=True)
+
+
 def main() -> int:
-    t_start = time.monotonic()
-    h = Harness()
-    passed: list[str] = []
-    failed: list[str] = []
-
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    # Installed explicitly: a runner that started us with SIGINT ignored (a background job)
-    # must still be able to interrupt the suite and get everything stopped.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-    interrupted = False
-    try:
-        try:
-            prerequisites(h)
-            build(h)
-            start_control_plane(h)
-            deploy_base(h)
-        except (Fatal, Check, webhookcfg.RenderError) as e:
-            print(f"FAIL setup: {e}", flush=True)
-            failed.append("setup")
-            return 1
-        # KOORD_E2E_ONLY=REGEX runs only the scenarios whose name matches (a development aid: later
-        # scenarios may rely on earlier ones; skipped ones are neither passed nor failed).
-        only = re.compile(os.environ["KOORD_E2E_ONLY"]) if os.environ.get("KOORD_E2E_ONLY") else None
-        for name, fn in SCENARIOS:
-            if only and not only.search(name):
-                print(f"SKIP {name} (KOORD_E2E_ONLY)", flush=True)
-                continue
-            t0 = time.monotonic()
-            log(f"--- {name}")
-            try:
-                fn(h)
-            except (Check, Fatal, webhookcfg.RenderError, subprocess.SubprocessError,
-                    OSError, ValueError, KeyError, json.JSONDecodeError) as e:
-                failed.append(name)
-                print(f"FAIL {name}: {e}", flush=True)
-                if not isinstance(e, (Check, Fatal)):
-                    traceback.print_exc(file=sys.stderr)
-                continue
-            passed.append(name)
-            print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
-        return 1 if failed else 0
-    except KeyboardInterrupt as e:
-        interrupted = True
-        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
-        failed.append("interrupted")
-        return 130
-    finally:
-        if failed:
-            for name, p in h.procs.items():
-                print(f"----- last lines of the {name} log ({p.logfile}) -----\n{p.tail(30)}",
-                      file=sys.stderr)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish cleanup even on a second Ctrl-C
-        keep = bool(failed) or os.environ.get("KOORD_E2E_KEEP") == "1"
-        h.cleanup(keep=keep and not interrupted)
-        if h.figures.get("without_webhook") or h.figures.get("with_webhook"):
-            print(f"latency ({h.figures.get('profile')} build): "
-                  f"without webhook {h.figures.get('without_webhook')}, "
-                  f"with webhook {h.figures.get('with_webhook')}", flush=True)
-        for key in ("reresolve_down_s", "reresolve_flip", "reresolve_takeover_s",
-                    "reresolve_scale", "reresolve_memory"):
-            if key in h.figures:
-                print(f"{key} ({h.figures.get('profile')} build): {json.dumps(h.figures[key])}",
-                      flush=True)
-        print(f"suite time {time.monotonic() - t_start:.0f}s", file=sys.stderr)
-        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+    return SUITE.main(Harness(), setup, teardown)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
-"""Unit tests of webhookcfg (run by tests/e2e/run first, or: python3 -m unittest test_webhookcfg)."""
+"""Unit tests of koordtest.webhookcfg (tests/lib/koordtest/webhookcfg.py). Run by tests/e2e/run
+first, or: python3 tests/e2e/test_webhookcfg.py (or python3 -m unittest test_webhookcfg in
+tests/e2e)."""
 
 from __future__ import annotations
 
 import copy
 import os
 import shutil
-import subprocess
+import sys
 import unittest
+from pathlib import Path
 
-import webhookcfg
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+
+from koordtest import webhookcfg  # noqa: E402
 
 RENDERED = {
     "apiVersion": "admissionregistration.k8s.io/v1",

@@ -30,8 +30,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CONTROL_PLANE=$REPO/tests/e2e/control-plane.sh
 PROG=node.sh
-# shellcheck source=tests/node-v2/lib.sh
-source "$HERE/lib.sh"
+# shellcheck source=tests/lib/cluster.sh
+source "$REPO/tests/lib/cluster.sh"
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
 
 NODE_NAME=${KOORD_V2_NODE_NAME:-kv2-node}
@@ -337,11 +337,6 @@ start_guest() { # DIR
     TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
         rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
         vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid=kv2 con=null con0=fd:0,fd:1
-}
-
-node_ready() { # KUBECTL KUBECONFIG
-    [[ $("$1" --kubeconfig="$2" get node "$NODE_NAME" \
-        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
 guest_tails() { # DIR

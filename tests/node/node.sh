@@ -26,6 +26,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CONTROL_PLANE=$REPO/tests/e2e/control-plane.sh
 PROG=node.sh
+# shellcheck source=tests/lib/cluster.sh
+source "$REPO/tests/lib/cluster.sh"
 
 NODE_NAME=${KOORD_NODE_NAME:-koord-node}
 BRIDGE=${KOORD_NODE_BRIDGE:-knode0}
@@ -66,9 +68,6 @@ SHARED_MOUNT=/sys
 CGROUP_ROOT=/sys/fs/cgroup
 
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
-die() { echo "$PROG: error: $*" >&2; exit 1; }
-log() { echo "$PROG: $*" >&2; }
-warn() { echo "$PROG: warning: $*" >&2; }
 
 # ---------------------------------------------------------------------------------------
 # Prerequisites and build
@@ -139,49 +138,9 @@ PAUSE_IMAGE=localhost/koord-node/pause:1
 WORKLOAD_IMAGE=localhost/koord-node/workload:1
 
 # ---------------------------------------------------------------------------------------
-# Processes (stopped by PID, the name checked so a reused PID is never signalled)
+# Processes (tests/lib/cluster.sh: stopped by PID, the name checked so a reused PID is never
+# signalled)
 # ---------------------------------------------------------------------------------------
-
-pid_alive() { # PID NAME
-    local pid=$1 name=$2 state
-    [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [[ $state != Z ]] || return 1
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "${name:0:15}" ]]
-}
-
-read_pid() { if [[ -f $1 ]]; then cat "$1"; fi; }
-
-launch() { # DIR NAME BIN ARGS...
-    local dir=$1 name=$2 bin=$3
-    shift 3
-    "$bin" "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
-    local pid=$! i
-    echo "$pid" >"$dir/$name.pid"
-    for ((i = 0; i < 100; i++)); do # until the fork has exec'd (comm is still bash before)
-        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$(basename "$bin" | cut -c1-15)" ]] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-}
-
-stop_proc() { # DIR NAME [SECONDS]
-    local pidfile=$1/$2.pid pid i limit=$((${3:-20} * 10))
-    pid=$(read_pid "$pidfile")
-    [[ -n $pid ]] || return 0
-    if pid_alive "$pid" "$2"; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < limit; i++)); do pid_alive "$pid" "$2" || break; sleep 0.1; done
-        if pid_alive "$pid" "$2"; then
-            log "$2 (pid $pid) ignored SIGTERM; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-            for ((i = 0; i < 50; i++)); do pid_alive "$pid" "$2" || break; sleep 0.1; done
-        fi
-        pid_alive "$pid" "$2" && die "$2 (pid $pid) is still running"
-        log "stopped $2 (pid $pid)"
-    fi
-    rm -f "$pidfile"
-}
 
 # containerd's runc shims re-parent to init and outlive containerd; ours are the ones whose
 # -address is this node's socket.
@@ -274,10 +233,15 @@ port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
 healthzPort: $KUBELET_HEALTHZ_PORT
-# This machine: cgroup v1, no systemd as init.
+# This machine: cgroup v1, no systemd as init. Since 1.35 the kubelet refuses cgroup v1 unless
+# told not to.
 cgroupDriver: cgroupfs
 cgroupsPerQOS: true
 failCgroupV1: false
+# The kubelet's own Memory QoS (on by default since 1.37) works only on cgroup v2; off here, so
+# the v1 node stays what it was (and the kubelet does not warn at start).
+featureGates:
+  MemoryQoS: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$d/containerd/containerd.sock
 imageServiceEndpoint: unix://$d/containerd/containerd.sock
@@ -385,28 +349,6 @@ setup_network() { # DIR
     ip addr add "$NODE_IP/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     iptables -I FORWARD 1 -i "$BRIDGE" ! -o "$BRIDGE" -m comment --comment "$GUARD_COMMENT" -j DROP
-}
-
-wait_for() { # WHAT SECONDS CMD...
-    local what=$1 limit=$2 t0=$SECONDS
-    shift 2
-    until "$@" >/dev/null 2>&1; do
-        ((SECONDS - t0 < limit)) || return 1
-        sleep 0.5
-    done
-    log "$what after $((SECONDS - t0))s"
-}
-
-must_run() { # DIR NAME  (fail start with the log tail if a component died)
-    pid_alive "$(read_pid "$1/$2.pid")" "$2" && return 0
-    echo "----- last 30 lines of $1/logs/$2.log -----" >&2
-    tail -n 30 "$1/logs/$2.log" >&2 || true
-    return 1
-}
-
-node_ready() { # KUBECTL KUBECONFIG
-    [[ $("$1" --kubeconfig="$2" get node "$NODE_NAME" \
-        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }
 
 cmd_start() {

@@ -18,25 +18,25 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.dont_write_bytecode = True
 
-import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
-from checks import Check, Fatal, check, quantity, wait_until  # noqa: E402  (shared with tests/e2e)
+import koordtest  # noqa: E402
+from koordtest import webhookcfg  # noqa: E402
+from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
+from koordtest.harness import log  # noqa: E402
+from koordtest.metrics import metric_sum, percentile  # noqa: E402
+from koordtest.node import SYSTEM_NS, NodeHarness, build_images  # noqa: E402
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"
@@ -44,7 +44,6 @@ TESTDATA = HERE / "testdata"
 MANIFESTS = REPO / "manifests"
 CGROUP = Path("/sys/fs/cgroup")
 
-SYSTEM_NS = "koordinator-system"
 OPT_IN = "koordinator.sh/qos-webhook"
 QOS_LABEL = "koordinator.sh/qosClass"
 RESOLVED = "koordinator.sh/resolved-qos"
@@ -60,32 +59,7 @@ NS_LOAD = "node-load"  # the figures' pods
 # CAP_DAC_OVERRIDE (1), CAP_SYS_PTRACE (19), CAP_SYS_NICE (23): what the DaemonSet adds.
 APPLIER_CAPS = (1 << 1) | (1 << 19) | (1 << 23)
 
-
-def log(msg: str) -> None:
-    print(f"[node {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest rank."""
-    v = sorted(values)
-    return v[max(0, min(len(v) - 1, -(-int(p * len(v)) // 100) - 1))]
-
-
-def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
-        if m:
-            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-            out[(m.group(1), labs)] = float(m.group(3))
-    return out
-
-
-def metric_sum(metrics: dict, metric: str, **want: str) -> float:
-    return sum(v for (n, labs), v in metrics.items()
-               if n == metric and all((k, w) in labs for k, w in want.items()))
+koordtest.set_log_tag("node")
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,117 +67,17 @@ def metric_sum(metrics: dict, metric: str, **want: str) -> float:
 # ---------------------------------------------------------------------------------------
 
 
-class Harness:
+class Harness(NodeHarness):
+    """kubectl, pods, events, the applier's pod and metrics, cgroup paths (cgroup v1: one
+    hierarchy per controller), file reads on this machine: koordtest.node.NodeHarness."""
+
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="koord-node."))
-        self.node_dir = self.dir / "node"
-        self.node_started = False
-        self.env: dict[str, str] = {}
-        self.kubectl_bin = ""
-        self.images: dict[str, str] = {}  # image name -> archive
-        self.webhook_bin = ""
-        self.figures: list[str] = []
-        self.carry: dict = {}
-
-    # -- kubectl -------------------------------------------------------------------------
-
-    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess:
-        argv = [self.kubectl_bin, f"--kubeconfig={self.env['KUBECONFIG']}", *args]
-        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
-        if check_rc and p.returncode != 0:
-            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
-        return p
-
-    def kjson(self, *args: str) -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json").stdout)
-
-    def apply_obj(self, obj: dict, ns: str | None = None) -> None:
-        self.kubectl(*(["-n", ns] if ns else []), "apply", "-f", "-", input=json.dumps(obj))
-
-    def pod(self, ns: str, name: str) -> dict:
-        return self.kjson("get", "pod", "-n", ns, name)
-
-    def namespace(self, name: str) -> None:
-        """An opted-in namespace, usable once the controller-manager made its ServiceAccount."""
-        self.apply_obj({"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": name, "labels": {OPT_IN: "enabled"}}})
-        wait_until(f"ServiceAccount {name}/default", lambda: self.kubectl(
-            "-n", name, "get", "serviceaccount", "default", check_rc=False).returncode == 0, 30)
-
-    def wait_running(self, ns: str, name: str, timeout: float = 120) -> dict:
-        def running():
-            p = self.pod(ns, name)
-            st = p.get("status", {})
-            cs = st.get("containerStatuses") or []
-            if st.get("phase") == "Running" and cs and all(c.get("ready") or c.get("started")
-                                                           for c in cs):
-                return p
-            return None
-        try:
-            return wait_until(f"pod {ns}/{name} Running", running, timeout)
-        except Check as e:
-            desc = self.kubectl("describe", "pod", "-n", ns, name, check_rc=False).stdout
-            raise Check(f"{e}\n{desc[-1500:]}") from None
-
-    def events(self, ns: str, uid: str, reason: str | None = None) -> list[dict]:
-        sel = f"involvedObject.uid={uid}" + (f",reason={reason}" if reason else "")
-        return self.kjson("get", "events", "-n", ns, "--field-selector", sel)["items"]
-
-    # -- the product's pods --------------------------------------------------------------
-
-    def applier_pod(self) -> dict:
-        pods = self.kjson("get", "pods", "-n", SYSTEM_NS, "-l",
-                          "app.kubernetes.io/name=koord-applier")["items"]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
-        return live[0]
-
-    def applier_metrics(self, pod: dict | None = None) -> dict:
-        pod = pod or self.applier_pod()
-        ip = pod["status"].get("podIP")
-        check(ip, "the applier pod has no IP")
-        with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
-            return parse_metrics(r.read().decode())
-
-    def apiserver_metrics(self) -> dict:
-        return parse_metrics(self.kubectl("get", "--raw", "/metrics").stdout)
-
-    # -- cgroups ---------------------------------------------------------------------------
-
-    @staticmethod
-    def pod_cgroup(ctrl: str, pod: dict) -> Path:
-        parent = {"Guaranteed": "", "Burstable": "burstable", "BestEffort": "besteffort"}[
-            pod["status"]["qosClass"]]
-        return CGROUP / ctrl / "kubepods" / parent / f"pod{pod['metadata']['uid']}"
-
-    @staticmethod
-    def container_id(pod: dict, name: str) -> str:
-        for c in pod["status"].get("containerStatuses") or []:
-            if c["name"] == name and c.get("containerID"):
-                scheme, _, cid = c["containerID"].partition("://")
-                check(scheme == "containerd" and re.fullmatch(r"[0-9a-f]{64}", cid),
-                      f"unexpected containerID {c['containerID']}")
-                return cid
-        raise Check(f"container {name} has no containerID yet")
-
-    def container_cgroup(self, ctrl: str, pod: dict, name: str) -> Path:
-        return self.pod_cgroup(ctrl, pod) / self.container_id(pod, name)
+        super().__init__("koord-node.", NODE_SH)
 
     def container_pid(self, pod: dict, name: str) -> int:
         procs = (self.container_cgroup("pids", pod, name) / "cgroup.procs").read_text().split()
         check(procs, f"no process in the cgroup of {pod['metadata']['name']}/{name}")
         return int(procs[0])
-
-    # -- node.sh ---------------------------------------------------------------------------
-
-    def node_sh(self, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-        return subprocess.run([str(NODE_SH), *args], stdout=subprocess.PIPE, stderr=sys.stderr,
-                              text=True, timeout=timeout)
-
-
-def read_knob(path: Path) -> str:
-    return path.read_text().strip()
 
 
 def status_caps(pid: int) -> dict[str, str]:
@@ -225,32 +99,10 @@ def prerequisites(h: Harness) -> None:
     for tool in ("cargo", "python3", "curl", "openssl"):
         if not shutil.which(tool):
             raise Fatal(f"{tool} not on PATH")
-    r = subprocess.run([str(REPO / "tests" / "e2e" / "control-plane.sh"), "kubectl"],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Fatal(f"no kubectl: {r.stderr.strip()}")
-    h.kubectl_bin = r.stdout.strip()
+    # kubectl: the one node.sh start reports (control-plane.sh build makes one if needed).
     r = h.node_sh("check-clean")
     if r.returncode != 0:
         raise Fatal("the machine has leftovers of a node (see above); refusing to start")
-
-
-def build_images(h: Harness) -> None:
-    """`make images`: the product's images, exactly what manifests/ references."""
-    log("make images (images/build.sh)")
-    t0 = time.monotonic()
-    r = subprocess.run([str(REPO / "images" / "build.sh")], stdout=subprocess.PIPE,
-                       stderr=sys.stderr, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise Fatal("images/build.sh failed (see above)")
-    for line in r.stdout.split("\n"):
-        if line.strip():
-            name, archive = line.split()
-            h.images[name] = archive
-    log(f"images built in {time.monotonic() - t0:.0f}s: {', '.join(h.images)}")
-    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
-                                     cwd=REPO, capture_output=True, text=True, check=True).stdout)
-    h.webhook_bin = str(Path(meta["target_directory"]) / "release" / "koord-webhook")
 
 
 def start_node(h: Harness) -> None:
@@ -263,9 +115,8 @@ def start_node(h: Harness) -> None:
     r = h.node_sh("start", str(h.node_dir))
     if r.returncode != 0:
         raise Fatal("node.sh start failed (see above)")
-    for line in (h.node_dir / "node.env").read_text().splitlines():
-        k, _, v = line.partition("=")
-        h.env[k] = v
+    h.load_node_env()
+    h.kubectl_bin = h.env["KUBECTL"]  # of the node's version (node.sh build made one if needed)
     log(f"node up in {time.monotonic() - t0:.0f}s")
     r = h.node_sh("import", str(h.node_dir), *h.images.values())
     if r.returncode != 0:
@@ -276,14 +127,8 @@ def start_node(h: Harness) -> None:
 # Scenarios
 # ---------------------------------------------------------------------------------------
 
-SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
-
-
-def scenario(name: str):
-    def deco(fn):
-        SCENARIOS.append((name, fn))
-        return fn
-    return deco
+SUITE = koordtest.Suite("KOORD_NODE_ONLY")
+scenario = SUITE.scenario
 
 
 @scenario("images: the archives `make images` built are what manifests/ reference, "
@@ -382,7 +227,7 @@ def knob_files_check(h: Harness, pod: dict, event_msg: str) -> list[str]:
                       f"{knob}: file {'present' if f.exists() else 'absent'}, Event: {event_msg}")
                 continue
             if f.exists():
-                got = read_knob(f)
+                got = h.read(f)
                 check(str(want) == got or (want == "max" and int(got) >= 2**62),
                       f"{f}: {got}, annotation says {want}")
                 seen.append(f"{f.name}={got}")
@@ -432,7 +277,7 @@ def s_redis(h: Harness) -> None:
     seen = knob_files_check(h, pod, ev["message"])
     log(f"redis-demo Event: {ev['message']}; files compared: {seen or 'none (see Event)'}")
     # What the kubelet set stays the kubelet's: memory limit 6Gi, CFS quota of 1 CPU.
-    check(read_knob(h.container_cgroup("memory", pod, "redis") / "memory.limit_in_bytes")
+    check(h.read(h.container_cgroup("memory", pod, "redis") / "memory.limit_in_bytes")
           == str(6 * 2**30), "container memory.limit_in_bytes is not the kubelet's 6Gi")
     desc = h.kubectl("describe", "pod", "-n", NS_QOS, "redis-demo").stdout
     check(APPLIED in desc and RESOLVED in desc, "kubectl describe lacks the Event or the annotation")
@@ -496,7 +341,7 @@ def batch_files_check(h: Harness, pod: dict, container: str) -> dict[str, str]:
         for knob, want in ctrl_knobs.items():
             ctrl = "memory" if knob.startswith("memory.") else "cpu"
             base = h.container_cgroup(ctrl, pod, d) if d else h.pod_cgroup(ctrl, pod)
-            v = read_knob(base / knob)
+            v = h.read(base / knob)
             got[f"{'container' if d else 'pod'} {knob}"] = v
             check(v == str(want), f"{base / knob} = {v}, resolved-qos batch says {want}")
     return got
@@ -651,11 +496,11 @@ def s_applier_restart(h: Harness) -> None:
         "unchanged, 0 written")
 
     f = h.container_cgroup("cpu", be, "work") / "cpu.shares"
-    want = read_knob(f)
+    want = h.read(f)
     f.write_text("1024\n")
-    check(read_knob(f) == "1024", "the hand edit did not take")
+    check(h.read(f) == "1024", "the hand edit did not take")
     t0 = time.monotonic()
-    wait_until(f"{f} repaired", lambda: read_knob(f) == want, 20 + 10, 0.25)
+    wait_until(f"{f} repaired", lambda: h.read(f) == want, 20 + 10, 0.25)
     log(f"hand edit of {f.name} (1024) repaired to {want} after {time.monotonic() - t0:.1f}s "
         "(resync period 20 s)")
     m2 = h.applier_metrics(new)
@@ -1125,59 +970,10 @@ def s_uninstall(h: Harness) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    t_start = time.monotonic()
-    h = Harness()
-    passed: list[str] = []
-    failed: list[str] = []
-
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-    interrupted = False
-    try:
-        run(h, passed, failed)
-    except KeyboardInterrupt as e:
-        interrupted = True
-        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
-        failed.append("interrupted")
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        teardown(h, passed, failed, interrupted)
-        print(f"suite time {time.monotonic() - t_start:.0f}s", file=sys.stderr)
-        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
-    return 130 if interrupted else (1 if failed else 0)
-
-
-def run(h: Harness, passed: list[str], failed: list[str]) -> None:
-    try:
-        prerequisites(h)
-        build_images(h)
-        start_node(h)
-    except (Fatal, Check, subprocess.SubprocessError, OSError) as e:
-        print(f"FAIL setup: {e}", flush=True)
-        failed.append("setup")
-        return
-    # KOORD_NODE_ONLY=REGEX runs only the scenarios whose name matches (a development aid: later
-    # scenarios may rely on earlier ones; skipped ones are neither passed nor failed).
-    only = re.compile(os.environ["KOORD_NODE_ONLY"]) if os.environ.get("KOORD_NODE_ONLY") else None
-    for name, fn in SCENARIOS:
-        if only and not only.search(name):
-            print(f"SKIP {name} (KOORD_NODE_ONLY)", flush=True)
-            continue
-        t0 = time.monotonic()
-        log(f"--- {name}")
-        try:
-            fn(h)
-        except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
-            failed.append(name)
-            print(f"FAIL {name}: {e}", flush=True)
-            if not isinstance(e, (Check, Fatal)):
-                traceback.print_exc(file=sys.stderr)
-            continue
-        passed.append(name)
-        print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+def setup(h: Harness) -> None:
+    prerequisites(h)
+    build_images(h)
+    start_node(h)
 
 
 def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
@@ -1207,6 +1003,10 @@ def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool
         log(f"kept logs and state in {h.dir}")
     else:
         shutil.rmtree(h.dir, ignore_errors=True)
+
+
+def main() -> int:
+    return SUITE.main(Harness(), setup, teardown)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,18 @@
 # shellcheck shell=bash
-# Process and wait helpers for the test clusters' scripts, sourced (not run). Written to be
-# shared: nothing in here knows about a particular cluster. The caller sets PROG (its name in
-# messages) before sourcing and keeps `set -Eeuo pipefail`.
+# Process and wait helpers of every test cluster's scripts (tests/e2e/control-plane.sh,
+# tests/node/node.sh, tests/node-v2/node.sh), sourced, not run. Nothing in here knows about a
+# particular cluster. The caller sets PROG (its name in messages) before sourcing and keeps
+# `set -Eeuo pipefail`.
 #
 #   die MSG / log MSG / warn MSG
 #   pid_alive PID NAME           a live, non-zombie process whose comm is NAME (15 chars)
 #   read_pid FILE                the PID in FILE, or nothing
 #   launch DIR NAME BIN ARGS...  start BIN detached, log to DIR/logs/NAME.log, PID in DIR/NAME.pid
 #   stop_proc DIR NAME [SECONDS] SIGTERM, wait (20 s), SIGKILL; by the PID file, name checked
+#   must_run DIR NAME            NAME (launched into DIR) is alive; else its log tail, return 1
 #   wait_for WHAT SECONDS CMD... until CMD succeeds (every 0.5 s); logs how long it took
 #   port_busy PORT [ADDRESS]     something listens there
+#   node_ready KUBECTL KUBECONFIG  the Node $NODE_NAME reports Ready
 
 die() { echo "${PROG:-lib.sh}: error: $*" >&2; exit 1; }
 log() { echo "${PROG:-lib.sh}: $*" >&2; }
@@ -72,4 +75,16 @@ wait_for() { # WHAT SECONDS CMD...
 
 port_busy() { # PORT [ADDRESS]
     (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
+}
+
+must_run() { # DIR NAME  (for start: show why a component died)
+    pid_alive "$(read_pid "$1/$2.pid")" "$2" && return 0
+    echo "----- last 30 lines of $1/logs/$2.log -----" >&2
+    tail -n 30 "$1/logs/$2.log" >&2 || true
+    return 1
+}
+
+node_ready() { # KUBECTL KUBECONFIG   (the caller sets NODE_NAME)
+    [[ $("$1" --kubeconfig="$2" get node "$NODE_NAME" \
+        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
 }

@@ -1,0 +1,167 @@
+"""The part of a suite's harness that talks to the cluster: kubectl and the objects every suite
+creates and waits for. A suite subclasses Harness with what only it has (processes it starts,
+the node it boots, the guest it reads files from)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .checks import Check, check, wait_until
+
+OPT_IN = "koordinator.sh/qos-webhook"
+
+_tag = "test"
+
+
+def set_log_tag(tag: str) -> None:
+    """The prefix of every progress line: `[<tag> HH:MM:SS] ...`."""
+    global _tag
+    _tag = tag
+
+
+def log(msg: str) -> None:
+    """Progress on stderr; stdout carries only PASS/FAIL, figures and the count."""
+    print(f"[{_tag} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Harness:
+    # Per cluster: how long kubectl may take, how long a new namespace's default
+    # ServiceAccount may take to appear (None: no controller-manager makes one, do not wait),
+    # and how long a pod may take to run and how often to look.
+    KUBECTL_TIMEOUT = 120.0
+    SA_TIMEOUT: float | None = 30.0
+    POD_TIMEOUT = 120.0
+    POD_INTERVAL = 0.2
+
+    def __init__(self, prefix: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.env: dict[str, str] = {}  # what the cluster's start script printed (node.env)
+        self.kubectl_bin = ""
+        self._kubeconfig: str | Path | None = None
+        self.figures: list[str] = []  # `figure ...` lines, printed at the end
+        self.carry: dict = {}  # values one scenario hands to a later one
+
+    @property
+    def kubeconfig(self) -> str | Path:
+        """Set by the suite, or the KUBECONFIG its cluster's start script reported."""
+        return self._kubeconfig if self._kubeconfig is not None else self.env["KUBECONFIG"]
+
+    @kubeconfig.setter
+    def kubeconfig(self, value: str | Path) -> None:
+        self._kubeconfig = value
+
+    # -- kubectl -------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+        argv = [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", *args]
+        p = subprocess.run(argv, input=input, capture_output=True, text=True,
+                           timeout=timeout or self.KUBECTL_TIMEOUT)
+        if check_rc and p.returncode != 0:
+            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
+        return p
+
+    def kjson(self, *args: str) -> dict:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply_obj(self, obj: dict, ns: str | None = None) -> None:
+        self.kubectl(*(["-n", ns] if ns else []), "apply", "-f", "-", input=json.dumps(obj))
+
+    def pod(self, ns: str, name: str) -> dict:
+        return self.kjson("get", "pod", "-n", ns, name)
+
+    def namespace(self, name: str, opted_in: bool = True) -> None:
+        """A namespace (opted in to the webhook unless told otherwise), usable once the
+        controller-manager made its ServiceAccount."""
+        labels = {OPT_IN: "enabled"} if opted_in else {}
+        self.apply_obj({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": name, "labels": labels}})
+        if self.SA_TIMEOUT is not None:
+            wait_until(f"ServiceAccount {name}/default", lambda: self.kubectl(
+                "-n", name, "get", "serviceaccount", "default", check_rc=False).returncode == 0,
+                self.SA_TIMEOUT)
+
+    def wait_running(self, ns: str, name: str, timeout: float | None = None) -> dict:
+        """The pod once it is Running with every container ready or started; on timeout the
+        Check carries the end of `kubectl describe`."""
+        def running():
+            p = self.pod(ns, name)
+            st = p.get("status", {})
+            cs = st.get("containerStatuses") or []
+            if st.get("phase") == "Running" and cs and all(c.get("ready") or c.get("started")
+                                                           for c in cs):
+                return p
+            return None
+        try:
+            return wait_until(f"pod {ns}/{name} Running", running, timeout or self.POD_TIMEOUT,
+                              self.POD_INTERVAL)
+        except Check as e:
+            desc = self.kubectl("describe", "pod", "-n", ns, name, check_rc=False).stdout
+            raise Check(f"{e}\n{desc[-1500:]}") from None
+
+    def delete_pods(self, ns: str, *names: str) -> None:
+        """Deletes the pods and waits until they are gone."""
+        self.kubectl("-n", ns, "delete", "pod", *names, "--grace-period=1", "--wait=true",
+                     "--ignore-not-found", timeout=180)
+
+    def events(self, ns: str, uid: str, reason: str | None = None) -> list[dict]:
+        sel = f"involvedObject.uid={uid}" + (f",reason={reason}" if reason else "")
+        return self.kjson("get", "events", "-n", ns, "--field-selector", sel)["items"]
+
+    def apiserver_metrics(self) -> dict:
+        from .metrics import parse_metrics
+        return parse_metrics(self.kubectl("get", "--raw", "/metrics").stdout)
+
+    # -- files of the node ----------------------------------------------------------------
+    # Here the node's files are this machine's. A node in a guest overrides read_many (one
+    # round trip for many files); read goes through it.
+
+    def read_many(self, paths: list[str | Path]) -> dict[str, str | None]:
+        """{path: stripped content, or None for a missing file}, keyed by str(path)."""
+        out: dict[str, str | None] = {}
+        for p in paths:
+            try:
+                out[str(p)] = Path(p).read_text().strip()
+            except FileNotFoundError:
+                out[str(p)] = None
+        return out
+
+    def read(self, path: str | Path) -> str:
+        """The stripped content of one file; a missing file fails the scenario."""
+        v = self.read_many([path])[str(path)]
+        check(v is not None, f"{path}: no such file")
+        return v
+
+    # -- figures ---------------------------------------------------------------------------
+
+    def figure(self, line: str) -> None:
+        """A measured figure, printed as `figure <line>` after the scenarios."""
+        self.figures.append(f"figure {line}")
+
+
+# -- the kubelet's cgroup layout (cgroupfs driver) -------------------------------------------
+
+def kubepods_path(pod: dict) -> str:
+    """The pod's cgroup below the hierarchy root: kubepods[/burstable|/besteffort]/pod<uid>."""
+    parent = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[
+        pod["status"]["qosClass"]]
+    return f"kubepods{parent}/pod{pod['metadata']['uid']}"
+
+
+def container_id(pod: dict, name: str) -> str:
+    """The 64-hex containerd ID of container `name` (the last part of its cgroup path)."""
+    statuses = (pod["status"].get("containerStatuses") or []) + (
+        pod["status"].get("initContainerStatuses") or [])
+    for c in statuses:
+        if c["name"] == name and c.get("containerID"):
+            scheme, _, cid = c["containerID"].partition("://")
+            check(scheme == "containerd" and re.fullmatch(r"[0-9a-f]{64}", cid),
+                  f"unexpected containerID {c['containerID']}")
+            return cid
+    raise Check(f"container {name} has no containerID yet")

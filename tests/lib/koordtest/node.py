@@ -1,0 +1,94 @@
+"""A Harness for a real node that a node.sh starts and stops (tests/node, tests/node-v2), with
+the product installed on it from its own images."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .checks import Fatal, check
+from .harness import Harness, container_id, kubepods_path, log
+from .metrics import parse_metrics
+
+REPO = Path(__file__).resolve().parents[3]
+SYSTEM_NS = "koordinator-system"
+
+
+class NodeHarness(Harness):
+    NODE_SH_TIMEOUT = 1800.0
+
+    def __init__(self, prefix: str, node_sh: Path) -> None:
+        super().__init__(prefix)
+        self.node_sh_path = node_sh
+        self.node_dir = self.dir / "node"
+        self.node_started = False
+        self.images: dict[str, str] = {}  # the product's: image name -> archive
+        self.webhook_bin = ""
+
+    def node_sh(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+        """node.sh ARGS: its stdout captured, its stderr (progress, errors) passed through."""
+        return subprocess.run([str(self.node_sh_path), *args], stdout=subprocess.PIPE,
+                              stderr=sys.stderr, text=True, timeout=timeout or self.NODE_SH_TIMEOUT)
+
+    def load_node_env(self) -> None:
+        """DIR/node.env, which node.sh start writes: KUBECONFIG, KUBECTL, NODE_NAME, ..."""
+        for line in (self.node_dir / "node.env").read_text().splitlines():
+            k, _, v = line.partition("=")
+            self.env[k] = v
+
+    # -- the product's pods --------------------------------------------------------------
+
+    def applier_pod(self) -> dict:
+        pods = self.kjson("get", "pods", "-n", SYSTEM_NS, "-l",
+                          "app.kubernetes.io/name=koord-applier")["items"]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
+        return live[0]
+
+    def applier_metrics(self, pod: dict | None = None) -> dict:
+        """The applier's /metrics, fetched from its pod IP (routed to the node's pods)."""
+        pod = pod or self.applier_pod()
+        ip = pod["status"].get("podIP")
+        check(ip, "the applier pod has no IP")
+        with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
+            return parse_metrics(r.read().decode())
+
+    # -- cgroups (cgroupfs driver) ---------------------------------------------------------
+    # On cgroup v1 every controller has its hierarchy (CGROUP/<ctrl>/kubepods/...); on v2 there
+    # is one (CGROUP/kubepods/...): `ctrl` None.
+
+    CGROUP = Path("/sys/fs/cgroup")
+
+    def pod_cgroup(self, ctrl: str | None, pod: dict) -> Path:
+        root = self.CGROUP / ctrl if ctrl else self.CGROUP
+        return root / kubepods_path(pod)
+
+    @staticmethod
+    def container_id(pod: dict, name: str) -> str:
+        return container_id(pod, name)
+
+    def container_cgroup(self, ctrl: str | None, pod: dict, name: str) -> Path:
+        return self.pod_cgroup(ctrl, pod) / container_id(pod, name)
+
+
+def build_images(h: NodeHarness) -> None:
+    """`make images`: the product's images, exactly what manifests/ references; and where the
+    release koord-webhook (for `koord-webhook certs`) is."""
+    log("make images (images/build.sh)")
+    t0 = time.monotonic()
+    r = subprocess.run([str(REPO / "images" / "build.sh")], stdout=subprocess.PIPE,
+                       stderr=sys.stderr, text=True, cwd=REPO)
+    if r.returncode != 0:
+        raise Fatal("images/build.sh failed (see above)")
+    for line in r.stdout.split("\n"):
+        if line.strip():
+            name, archive = line.split()
+            h.images[name] = archive
+    log(f"images built in {time.monotonic() - t0:.0f}s: {', '.join(h.images)}")
+    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
+                                     cwd=REPO, capture_output=True, text=True, check=True).stdout)
+    h.webhook_bin = str(Path(meta["target_directory"]) / "release" / "koord-webhook")

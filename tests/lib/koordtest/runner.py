@@ -1,0 +1,111 @@
+"""The scenario registry and the run loop every suite shares, with its output contract:
+
+  PASS <name> (<seconds>s)      a scenario passed
+  FAIL <name>: <reason>         a scenario failed (a traceback on stderr if it was not a Check)
+  SKIP <name> (<ONLY_ENV>)      not selected by the ONLY_ENV regex
+  N passed, M failed            the last line; the exit code is 1 on any failure, 130 if
+                                interrupted (SIGINT, SIGTERM, SIGHUP)
+
+Usage:
+
+    suite = Suite("KOORD_NODE_ONLY")
+
+    @suite.scenario("what it proves")
+    def s_x(h): ...
+
+    sys.exit(suite.main(h, setup, teardown))
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+from .checks import Check, Fatal
+from .harness import log
+from .webhookcfg import RenderError
+
+# What a failed setup step raises: reported as `FAIL setup`, then teardown.
+SETUP_ERRORS = (Fatal, Check, RenderError, subprocess.SubprocessError, OSError)
+
+
+class Suite:
+    def __init__(self, only_env: str, wall_time_figure: bool = False) -> None:
+        """only_env: the variable holding the KOORD_*_ONLY regex. wall_time_figure: print the
+        suite's wall time as a `figure` line on stdout (else as `suite time` on stderr)."""
+        self.only_env = only_env
+        self.wall_time_figure = wall_time_figure
+        self.scenarios: list[tuple[str, Callable]] = []
+
+    def scenario(self, name: str):
+        """Registers the decorated function as a scenario; they run in definition order."""
+        def deco(fn):
+            self.scenarios.append((name, fn))
+            return fn
+        return deco
+
+    def run_scenarios(self, h, passed: list[str], failed: list[str]) -> None:
+        # ONLY_ENV=REGEX runs only the scenarios whose name matches (a development aid: later
+        # scenarios may rely on earlier ones; skipped ones are neither passed nor failed).
+        only = os.environ.get(self.only_env)
+        pattern = re.compile(only) if only else None
+        for name, fn in self.scenarios:
+            if pattern and not pattern.search(name):
+                print(f"SKIP {name} ({self.only_env})", flush=True)
+                continue
+            t0 = time.monotonic()
+            log(f"--- {name}")
+            try:
+                fn(h)
+            except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
+                failed.append(name)
+                print(f"FAIL {name}: {e}", flush=True)
+                if not isinstance(e, (Check, Fatal)):
+                    traceback.print_exc(file=sys.stderr)
+                continue
+            passed.append(name)
+            print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+
+    def main(self, h, setup: Callable, teardown: Callable) -> int:
+        """setup(h), the scenarios, then always teardown(h, passed, failed, interrupted),
+        which may add its own PASS/FAIL (a leak check) and print figures; then the count."""
+        t_start = time.monotonic()
+        passed: list[str] = []
+        failed: list[str] = []
+
+        def on_signal(signum, _frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        # Installed explicitly: a runner that started us with SIGINT ignored (a background
+        # job) must still be able to interrupt the suite and get everything stopped.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, on_signal)
+        interrupted = False
+        try:
+            try:
+                setup(h)
+            except SETUP_ERRORS as e:
+                print(f"FAIL setup: {e}", flush=True)
+                failed.append("setup")
+            else:
+                self.run_scenarios(h, passed, failed)
+        except KeyboardInterrupt as e:
+            interrupted = True
+            print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
+            failed.append("interrupted")
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish teardown on a second Ctrl-C
+            teardown(h, passed, failed, interrupted)
+            wall = time.monotonic() - t_start
+            if self.wall_time_figure:
+                print(f"figure suite wall time: {wall:.0f}s", flush=True)
+            else:
+                print(f"suite time {wall:.0f}s", file=sys.stderr)
+            print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+        return 130 if interrupted else (1 if failed else 0)

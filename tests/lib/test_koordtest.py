@@ -1,0 +1,159 @@
+"""Unit tests of the shared harness (no cluster needed): python3 tests/lib/test_koordtest.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
+from koordtest.harness import container_id, kubepods_path  # noqa: E402
+from koordtest.metrics import metric_sum, parse_metrics, percentile  # noqa: E402
+
+
+class FakeHarness:
+    def __init__(self) -> None:
+        self.torn_down: tuple | None = None
+
+
+def run_suite(suite: Suite, setup=lambda h: None, env: dict | None = None):
+    h = FakeHarness()
+
+    def teardown(h, passed, failed, interrupted):
+        h.torn_down = (list(passed), list(failed), interrupted)
+        passed.append("teardown")
+
+    out, err = io.StringIO(), io.StringIO()
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = suite.main(h, setup, teardown)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return rc, out.getvalue().splitlines(), h
+
+
+class Runner(unittest.TestCase):
+    def make(self) -> Suite:
+        suite = Suite("KOORD_TEST_ONLY")
+
+        @suite.scenario("first passes")
+        def _a(h):
+            pass
+
+        @suite.scenario("second fails a check")
+        def _b(h):
+            check(False, "nope")
+
+        @suite.scenario("third raises KeyError")
+        def _c(h):
+            {}["x"]
+
+        @suite.scenario("fourth passes after failures")
+        def _d(h):
+            pass
+        return suite
+
+    def test_pass_fail_lines_and_count(self):
+        rc, lines, h = run_suite(self.make())
+        self.assertEqual(rc, 1)
+        self.assertRegex(lines[0], r"^PASS first passes \(\d+\.\ds\)$")
+        self.assertEqual(lines[1], "FAIL second fails a check: nope")
+        self.assertEqual(lines[2], "FAIL third raises KeyError: 'x'")
+        self.assertRegex(lines[3], r"^PASS fourth passes after failures ")
+        self.assertEqual(lines[-1], "3 passed, 2 failed")  # teardown counts as passed
+        self.assertEqual(h.torn_down, (["first passes", "fourth passes after failures"],
+                                       ["second fails a check", "third raises KeyError"], False))
+
+    def test_only_filter_skips(self):
+        rc, lines, _ = run_suite(self.make(), env={"KOORD_TEST_ONLY": "first|fourth"})
+        self.assertEqual(rc, 0)
+        self.assertIn("SKIP second fails a check (KOORD_TEST_ONLY)", lines)
+        self.assertEqual(lines[-1], "3 passed, 0 failed")
+
+    def test_setup_failure_skips_scenarios_but_tears_down(self):
+        def setup(h):
+            raise Fatal("no root")
+        rc, lines, h = run_suite(self.make(), setup)
+        self.assertEqual(rc, 1)
+        self.assertEqual(lines[0], "FAIL setup: no root")
+        self.assertEqual(lines[-1], "1 passed, 1 failed")
+        self.assertEqual(h.torn_down, ([], ["setup"], False))
+
+    def test_interrupt_is_reported_and_torn_down(self):
+        suite = Suite("KOORD_TEST_ONLY")
+
+        @suite.scenario("interrupted")
+        def _a(h):
+            raise KeyboardInterrupt("signal 15")
+        rc, lines, h = run_suite(suite)
+        self.assertEqual(rc, 130)
+        self.assertEqual(lines[0], "FAIL interrupted (signal 15)")
+        self.assertEqual(h.torn_down, ([], ["interrupted"], True))
+
+    def test_wall_time_as_figure(self):
+        rc, lines, _ = run_suite(Suite("KOORD_TEST_ONLY", wall_time_figure=True))
+        self.assertEqual(rc, 0)
+        self.assertRegex(lines[-2], r"^figure suite wall time: \d+s$")
+
+
+class Files(unittest.TestCase):
+    def test_read_many_and_read(self):
+        h = Harness("koordtest-unit.")
+        try:
+            f = h.dir / "memory.min"
+            f.write_text("1024\n")
+            missing = h.dir / "memory.low"
+            self.assertEqual(h.read_many([f, str(missing)]), {str(f): "1024", str(missing): None})
+            self.assertEqual(h.read(f), "1024")
+            with self.assertRaises(Check):
+                h.read(missing)
+        finally:
+            f.unlink()
+            h.dir.rmdir()
+
+    def test_kubeconfig_from_env_or_set(self):
+        h = Harness("koordtest-unit.")
+        h.dir.rmdir()
+        h.env["KUBECONFIG"] = "/a"
+        self.assertEqual(h.kubeconfig, "/a")
+        h.kubeconfig = Path("/b")
+        self.assertEqual(h.kubeconfig, Path("/b"))
+
+
+class Kubelet(unittest.TestCase):
+    POD = {"metadata": {"uid": "u1"}, "status": {"qosClass": "Burstable", "containerStatuses": [
+        {"name": "app", "containerID": "containerd://" + "a" * 64}]}}
+
+    def test_paths(self):
+        self.assertEqual(kubepods_path(self.POD), "kubepods/burstable/podu1")
+        g = {"metadata": {"uid": "u2"}, "status": {"qosClass": "Guaranteed"}}
+        self.assertEqual(kubepods_path(g), "kubepods/podu2")
+        self.assertEqual(container_id(self.POD, "app"), "a" * 64)
+        with self.assertRaises(Check):
+            container_id(self.POD, "sidecar")
+
+
+class Metrics(unittest.TestCase):
+    def test_parse_and_sum(self):
+        m = parse_metrics('# HELP x\nw_total{knob="cpu.shares",outcome="written"} 3\n'
+                          'w_total{knob="memory.min",outcome="written"} 2 1700000000\n'
+                          'w_total{knob="memory.min",outcome="unchanged"} 5\n')
+        self.assertEqual(metric_sum(m, "w_total", outcome="written"), 5)
+        self.assertEqual(metric_sum(m, "w_total"), 10)
+
+    def test_percentile_nearest_rank(self):
+        v = [float(i) for i in range(1, 101)]
+        self.assertEqual((percentile(v, 50), percentile(v, 99), percentile(v, 100)),
+                         (50.0, 99.0, 100.0))
+
+
+if __name__ == "__main__":
+    unittest.main()
