@@ -33,7 +33,8 @@ from __future__ import annotations
 import json
 import time
 
-from checks import Check, check, wait_until
+from koordtest.checks import Check, check, wait_until
+from koordtest.harness import log
 
 NS = "v2-protect"
 LS_FILE_MIB = 160
@@ -50,15 +51,12 @@ SLO_PROTECT = {"clusterStrategy": {
     "beClass": {"memoryQOS": {"enable": True, "throttlingPercent": 80}}}}
 
 
-def log(msg: str) -> None:
-    import sys
-    print(f"[node-v2 {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def ls_pod(image: str) -> dict:
-    cache = (f"until [ -f /data/go ]; do sleep 0.2; done; cat /data/ws >/dev/null; touch /data/warm; "
-             f"until [ -f /data/reread ]; do sleep 0.2; done; cat /data/ws >/dev/null; "
-             f"touch /data/reread-done; exec sleep 1000000")
+    cache = ("until [ -f /data/go ]; do sleep 0.2; done; cat /data/ws >/dev/null; touch /data/warm; "
+             "until [ -f /data/reread ]; do sleep 0.2; done; cat /data/ws >/dev/null; "
+             "touch /data/reread-done; exec sleep 1000000")
     mounts = [{"name": "data", "mountPath": "/data"}]
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "redis-demo", "labels": {"koordinator.sh/qosClass": "LS",
@@ -169,7 +167,7 @@ def run_config(h, name: str) -> None:
         wait_resolved(h, True, 100)
     h.apply_obj(ls_pod(image), NS)
     ls = h.wait_running(NS, "redis-demo")
-    ls_cg = h.pod_cgroup(ls)
+    ls_cg = h.pod_cgroup(None, ls)
     if name in ("P", "C"):
         # The applier's pass: the LS pod's memory.min = its request (64Mi + 200Mi).
         wait_until("the applier to write the LS pod's memory.min", lambda: int(
@@ -190,7 +188,7 @@ def run_config(h, name: str) -> None:
 
     h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
     be = h.wait_running(NS, "be-flood")
-    be_cg, be_ed = h.pod_cgroup(be), emptydir(be)
+    be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
     t0 = time.monotonic()
     bench = h.guest(f"redis-benchmark -h {ip} -t get -n 40000 -r 20000 -c 8 --csv", timeout=600)
     wait_until("the BE flood to finish", lambda: h.guest(
@@ -198,7 +196,7 @@ def run_config(h, name: str) -> None:
     flood_s = time.monotonic() - t0
     after = memstat(h, ls_cg)
     be_events = kv(h.read(f"{be_cg}/memory.events"))
-    be_high = h.read(f"{h.container_cgroup(be, 'flood')}/memory.high")
+    be_high = h.read(f"{h.container_cgroup(None, be, 'flood')}/memory.high")
     # The re-read after the flood: what it must fetch again is what was lost.
     h.guest(f"touch {ed}/reread")
     wait_until("the LS pod to re-read its working set", lambda: h.guest(
@@ -264,7 +262,7 @@ def throttled(h) -> None:
     image = h.env["REDIS_IMAGE"]
     h.apply_obj(ls_pod(image), NS)
     ls = h.wait_running(NS, "redis-demo")
-    ls_cg, ed = h.pod_cgroup(ls), emptydir(ls)
+    ls_cg, ed = h.pod_cgroup(None, ls), emptydir(ls)
     wait_until("the applier to write the LS pod's memory.min", lambda: int(
         h.read(f"{ls_cg}/memory.min")) >= 264 * 2**20, 90, 1)
     h.guest(f"dd if=/dev/urandom of={ed}/ws bs=1M count={LS_FILE_MIB} 2>/dev/null && sync && "
@@ -281,12 +279,12 @@ def throttled(h) -> None:
     c["resources"]["limits"]["memory"] = "400Mi"
     h.apply_obj(pod, NS)
     be = h.wait_running(NS, "be-throttled")
-    cg = h.container_cgroup(be, "flood")
+    cg = h.container_cgroup(None, be, "flood")
     want = str(400 * 2**20 * 80 // 100 // 4096 * 4096)
     wait_until("the BE container's memory.high", lambda: h.read(f"{cg}/memory.high") == want, 90, 0.5)
     wait_until("the BE stream to finish", lambda: h.guest(
         f"[ -f {emptydir(be)}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
-    ev = kv(h.read(f"{h.pod_cgroup(be)}/memory.events"))
+    ev = kv(h.read(f"{h.pod_cgroup(None, be)}/memory.events"))
     peak = int(h.read(f"{cg}/memory.peak")) if h.guest(f"[ -e {cg}/memory.peak ] && echo y",
                                                        check_rc=False).strip() == "y" else None
     after = memstat(h, ls_cg)["file"]

@@ -19,24 +19,24 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.path.insert(0, str(HERE))
 sys.dont_write_bytecode = True
 
-import webhookcfg  # noqa: E402  (render and JSON parsing shared with tests/e2e)
-from checks import Check, Fatal, check, wait_until  # noqa: E402  (shared with tests/e2e)
+from koordtest import NotRun, Suite, set_log_tag  # noqa: E402
+from koordtest import webhookcfg  # noqa: E402
+from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
+from koordtest.harness import container_id, kubepods_path, log  # noqa: E402
+from koordtest.metrics import metric_sum, percentile  # noqa: E402
+from koordtest.node import NodeHarness, build_images  # noqa: E402
 import protection  # noqa: E402  (the seed's promise on real pods)
 
 NODE_SH = HERE / "node.sh"
@@ -57,12 +57,9 @@ NS_QOS = "v2-qos"
 K8S_VERSION = os.environ.get("KOORD_V2_K8S_VERSION", "1.37.2")
 
 
-class NotRun(Exception):
-    """A scenario left out of this run on purpose (said so on its SKIP line)."""
-
-
-def log(msg: str) -> None:
-    print(f"[node-v2 {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+set_log_tag("node-v2")
+SUITE = Suite("KOORD_NODE_V2_ONLY", wall_time_figure=True)
+scenario = SUITE.scenario
 
 
 # ---------------------------------------------------------------------------------------
@@ -70,68 +67,18 @@ def log(msg: str) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-class Harness:
+class Harness(NodeHarness):
+    """The cgroup v2 node: its files are the guest's, read through the guest agent."""
+    SA_TIMEOUT = 60.0
+    POD_TIMEOUT = 180.0
+    POD_INTERVAL = 0.5
+    NODE_SH_TIMEOUT = 3600.0
+
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="koord-node-v2."))
-        self.node_dir = self.dir / "node"
-        self.node_started = False
-        self.env: dict[str, str] = {}
-        self.kubectl_bin = ""
-        self.images: dict[str, str] = {}  # the product's: image name -> archive
-        self.webhook_bin = ""
-        self.figures: list[str] = []
+        super().__init__("koord-node-v2.", NODE_SH)
         self.installed = False
         self.kubelet_log_mark = 0
         self.cg_prefix = ""  # the kubelet's cgroupRoot below the hierarchy root
-
-    # -- kubectl -------------------------------------------------------------------------
-
-    def kubectl(self, *args: str, input: str | None = None, check_rc: bool = True,
-                timeout: float = 120) -> subprocess.CompletedProcess:
-        argv = [self.kubectl_bin, f"--kubeconfig={self.env['KUBECONFIG']}", *args]
-        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
-        if check_rc and p.returncode != 0:
-            raise Check(f"`kubectl {' '.join(args)}` failed ({p.returncode}): {p.stderr.strip()}")
-        return p
-
-    def kjson(self, *args: str) -> dict:
-        return json.loads(self.kubectl(*args, "-o", "json").stdout)
-
-    def apply_obj(self, obj: dict, ns: str | None = None) -> None:
-        self.kubectl(*(["-n", ns] if ns else []), "apply", "-f", "-", input=json.dumps(obj))
-
-    def pod(self, ns: str, name: str) -> dict:
-        return self.kjson("get", "pod", "-n", ns, name)
-
-    def namespace(self, name: str, opted_in: bool = True) -> None:
-        labels = {OPT_IN: "enabled"} if opted_in else {}
-        self.apply_obj({"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": name, "labels": labels}})
-        wait_until(f"ServiceAccount {name}/default", lambda: self.kubectl(
-            "-n", name, "get", "serviceaccount", "default", check_rc=False).returncode == 0, 60)
-
-    def wait_running(self, ns: str, name: str, timeout: float = 180) -> dict:
-        def running():
-            p = self.pod(ns, name)
-            st = p.get("status", {})
-            cs = st.get("containerStatuses") or []
-            if st.get("phase") == "Running" and cs and all(c.get("ready") or c.get("started")
-                                                           for c in cs):
-                return p
-            return None
-        try:
-            return wait_until(f"pod {ns}/{name} Running", running, timeout, 0.5)
-        except Check as e:
-            desc = self.kubectl("describe", "pod", "-n", ns, name, check_rc=False).stdout
-            raise Check(f"{e}\n{desc[-1500:]}") from None
-
-    def delete_pods(self, ns: str, *names: str) -> None:
-        self.kubectl("-n", ns, "delete", "pod", *names, "--grace-period=1", "--wait=true",
-                     "--ignore-not-found", timeout=180)
-
-    def events(self, ns: str, uid: str, reason: str | None = None) -> list[dict]:
-        sel = f"involvedObject.uid={uid}" + (f",reason={reason}" if reason else "")
-        return self.kjson("get", "events", "-n", ns, "--field-selector", sel)["items"]
 
     # -- the guest ------------------------------------------------------------------------
 
@@ -145,49 +92,23 @@ class Harness:
             raise Check(f"in the guest, `{script[:200]}` exited {out['rc']}: {out['stderr'][-800:]}")
         return out["stdout"]
 
-    def read(self, path: str) -> str:
-        return self.guest(f"cat '{path}'").strip()
-
-    def read_many(self, paths: list[str]) -> dict[str, str | None]:
+    def read_many(self, paths: list) -> dict[str, str | None]:
         """One round trip for many files; None for a missing file."""
+        paths = [str(p) for p in paths]
         script = "".join(f"if [ -e '{p}' ]; then printf '%s\\0' \"$(cat '{p}')\"; "
                          f"else printf '\\1\\0'; fi\n" for p in paths)
         vals = self.guest(script).split("\0")[:-1]
         check(len(vals) == len(paths), f"read {len(vals)} of {len(paths)} files")
         return {p: (None if v == "\1" else v.strip()) for p, v in zip(paths, vals)}
 
-    # -- cgroups (cgroup v2, cgroupfs driver: kubepods[/burstable|/besteffort]/pod<uid>/<id>)
+    # -- cgroups (cgroup v2, cgroupfs driver: [cgroupRoot/]kubepods[/qos]/pod<uid>/<id>) ----
 
-    def pod_cgroup(self, pod: dict) -> str:
-        parent = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[
-            pod["status"]["qosClass"]]
-        return f"{CGROUP}{self.cg_prefix}/kubepods{parent}/pod{pod['metadata']['uid']}"
+    def pod_cgroup(self, ctrl: str | None, pod: dict) -> str:
+        check(ctrl is None, "cgroup v2 has one hierarchy")
+        return f"{CGROUP}{self.cg_prefix}/{kubepods_path(pod)}"
 
-    @staticmethod
-    def container_id(pod: dict, name: str) -> str:
-        for c in pod["status"].get("containerStatuses") or []:
-            if c["name"] == name and c.get("containerID"):
-                scheme, _, cid = c["containerID"].partition("://")
-                check(scheme == "containerd" and re.fullmatch(r"[0-9a-f]{64}", cid),
-                      f"unexpected containerID {c['containerID']}")
-                return cid
-        raise Check(f"container {name} has no containerID yet")
-
-    def container_cgroup(self, pod: dict, name: str) -> str:
-        return f"{self.pod_cgroup(pod)}/{self.container_id(pod, name)}"
-
-    # -- the product's pods --------------------------------------------------------------
-
-    def applier_pod(self) -> dict:
-        pods = self.kjson("get", "pods", "-n", SYSTEM_NS, "-l",
-                          "app.kubernetes.io/name=koord-applier")["items"]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
-        return live[0]
-
-    def node_sh(self, *args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-        return subprocess.run([str(NODE_SH), *args], stdout=subprocess.PIPE, stderr=sys.stderr,
-                              text=True, timeout=timeout)
+    def container_cgroup(self, ctrl: str | None, pod: dict, name: str) -> str:
+        return f"{self.pod_cgroup(ctrl, pod)}/{container_id(pod, name)}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,22 +126,6 @@ def prerequisites(h: Harness) -> None:
         raise Fatal("the machine has leftovers of a cgroup v2 node (see above); refusing to start")
 
 
-def build_images(h: Harness) -> None:
-    """`make images`: the product's images, exactly what manifests/ references."""
-    log("make images (images/build.sh)")
-    t0 = time.monotonic()
-    r = subprocess.run([str(REPO / "images" / "build.sh")], stdout=subprocess.PIPE,
-                       stderr=sys.stderr, text=True, cwd=REPO)
-    if r.returncode != 0:
-        raise Fatal("images/build.sh failed (see above)")
-    for line in r.stdout.split("\n"):
-        if line.strip():
-            name, archive = line.split()
-            h.images[name] = archive
-    log(f"images built in {time.monotonic() - t0:.0f}s: {', '.join(h.images)}")
-    meta = json.loads(subprocess.run(["cargo", "metadata", "--no-deps", "--format-version", "1"],
-                                     cwd=REPO, capture_output=True, text=True, check=True).stdout)
-    h.webhook_bin = str(Path(meta["target_directory"]) / "release" / "koord-webhook")
 
 
 def start_node(h: Harness) -> None:
@@ -234,9 +139,7 @@ def start_node(h: Harness) -> None:
     os.environ["KOORD_V2_IMAGES"] = " ".join(h.images.values())
     if h.node_sh("start", str(h.node_dir)).returncode != 0:
         raise Fatal("node.sh start failed (see above)")
-    for line in (h.node_dir / "node.env").read_text().splitlines():
-        k, _, v = line.partition("=")
-        h.env[k] = v
+    h.load_node_env()
     h.kubectl_bin = h.env["KUBECTL"]  # built with the node's binaries: 1.37 like the server
     h.figures.append(f"figure node start (node.sh start, control plane + guest + Ready): "
                      f"{time.monotonic() - t0:.0f}s; guest start to its agent "
@@ -247,16 +150,6 @@ def start_node(h: Harness) -> None:
 # ---------------------------------------------------------------------------------------
 # Scenarios
 # ---------------------------------------------------------------------------------------
-
-SCENARIOS: list[tuple[str, Callable[[Harness], None]]] = []
-
-
-def scenario(name: str):
-    def deco(fn):
-        SCENARIOS.append((name, fn))
-        return fn
-    return deco
-
 
 @scenario("node: Kubernetes 1.37 kubelet and containerd 2 report in, cgroup v2 with the memory "
           "controller in the guest, the kubelet's kubepods tree made with the cgroupfs driver")
@@ -352,9 +245,9 @@ def knob_files(h: Harness, pod: dict, event_msg: str) -> list[str]:
     mq = json.loads(pod["metadata"]["annotations"][RESOLVED]).get("memoryQOS") or {}
     m = re.search(r"unsupported on this node: ([^;]*)", event_msg)
     unsupported = set(m.group(1).split()) if m else set()
-    targets = [(h.pod_cgroup(pod), mq.get("pod") or {})]
+    targets = [(h.pod_cgroup(None, pod), mq.get("pod") or {})]
     for cname, knobs in (mq.get("containers") or {}).items():
-        targets.append((h.container_cgroup(pod, cname), knobs))
+        targets.append((h.container_cgroup(None, pod, cname), knobs))
     paths = [f"{d}/{k}" for d, knobs in targets for k in knobs]
     got = h.read_many(paths)
     seen = []
@@ -403,7 +296,7 @@ def s_ls_cgroups(h: Harness) -> None:
     check(any("memory.high" in s for s in seen), f"no memory.high compared: {seen}")
     log(f"ls-app Event: {ev['message']}; files: {seen}")
     # The kubelet's own: memory.max = the 512Mi limit, cpu.max = 500m.
-    c, pc = h.container_cgroup(pod, "app"), h.pod_cgroup(pod)
+    c, pc = h.container_cgroup(None, pod, "app"), h.pod_cgroup(None, pod)
     kp, burst = f"{CGROUP}/kubepods", f"{CGROUP}/kubepods/burstable"
     v = h.read_many([f"{c}/memory.max", f"{c}/cpu.max", f"{pc}/memory.min", f"{burst}/memory.min",
                      f"{kp}/memory.min", f"{pc}/memory.low", f"{burst}/memory.low"])
@@ -426,39 +319,12 @@ def s_ls_cgroups(h: Harness) -> None:
 # -- metrics, events ---------------------------------------------------------------------
 
 
-def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?", line)
-        if m:
-            labs = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-            out[(m.group(1), labs)] = float(m.group(3))
-    return out
 
 
-def metric_sum(metrics: dict, metric: str, **want: str) -> float:
-    return sum(v for (n, labs), v in metrics.items()
-               if n == metric and all((k, w) in labs for k, w in want.items()))
 
 
-def applier_metrics(h: Harness, pod: dict | None = None) -> dict:
-    pod = pod or h.applier_pod()
-    ip = pod["status"].get("podIP")
-    check(ip, "the applier pod has no IP")
-    with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
-        return parse_metrics(r.read().decode())
 
 
-def quantity(q: str) -> float:
-    """A Kubernetes quantity as a number (cpu in millicores for batch-cpu, which is an integer)."""
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9,
-             "m": 1e-3}
-    for u, f in units.items():
-        if q.endswith(u):
-            return float(q[: -len(u)]) * f
-    return float(q)
 
 
 BATCH_CPU = "kubernetes.io/batch-cpu"
@@ -486,14 +352,14 @@ def v2_file(knob: str, want) -> tuple[str, str]:
 def batch_files(h: Harness, pod: dict, container: str) -> dict[str, str]:
     """The batch section of resolved-qos, translated to cgroup v2, in the real cgroups."""
     batch = json.loads(pod["metadata"]["annotations"][RESOLVED])["batch"]
-    targets = [(h.pod_cgroup(pod), batch["pod"]), (h.container_cgroup(pod, container),
+    targets = [(h.pod_cgroup(None, pod), batch["pod"]), (h.container_cgroup(None, pod, container),
                                                    batch["containers"][container])]
     files = {f"{d}/{v2_file(k, w)[0]}": v2_file(k, w)[1] for d, knobs in targets
              for k, w in knobs.items()}
     # A SCHED_IDLE cgroup (cpu.idle = 1, BE with --cpu-idle-fallback) has no weight: the kernel
     # reads cpu.weight as 0 and refuses writes (docs/cpu-qos.md).
-    if h.read(f"{h.pod_cgroup(pod)}/cpu.idle") == "1":
-        files[f"{h.pod_cgroup(pod)}/cpu.weight"] = "0"
+    if h.read(f"{h.pod_cgroup(None, pod)}/cpu.idle") == "1":
+        files[f"{h.pod_cgroup(None, pod)}/cpu.weight"] = "0"
     got = h.read_many(list(files))
     for path, want in files.items():
         check(got[path] == want, f"{path} = {got[path]}, resolved-qos batch says {want}")
@@ -571,7 +437,7 @@ def s_batch(h: Harness) -> None:
     # --cpu-idle-fallback is refused on cgroup v2 (an idle cgroup's cpu.weight reads 0, which
     # the kubelet counts as ~1.8e15 CPUs used and then fails new pods with OutOfcpu): the BE
     # pod and the QoS cgroup stay non-idle, the applier says why.
-    idle = h.read_many([f"{h.pod_cgroup(pod)}/cpu.idle", f"{CGROUP}/kubepods/besteffort/cpu.idle"])
+    idle = h.read_many([f"{h.pod_cgroup(None, pod)}/cpu.idle", f"{CGROUP}/kubepods/besteffort/cpu.idle"])
     check(set(idle.values()) == {"0"}, f"cpu.idle on cgroup v2: {idle}")
     logs = h.kubectl("-n", SYSTEM_NS, "logs", h.applier_pod()["metadata"]["name"]).stdout
     check("--cpu-idle-fallback is refused on cgroup v2" in logs, "no refusal in the applier log")
@@ -625,14 +491,14 @@ def s_applier_restart(h: Harness) -> None:
             c["ready"] for c in p["status"].get("containerStatuses") or [{"ready": False}]) else None
     new = wait_until("the new applier pod Ready", new_ready, 180, 1)
     wait_until("the new applier's first pass", lambda: metric_sum(
-        applier_metrics(h, new), "koord_applier_cgroup_writes_total", outcome="unchanged") > 0,
+        h.applier_metrics(new), "koord_applier_cgroup_writes_total", outcome="unchanged") > 0,
         60, 1)
     time.sleep(22)  # and one full resync (20 s)
-    m = applier_metrics(h, new)
+    m = h.applier_metrics(new)
     written = {dict(l)["knob"]: v for (n, l), v in m.items()
                if n == "koord_applier_cgroup_writes_total" and ("outcome", "written") in l and v}
     check(not written, f"the new applier wrote knobs that were already right: {written}")
-    f = f"{h.container_cgroup(be, 'work')}/cpu.max"
+    f = f"{h.container_cgroup(None, be, 'work')}/cpu.max"
     want = h.read(f)
     h.guest(f"echo '90000 100000' > {f}")
     check(h.read(f) == "90000 100000", "the hand edit did not take")
@@ -685,7 +551,7 @@ def s_flip(h: Harness) -> None:
     pod = h.wait_running(NS_QOS, "flip-ls")
     applied_event(h, NS_QOS, pod)
     cid = h.container_id(pod, "app")
-    path = f"{h.pod_cgroup(pod)}/memory.min"
+    path = f"{h.pod_cgroup(None, pod)}/memory.min"
     check(h.read(path) == str(128 * 2**20), f"{path} = {h.read(path)} before the flip")
     try:
         for enable, want in ((False, "0"), (True, str(128 * 2**20))):
@@ -718,9 +584,6 @@ def load_pod(i: int, image: str) -> dict:
                                                    "limits": {"memory": "32Mi"}}}]}}
 
 
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))]
 
 
 def applier_usage(h: Harness, seconds: float) -> tuple[float, float, float]:
@@ -774,7 +637,7 @@ def s_figures(h: Harness) -> None:
                 if p["status"].get("phase") == "Running"]) >= 100, 600, 3)
         time.sleep(25)  # one full resync after the last pod
         rss, hwm, cpu = applier_usage(h, 60)
-        m = applier_metrics(h)
+        m = h.applier_metrics()
         h.figures.append(f"figure applier on cgroup v2 with {n} load pods "
                          f"({metric_sum(m, 'koord_applier_pods_managed'):.0f} managed): RSS "
                          f"{rss:.1f} MiB (peak {hwm:.1f} MiB), CPU {cpu:.2f}% of one core over 60 s "
@@ -855,11 +718,11 @@ def s_kubelet_memory_qos(h: Harness) -> None:
     files = [f"{d}/{k}" for d in (kp, burst, f"{CGROUP}/kubepods/besteffort")
              for k in ("memory.min", "memory.low")]
     for p in pods:
-        for d in (h.pod_cgroup(p), h.container_cgroup(p, "app")):
+        for d in (h.pod_cgroup(None, p), h.container_cgroup(None, p, "app")):
             files += [f"{d}/{k}" for k in ("memory.min", "memory.low", "memory.high")]
     # The kubelet's sums (its rule, contract section 6): kubepods memory.min covers both pods'
     # requests; the annotation's values at pod level (min = low = the request).
-    want_pod = {h.pod_cgroup(pods[0]): 128 * 2**20, h.pod_cgroup(pods[1]): 96 * 2**20}
+    want_pod = {h.pod_cgroup(None, pods[0]): 128 * 2**20, h.pod_cgroup(None, pods[1]): 96 * 2**20}
 
     def converged():
         v = h.read_many(files)
@@ -872,7 +735,7 @@ def s_kubelet_memory_qos(h: Harness) -> None:
         raise Check(f"{e}: {h.read_many(files)}") from None
     time.sleep(25)  # a full resync of the applier and a kubelet QoS update after the pods
     first = h.read_many(files)
-    written = lambda: metric_sum(applier_metrics(h), "koord_applier_cgroup_writes_total",  # noqa: E731
+    written = lambda: metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total",  # noqa: E731
                                  outcome="written")
     w0 = written()
     changes: list[str] = []
@@ -911,9 +774,7 @@ def s_cgroup_root(h: Harness) -> None:
             raise Check("node.sh start with cgroupRoot /kubelet failed (see above)")
     finally:
         del os.environ["KOORD_V2_KUBELET_CGROUP_ROOT"]
-    for line in (h.node_dir / "node.env").read_text().splitlines():
-        k, _, v = line.partition("=")
-        h.env[k] = v
+    h.load_node_env()
     h.cg_prefix = "/kubelet"
     check(h.guest(f"[ -d {CGROUP}/kubelet/kubepods/burstable ] && [ ! -e {CGROUP}/kubepods ] "
                   "&& echo y").strip() == "y", "the kubelet did not make kubelet/kubepods only")
@@ -925,8 +786,8 @@ def s_cgroup_root(h: Harness) -> None:
     ev = applied_event(h, NS_QOS, pod)
     seen = knob_files(h, pod, ev["message"])
     check("pod memory.min=134217728" in seen and "container memory.min=134217728" in seen,
-          f"files under {h.pod_cgroup(pod)}: {seen}")
-    m = applier_metrics(h)
+          f"files under {h.pod_cgroup(None, pod)}: {seen}")
+    m = h.applier_metrics()
     info = [dict(l) for (n, l), v in m.items() if n == "koord_applier_cgroup_layout_info" and v == 1]
     check(info and info[0].get("kubelet_cgroup_root") == "/kubelet", f"layout info {info}")
     logs = h.kubectl("-n", SYSTEM_NS, "logs", h.applier_pod()["metadata"]["name"]).stdout
@@ -940,62 +801,10 @@ def s_cgroup_root(h: Harness) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def main() -> int:
-    t_start = time.monotonic()
-    h = Harness()
-    passed: list[str] = []
-    failed: list[str] = []
-
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-    interrupted = False
-    try:
-        run(h, passed, failed)
-    except KeyboardInterrupt as e:
-        interrupted = True
-        print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
-        failed.append("interrupted")
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        teardown(h, passed, failed, interrupted)
-        print(f"figure suite wall time: {time.monotonic() - t_start:.0f}s", flush=True)
-        print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
-    return 130 if interrupted else (1 if failed else 0)
-
-
-def run(h: Harness, passed: list[str], failed: list[str]) -> None:
-    try:
-        prerequisites(h)
-        build_images(h)
-        start_node(h)
-    except (Fatal, Check, subprocess.SubprocessError, OSError) as e:
-        print(f"FAIL setup: {e}", flush=True)
-        failed.append("setup")
-        return
-    # KOORD_NODE_V2_ONLY=REGEX runs only the matching scenarios (later ones may rely on earlier).
-    only = os.environ.get("KOORD_NODE_V2_ONLY")
-    pattern = re.compile(only) if only else None
-    for name, fn in SCENARIOS:
-        if pattern and not pattern.search(name):
-            print(f"SKIP {name} (KOORD_NODE_V2_ONLY)", flush=True)
-            continue
-        t0 = time.monotonic()
-        log(f"--- {name}")
-        try:
-            fn(h)
-        except NotRun as e:
-            print(f"SKIP {name} ({e})", flush=True)
-            continue
-        except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
-            failed.append(name)
-            print(f"FAIL {name}: {e}", flush=True)
-            if not isinstance(e, (Check, Fatal)):
-                traceback.print_exc(file=sys.stderr)
-            continue
-        passed.append(name)
-        print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
+def setup(h: Harness) -> None:
+    prerequisites(h)
+    build_images(h)
+    start_node(h)
 
 
 def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
@@ -1032,4 +841,4 @@ def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(SUITE.main(Harness(), setup, teardown))

@@ -17,7 +17,7 @@ imports what it needs:
 
 from .checks import Check, Fatal, check, quantity, wait_until  # noqa: F401
 from .harness import Harness, log, set_log_tag  # noqa: F401
-from .runner import Suite  # noqa: F401
+from .runner import NotRun, Suite  # noqa: F401
 
 __all__ = ["Check", "Fatal", "check", "quantity", "wait_until", "Harness", "log",
-           "set_log_tag", "Suite"]
+           "set_log_tag", "NotRun", "Suite"]

@@ -3,6 +3,7 @@
   PASS <name> (<seconds>s)      a scenario passed
   FAIL <name>: <reason>         a scenario failed (a traceback on stderr if it was not a Check)
   SKIP <name> (<ONLY_ENV>)      not selected by the ONLY_ENV regex
+  SKIP <name> (<reason>)        left out of this run on purpose: the scenario raised NotRun
   N passed, M failed            the last line; the exit code is 1 on any failure, 130 if
                                 interrupted (SIGINT, SIGTERM, SIGHUP)
 
@@ -35,6 +36,11 @@ from .webhookcfg import RenderError
 SETUP_ERRORS = (Fatal, Check, RenderError, subprocess.SubprocessError, OSError)
 
 
+class NotRun(Exception):
+    """Raised by a scenario that this run leaves out on purpose (the reason names how to run
+    it); reported as SKIP, neither passed nor failed."""
+
+
 class Suite:
     def __init__(self, only_env: str, wall_time_figure: bool = False) -> None:
         """only_env: the variable holding the KOORD_*_ONLY regex. wall_time_figure: print the
@@ -63,6 +69,9 @@ class Suite:
             log(f"--- {name}")
             try:
                 fn(h)
+            except NotRun as e:
+                print(f"SKIP {name} ({e})", flush=True)
+                continue
             except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
                 failed.append(name)
                 print(f"FAIL {name}: {e}", flush=True)
