@@ -602,39 +602,53 @@ def applier_usage(h: Harness, seconds: float) -> tuple[float, float, float]:
     return kib("VmRSS"), kib("VmHWM"), cpu
 
 
+def apply_load(h: Harness, first: int, last: int, batch: int = 10) -> None:
+    """Load pods first..last-1, `batch` at a time, each batch Running before the next: the UML
+    node's containerd (every fork and exec costs ~11 ms there) times out sandbox creation when
+    50 arrive at once."""
+    for b in range(first, last, batch):
+        names = [f"load-{i:03d}" for i in range(b, min(last, b + batch))]
+        h.kubectl("apply", "-f", "-", input=json.dumps(
+            {"apiVersion": "v1", "kind": "List",
+             "items": [load_pod(i, h.env["WORKLOAD_IMAGE"]) for i in range(b, min(last, b + batch))]}))
+
+        def running():
+            items = h.kjson("-n", NS_LOAD, "get", "pods")["items"]
+            up = {p["metadata"]["name"] for p in items if p["status"].get("phase") == "Running"}
+            return set(names) <= up
+        wait_until(f"load pods {names[0]}..{names[-1]} Running", running, 300, 2)
+
+
 @scenario("figures: the unprotected window (a container's cgroup appearing -> its memory.min "
-          "holding the annotation's value) over 50 LS pods; applier RSS and CPU with 50 and 100 "
-          "pods on this node")
+          "holding the annotation's value) over 50 LS pods; applier RSS and CPU with 50 pods on "
+          "this node (and 100 with KOORD_NODE_V2_FULL=1)")
 def s_figures(h: Harness) -> None:
     h.namespace(NS_LOAD)
     script = HERE / "guest" / "window.py"
     poller = subprocess.Popen(
         [sys.executable, "-c", "import json,sys,urllib.request;"
-         "r=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),headers={'X-Timeout':'600'});"
-         "print(urllib.request.urlopen(r,timeout=620).read().decode())",
-         h.env["GUEST_AGENT"], f"python3 -B {script} 50 {LOAD_MIN} 540"],
+         "r=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),headers={'X-Timeout':'900'});"
+         "print(urllib.request.urlopen(r,timeout=920).read().decode())",
+         h.env["GUEST_AGENT"], f"python3 -B {script} 50 {LOAD_MIN} 880 0.05"],
         stdout=subprocess.PIPE, text=True)
     time.sleep(2)  # the poller has listed the pods already there
-    h.kubectl("apply", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": [load_pod(i, h.env["WORKLOAD_IMAGE"])
-                                                       for i in range(50)]}))
-    out, _ = poller.communicate(timeout=640)
+    t0 = time.monotonic()
+    apply_load(h, 0, 50)
+    took = time.monotonic() - t0
+    out, _ = poller.communicate(timeout=940)
     res = json.loads(json.loads(out)["stdout"])
     w = res["windows"]
     check(res["protected"] == 50, f"{res['protected']} of 50 containers reached memory.min "
           f"{LOAD_MIN} ({res['seen']} container cgroups seen)")
     h.figures.append(f"figure unprotected window on cgroup v2 (container cgroup appears -> its "
-                     f"memory.min holds the annotation's value), 50 LS pods applied at once: "
-                     f"p50 {percentile(w, 50):.2f} s, p99 {percentile(w, 99):.2f} s, max {max(w):.2f} s")
+                     f"memory.min holds the annotation's value), 50 LS pods in batches of 10 "
+                     f"({took:.0f} s): p50 {percentile(w, 50):.2f} s, p99 {percentile(w, 99):.2f} s, "
+                     f"max {max(w):.2f} s")
     log(h.figures[-1])
-    for n in (50, 100):
+    full = os.environ.get("KOORD_NODE_V2_FULL") == "1"
+    for n in ((50, 100) if full else (50,)):
         if n == 100:
-            h.kubectl("apply", "-f", "-", input=json.dumps(
-                {"apiVersion": "v1", "kind": "List",
-                 "items": [load_pod(i, h.env["WORKLOAD_IMAGE"]) for i in range(50, 100)]}))
-            wait_until("100 load pods Running", lambda: len([
-                p for p in h.kjson("-n", NS_LOAD, "get", "pods")["items"]
-                if p["status"].get("phase") == "Running"]) >= 100, 600, 3)
+            apply_load(h, 50, 100)
         time.sleep(25)  # one full resync after the last pod
         rss, hwm, cpu = applier_usage(h, 60)
         m = h.applier_metrics()
@@ -643,7 +657,7 @@ def s_figures(h: Harness) -> None:
                          f"{rss:.1f} MiB (peak {hwm:.1f} MiB), CPU {cpu:.2f}% of one core over 60 s "
                          "(3 resyncs of 20 s)")
         log(h.figures[-1])
-    h.kubectl("delete", "namespace", NS_LOAD, "--wait=true", timeout=600)
+    h.kubectl("delete", "namespace", NS_LOAD, "--wait=true", timeout=900)
 
 
 @scenario("protection B (installed, memory QoS off in ack-slo-config)")

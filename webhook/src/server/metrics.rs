@@ -132,7 +132,7 @@ impl Metrics {
         )?;
         let connections_evicted = counter(
             "koord_webhook_connections_evicted_total",
-            "Connections without a request yet, closed to admit a new one at --max-connections.",
+            "Connections with no request answered yet (silent or half-sent), closed to admit a new one at --max-connections: the oldest of the source holding the most.",
         )?;
         let connections_idle_closed = counter(
             "koord_webhook_connections_idle_closed_total",
