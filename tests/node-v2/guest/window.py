@@ -5,7 +5,7 @@ before the container's first instruction, so this is an upper bound of the windo
 `memory.min` holding the expected value. Polls every POLL seconds until COUNT containers have
 been seen protected or TIMEOUT passes; prints one JSON object.
 
-  window.py COUNT EXPECTED_MEMORY_MIN TIMEOUT [POLL]
+  window.py COUNT EXPECTED_MEMORY_MIN TIMEOUT [POLL [BURSTABLE_DIR]]
 """
 
 import json
@@ -19,6 +19,8 @@ ROOT = "/sys/fs/cgroup/kubepods/burstable"
 def main() -> None:
     count, want, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     poll = float(sys.argv[4]) if len(sys.argv) > 4 else 0.01
+    global ROOT
+    ROOT = sys.argv[5] if len(sys.argv) > 5 else ROOT
     known = {d for d in os.listdir(ROOT) if d.startswith("pod")}  # pods already there: not ours
     seen: dict[str, float] = {}
     done: dict[str, float] = {}
