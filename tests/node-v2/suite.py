@@ -335,6 +335,45 @@ BATCH_MEMORY = "kubernetes.io/batch-memory"
 NS_BATCH = "v2-batch"
 
 
+# The protection runs come before the batch scenario turns colocation on: with colocation on,
+# the BE flood pod would need batch-cpu, which this one-CPU node may not have to lend.
+@scenario("protection B (installed, memory QoS off in ack-slo-config)")
+def s_protect_b(h: Harness) -> None:
+    protection.run_config(h, "B")
+
+
+@scenario("protection C0 (installed, the reference's ack-slo-config as it is: enable true, "
+          "no parameters)")
+def s_protect_c0(h: Harness) -> None:
+    if os.environ.get("KOORD_NODE_V2_FULL") != "1":
+        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (3 more minutes; its figure is in the README)")
+    protection.run_config(h, "C0")
+
+
+@scenario("protection P (as C, the applier with --protect-ancestors=false: pod-level "
+          "memory.min/low only, the ancestors at 0)")
+def s_protect_p(h: Harness) -> None:
+    if not FULL:
+        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (4 more minutes)")
+    protection.run_config(h, "P")
+
+
+@scenario("protection C (installed, the reference's ack-slo-config: LS protected, BE throttled): "
+          "C keeps >= 90% of the LS working set, A <= 50%")
+def s_protect_c(h: Harness) -> None:
+    protection.run_config(h, "C")
+    protection.verdict(h)
+
+
+@scenario("BE throttled: throttlingPercent 80 of a 400Mi limit -> memory.high 320Mi; streaming 900 "
+          "MiB the pod is reclaimed at memory.high (high events), never reaches memory.max, no OOM "
+          "kill, and the LS pod next to it keeps its working set")
+def s_throttled(h: Harness) -> None:
+    if not FULL:
+        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (2 more minutes)")
+    protection.throttled(h)
+
+
 def shares_to_weight(shares: int) -> int:
     """The kubelet's cgroup v2 formula (koord_api::knobs::shares_to_weight)."""
     shares = min(max(shares, 2), 262144)
@@ -620,43 +659,6 @@ def apply_load(h: Harness, first: int, last: int, batch: int = 10) -> None:
             up = {p["metadata"]["name"] for p in items if p["status"].get("phase") == "Running"}
             return set(names) <= up
         wait_until(f"load pods {names[0]}..{names[-1]} Running", running, 600, 2)
-
-
-@scenario("protection B (installed, memory QoS off in ack-slo-config)")
-def s_protect_b(h: Harness) -> None:
-    protection.run_config(h, "B")
-
-
-@scenario("protection C0 (installed, the reference's ack-slo-config as it is: enable true, "
-          "no parameters)")
-def s_protect_c0(h: Harness) -> None:
-    if os.environ.get("KOORD_NODE_V2_FULL") != "1":
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (3 more minutes; its figure is in the README)")
-    protection.run_config(h, "C0")
-
-
-@scenario("protection P (as C, the applier with --protect-ancestors=false: pod-level "
-          "memory.min/low only, the ancestors at 0)")
-def s_protect_p(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (4 more minutes)")
-    protection.run_config(h, "P")
-
-
-@scenario("protection C (installed, the reference's ack-slo-config: LS protected, BE throttled): "
-          "C keeps >= 90% of the LS working set, A <= 50%")
-def s_protect_c(h: Harness) -> None:
-    protection.run_config(h, "C")
-    protection.verdict(h)
-
-
-@scenario("BE throttled: throttlingPercent 80 of a 400Mi limit -> memory.high 320Mi; streaming 900 "
-          "MiB the pod is reclaimed at memory.high (high events), never reaches memory.max, no OOM "
-          "kill, and the LS pod next to it keeps its working set")
-def s_throttled(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (2 more minutes)")
-    protection.throttled(h)
 
 
 OWNERSHIP_SECONDS = int(os.environ.get("KOORD_NODE_V2_OWNERSHIP_SECONDS", "300"))
