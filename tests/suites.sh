@@ -5,7 +5,8 @@
 #   lane 1 (foreground): tests/e2e/run, then tests/node/run, then the NUMA guest; one at a time,
 #                        because e2e and the v1 node both make host kubepods cgroups and bind
 #                        their own fixed ports;
-#   lane 2 (background): tests/node-v2/run, the cgroup v2 node in a User-Mode Linux guest (its
+#   lane 2 (background, KOORD_SUITES_NODE_V2=1): tests/node-v2/run, the cgroup v2 node in a
+#                        User-Mode Linux guest (its
 #                        own kernel, ports and tap; nothing shared with lane 1 but the cached
 #                        Kubernetes build, whose builders are serialised by a lock).
 #
@@ -34,8 +35,13 @@ run_suite() { # NAME COMMAND...
 "$repo/tests/e2e/control-plane.sh" build kubelet kube-proxy kube-scheduler kube-controller-manager kubectl >/dev/null ||
     { echo "suites: the Kubernetes build failed" >&2; exit 1; }
 
-run_suite node-v2 "$repo/tests/node-v2/run" &
-v2=$!
+# The cgroup v2 node lane is opt-in for now (KOORD_SUITES_NODE_V2=1): with it a cold CI run is
+# estimated at ~80 of its 90 minutes on 2 cores; `make node-v2` runs it alone.
+v2=
+if [[ ${KOORD_SUITES_NODE_V2:-0} == 1 ]]; then
+    run_suite node-v2 "$repo/tests/node-v2/run" &
+    v2=$!
+fi
 failed=()
 for s in e2e node numa; do
     case $s in
@@ -45,10 +51,12 @@ for s in e2e node numa; do
     esac || failed+=("$s")
     cat "$logs/$s.report"
 done
-wait "$v2" || failed+=(node-v2)
-cat "$logs/node-v2.report"
+if [[ -n $v2 ]]; then
+    wait "$v2" || failed+=(node-v2)
+    cat "$logs/node-v2.report"
+fi
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "suites: FAILED: ${failed[*]} (logs in $logs)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa; node-v2 alongside)"
+echo "suites: all passed (e2e, node, numa${v2:+; node-v2 alongside})"
