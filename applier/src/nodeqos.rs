@@ -23,8 +23,10 @@ use crate::pod_spec_view::PodSpecView;
 use crate::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
 
 /// Detects group identity: `cpu.bvt_warp_ns` in the `kubepods` cpu cgroup or, before the
-/// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence).
-pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool) -> NodeCaps {
+/// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence), and
+/// whether `cpu.idle` exists; with the operator's `--cpu-idle-fallback` and
+/// `--cpu-idle-qos-parents`.
+pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool, idle_qos_parents: bool) -> NodeCaps {
     let has = |file: &str| {
         [layout.kubepods_dir(), PathBuf::new()]
             .iter()
@@ -44,9 +46,13 @@ pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool) -> NodeCaps {
              BE pods keep the batch cpu.weight instead"
         );
     }
+    let bvt_warp_ns = has(CPU_BVT_WARP_NS);
+    let cpu_idle_fallback = cpu_idle_fallback && !refused_v2;
     let caps = NodeCaps {
-        bvt_warp_ns: has(CPU_BVT_WARP_NS),
-        cpu_idle_fallback: cpu_idle_fallback && !refused_v2,
+        bvt_warp_ns,
+        cpu_idle_fallback,
+        idle_qos_parents,
+        cpu_idle_reset: !bvt_warp_ns && !cpu_idle_fallback && has(CPU_IDLE),
     };
     if caps.uses_cpu_idle() && !has(CPU_IDLE) {
         tracing::warn!(
@@ -56,6 +62,7 @@ pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool) -> NodeCaps {
     tracing::info!(
         bvt_warp_ns = caps.bvt_warp_ns,
         cpu_idle_fallback = caps.cpu_idle_fallback,
+        cpu_idle_reset = caps.cpu_idle_reset,
         "cpu qos: {}",
         if caps.bvt_warp_ns {
             "group identity (cpu.bvt_warp_ns)"
@@ -128,10 +135,6 @@ pub struct NodeQos {
     caps: NodeCaps,
     resctrl: Option<(PathBuf, ResctrlSupport)>,
     metrics: Option<Arc<Metrics>>,
-    /// `--cpu-idle-qos-parents`: with the `cpu.idle` fallback, also make the kubelet's QoS
-    /// cgroups idle. Off by default: the kubelet rewrites their `cpu.weight`/`cpu.shares` and
-    /// the kernel refuses that on an idle cgroup (see [`Self::parents`]).
-    idle_qos_parents: bool,
 }
 
 fn annotation(view: &PodSpecView) -> Option<ResolvedQos> {
@@ -161,14 +164,7 @@ impl NodeQos {
             caps,
             resctrl,
             metrics,
-            idle_qos_parents: false,
         }
-    }
-
-    /// `--cpu-idle-qos-parents` (see the field).
-    pub fn with_idle_qos_parents(mut self, on: bool) -> Self {
-        self.idle_qos_parents = on;
-        self
     }
 
     /// Parents then resctrl, over every pod of the node.
@@ -214,10 +210,12 @@ impl NodeQos {
     /// kernel refuses that with EINVAL on an idle cgroup, and the kubelet then abandons the
     /// rest of that update (the other QoS cgroups' CPU weight and, with its own Memory QoS,
     /// their `memory.min`/`memory.low`), seen on a 1.37 kubelet. Held at 0, not left alone, so
-    /// an upgrade from a release that set 1 heals the kubelet.
+    /// an upgrade from a release that set 1 heals the kubelet; likewise without the fallback
+    /// wherever the kernel has `cpu.idle` ([`NodeCaps::cpu_idle_reset`]: fallback off, or
+    /// refused on cgroup v2).
     fn parents(&self, parsed: &[(&PodSpecView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
         let (file, value_of): (&'static str, fn(&ResolvedCpuQos) -> i64) =
-            if self.caps.uses_cpu_idle() {
+            if self.caps.uses_cpu_idle() || self.caps.cpu_idle_reset {
                 (CPU_IDLE, cpu_idle_value)
             } else if self.caps.bvt_warp_ns {
                 (CPU_BVT_WARP_NS, group_identity)
@@ -234,7 +232,8 @@ impl NodeQos {
             })
             .collect();
         let mut out = Vec::new();
-        let hold_zero = file == CPU_IDLE && !self.idle_qos_parents;
+        let hold_zero =
+            file == CPU_IDLE && !(self.caps.uses_cpu_idle() && self.caps.idle_qos_parents);
         for (qos, value) in parent_values(&votes) {
             let value = if hold_zero { 0 } else { value };
             let Some(rel) = self.layout.qos_dir(qos) else {

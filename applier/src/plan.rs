@@ -74,6 +74,16 @@ pub struct NodeCaps {
     pub bvt_warp_ns: bool,
     /// `--cpu-idle-fallback`: without group identity, BE pods get `cpu.idle = 1`.
     pub cpu_idle_fallback: bool,
+    /// `--cpu-idle-qos-parents`: with the fallback, the QoS parents follow their pods' vote
+    /// instead of being held at 0 (see `NodeQos::parents`).
+    pub idle_qos_parents: bool,
+    /// The kernel has `cpu.idle` but neither group identity nor the fallback is in force
+    /// (fallback off, or refused on cgroup v2): every annotated pod's and both QoS parents'
+    /// `cpu.idle` is held at 0. An idle cgroup is a hazard there, not a choice: the kernel
+    /// refuses the kubelet's `cpu.weight`/`cpu.shares` writes on it, and on v2 its weight reads
+    /// 0, which the kubelet counts as ~1.8e15 CPUs. So a `1` left by an earlier release or an
+    /// earlier `--cpu-idle-fallback` is put back.
+    pub cpu_idle_reset: bool,
 }
 
 impl Default for NodeCaps {
@@ -82,6 +92,8 @@ impl Default for NodeCaps {
         Self {
             bvt_warp_ns: true,
             cpu_idle_fallback: false,
+            idle_qos_parents: false,
+            cpu_idle_reset: false,
         }
     }
 }
@@ -493,6 +505,14 @@ fn cpu_qos_values(c: &ResolvedCpuQos, caps: NodeCaps, is_pod: bool) -> Vec<(Knob
     }
 }
 
+/// `cpu.idle = 0` on the pod when the node holds it there ([`NodeCaps::cpu_idle_reset`]),
+/// whatever the annotation's CPU section says: a pod made idle by an earlier release may
+/// have lost its `cpuQOS` since.
+fn cpu_idle_reset(caps: NodeCaps) -> Option<(Knob, Value)> {
+    caps.cpu_idle_reset
+        .then_some((Knob::CpuIdle, Value::Int(0)))
+}
+
 /// Whether the plan makes the pod cgroup SCHED_IDLE: the kernel then refuses `cpu.shares` on it
 /// (EINVAL) and ignores its weight, so the pod-level `cpu.shares` is not planned.
 fn pod_is_idle(q: &ResolvedQos, caps: NodeCaps) -> bool {
@@ -572,6 +592,8 @@ fn pod_values(q: &ResolvedQos, pod: &PodSpecView, caps: NodeCaps) -> Vec<(Knob, 
         p.priority_enable,
         p.oom_kill_group,
     ));
+    // cpu.idle before cpu.shares (see above).
+    out.extend(cpu_idle_reset(caps));
     if let Some(c) = &q.cpu_qos {
         out.extend(cpu_qos_values(c, caps, true));
     }

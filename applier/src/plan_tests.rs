@@ -381,7 +381,9 @@ fn group_identity_values_and_defaults_table() {
         bvt,
         NodeCaps {
             bvt_warp_ns: true,
-            cpu_idle_fallback: false
+            cpu_idle_fallback: false,
+            idle_qos_parents: false,
+            cpu_idle_reset: false,
         },
         "undetected: plan group identity, the fallback is off"
     );
@@ -417,10 +419,12 @@ fn cpu_idle_fallback_table() {
     let mainline = |fallback| NodeCaps {
         bvt_warp_ns: false,
         cpu_idle_fallback: fallback,
+        ..NodeCaps::default()
     };
     let with_fallback_on_alibaba = NodeCaps {
         bvt_warp_ns: true,
         cpu_idle_fallback: true,
+        ..NodeCaps::default()
     };
     // (fixture, group identity, caps) -> CPU QoS writes; pod cpu.shares planned?
     type Row = (

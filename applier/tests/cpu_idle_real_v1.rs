@@ -197,12 +197,14 @@ fn be_busy_loop_yields_to_ls_with_cpu_idle() {
     let caps = NodeCaps {
         bvt_warp_ns: false,
         cpu_idle_fallback: true,
+        idle_qos_parents: true,
+        cpu_idle_reset: false,
     };
     let applier = Applier::new(layout.clone(), false, None).with_caps(caps);
     let started = Instant::now();
     let r_ls = applier.apply(&ls);
     let r_be = applier.apply(&be);
-    let node = NodeQos::new(layout.clone(), false, caps, None, None).with_idle_qos_parents(true);
+    let node = NodeQos::new(layout.clone(), false, caps, None, None);
     let nr = node.resync(&[ls.clone(), be.clone()]);
     let applied_in = started.elapsed();
     let be_pod_idle = r_be

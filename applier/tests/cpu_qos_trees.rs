@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_api::{DecisionSource, QosClass, ResolvedCpuQos, ResolvedQos, ResolvedResctrlQos, keys};
 use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
+use koord_applier::cgroup::layout::KubeQos;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::events::{REASON_APPLIED, REASON_REFUSED, event_for};
 use koord_applier::metrics::Metrics;
@@ -92,12 +93,14 @@ fn alibaba_v1_group_identity_every_file_parents_and_idempotence() {
     make_pod_tree(&l, Kernel::AlibabaV1, &ls);
     make_pod_tree(&l, Kernel::AlibabaV1, &be);
     seed_cpu(root, "cpu.bvt_warp_ns", "0");
-    let caps = detect_caps(&l, false);
+    let caps = detect_caps(&l, false, false);
     assert_eq!(
         caps,
         NodeCaps {
             bvt_warp_ns: true,
-            cpu_idle_fallback: false
+            cpu_idle_fallback: false,
+            idle_qos_parents: false,
+            cpu_idle_reset: false,
         }
     );
     let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
@@ -204,7 +207,7 @@ fn mainline_v1_without_bvt_fallback_off_reports_unsupported() {
     make_pod_tree(&l, Kernel::MainlineV1, &ls);
     make_pod_tree(&l, Kernel::MainlineV1, &be);
     seed_cpu(root, "cpu.idle", "0");
-    let caps = detect_caps(&l, false);
+    let caps = detect_caps(&l, false, false);
     assert!(!caps.bvt_warp_ns && !caps.uses_cpu_idle());
     let applier = Applier::new(l.clone(), false, None).with_caps(caps);
     let r = applier.apply(&be);
@@ -228,10 +231,24 @@ fn mainline_v1_without_bvt_fallback_off_reports_unsupported() {
             .message
             .contains("unsupported on this node: cpu.bvt_warp_ns")
     );
+    // The fallback turned off after a run with it: the leftover idle pod and besteffort
+    // parent are put back to 0 (the kernel refuses the kubelet's cpu.shares on them).
+    assert!(caps.cpu_idle_reset, "{caps:?}");
+    fs::write(root.join("cpu").join(BE_POD).join("cpu.idle"), "1\n").expect("seed");
+    fs::write(root.join("cpu/kubepods/besteffort/cpu.idle"), "1\n").expect("seed");
+    let r = applier.apply(&be);
+    assert_eq!(cpu_file(root, BE_POD, "cpu.idle"), "0", "{r:#?}");
     let nr = NodeQos::new(l, false, caps, None, None).resync(&[ls, be]);
-    assert!(
-        nr.parents.is_empty(),
-        "no parent writes without group identity"
+    assert_eq!(cpu_file(root, "kubepods/besteffort", "cpu.idle"), "0");
+    assert_eq!(cpu_file(root, "kubepods/burstable", "cpu.idle"), "0");
+    assert_eq!(cpu_file(root, "kubepods", "cpu.idle"), "0", "never written");
+    assert_eq!(
+        nr.parents
+            .iter()
+            .map(|p| (p.value, p.outcome))
+            .collect::<Vec<_>>(),
+        [(0, Outcome::Unchanged), (0, Outcome::Written)],
+        "burstable held, besteffort reset: {nr:#?}"
     );
 }
 
@@ -244,7 +261,7 @@ fn mainline_v1_cpu_idle_fallback_every_file_and_idempotence() {
     make_pod_tree(&l, Kernel::MainlineV1, &ls);
     make_pod_tree(&l, Kernel::MainlineV1, &be);
     seed_cpu(root, "cpu.idle", "0");
-    let caps = detect_caps(&l, true);
+    let caps = detect_caps(&l, true, false);
     assert!(caps.uses_cpu_idle());
     let applier = Applier::new(l.clone(), false, None).with_caps(caps);
     let r_be = applier.apply(&be);
@@ -285,7 +302,11 @@ fn mainline_v1_cpu_idle_fallback_every_file_and_idempotence() {
     fs::write(root.join("cpu/kubepods/besteffort/cpu.idle"), "1\n").expect("seed");
     NodeQos::new(l.clone(), false, caps, None, None).resync(&[ls.clone(), be.clone()]);
     assert_eq!(cpu_file(root, "kubepods/besteffort", "cpu.idle"), "0");
-    let node = NodeQos::new(l.clone(), false, caps, None, None).with_idle_qos_parents(true);
+    let parents_follow = NodeCaps {
+        idle_qos_parents: true,
+        ..caps
+    };
+    let node = NodeQos::new(l.clone(), false, parents_follow, None, None);
     node.resync(&[ls.clone(), be.clone()]);
     assert_eq!(cpu_file(root, "kubepods/besteffort", "cpu.idle"), "1");
     assert_eq!(cpu_file(root, "kubepods/burstable", "cpu.idle"), "0");
@@ -449,35 +470,56 @@ fn resctrl_unsupported_is_detected_and_reported_as_a_gauge() {
 }
 
 /// cgroup v2: the fallback is refused (the kubelet reads an idle cgroup's `cpu.weight` 0 as
-/// ~1.8e15 CPUs used); a BE pod keeps its batch weight and no `cpu.idle` is planned.
+/// ~1.8e15 CPUs used); a BE pod keeps its batch weight, and a `cpu.idle = 1` that an earlier
+/// release left on the pod or on `kubepods/besteffort` is put back to 0.
 #[test]
-fn cpu_idle_fallback_refused_on_v2() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let root = tmp.path();
-    let l = layout(root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
-    let caps = detect_caps(&l, true);
-    assert!(!caps.uses_cpu_idle(), "{caps:?}");
-    let (_, be) = pods();
-    make_pod_tree(&l, Kernel::MainlineV2, &be);
-    fs::write(
-        root.join(l.pod_dir(&be.uid, be.kube_qos).expect("pod dir"))
-            .join("cpu.idle"),
-        "0\n",
-    )
-    .expect("seed cpu.idle");
-    let plan_files: Vec<String> = Applier::new(l, true, None)
-        .with_caps(caps)
-        .apply(&be)
-        .knobs
-        .iter()
-        .map(|k| k.file.to_string())
-        .collect();
-    assert!(
-        plan_files.iter().any(|f| f == "cpu.weight"),
-        "{plan_files:?}"
-    );
-    assert!(
-        !plan_files.iter().any(|f| f == "cpu.idle"),
-        "{plan_files:?}"
-    );
+fn cpu_idle_fallback_refused_on_v2_and_leftover_idle_reset() {
+    for fallback in [true, false] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path();
+        let l = layout(root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        let (ls, be) = pods();
+        make_pod_tree(&l, Kernel::MainlineV2, &ls);
+        make_pod_tree(&l, Kernel::MainlineV2, &be);
+        // The idle tree the earlier release made: the BE pod and besteffort idle.
+        let be_pod = root.join(l.pod_dir(&be.uid, be.kube_qos).expect("pod dir"));
+        let ls_pod = root.join(l.pod_dir(&ls.uid, ls.kube_qos).expect("pod dir"));
+        let qos = |q| root.join(l.qos_dir(q).expect("qos dir"));
+        for (dir, v) in [
+            (be_pod.clone(), "1"),
+            (ls_pod.clone(), "0"),
+            (qos(KubeQos::BestEffort), "1"),
+            (qos(KubeQos::Burstable), "0"),
+            (root.join(l.kubepods_dir()), "0"),
+        ] {
+            fs::write(dir.join("cpu.idle"), format!("{v}\n")).expect("seed cpu.idle");
+        }
+        let caps = detect_caps(&l, fallback, true);
+        assert!(
+            !caps.uses_cpu_idle() && caps.cpu_idle_reset,
+            "fallback={fallback}: {caps:?}"
+        );
+        let applier = Applier::new(l.clone(), false, None).with_caps(caps);
+        let r = applier.apply(&be);
+        assert!(
+            r.knobs.iter().any(|k| k.file == "cpu.weight"),
+            "the batch weight stays: {r:#?}"
+        );
+        let idle: Vec<_> = r.knobs.iter().filter(|k| k.file == "cpu.idle").collect();
+        assert_eq!(idle.len(), 1, "the pod only: {idle:#?}");
+        assert_eq!(idle[0].outcome, Outcome::Written);
+        assert_eq!(read(&be_pod.join("cpu.idle")), "0");
+        applier.apply(&ls);
+        let nr = NodeQos::new(l.clone(), false, caps, None, None).resync(&[ls.clone(), be.clone()]);
+        assert_eq!(
+            read(&qos(KubeQos::BestEffort).join("cpu.idle")),
+            "0",
+            "{nr:#?}"
+        );
+        assert_eq!(read(&qos(KubeQos::Burstable).join("cpu.idle")), "0");
+        let before = snapshot(root);
+        assert_eq!(applier.apply(&be).status, PodStatus::Unchanged);
+        NodeQos::new(l, false, caps, None, None).resync(&[ls, be]);
+        assert_eq!(snapshot(root), before, "idempotent");
+    }
 }

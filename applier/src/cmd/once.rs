@@ -97,7 +97,11 @@ pub fn run(
     };
     t.setup_micros = timings.map_or(0, micros_since);
     let layout = config.layout()?;
-    let caps = detect_caps(&layout, config.cpu_idle_fallback);
+    let caps = detect_caps(
+        &layout,
+        config.cpu_idle_fallback,
+        config.cpu_idle_qos_parents,
+    );
     t.layout_micros = lap();
     let pod = read_pod(file)?;
     let view = PodSpecView::from_pod(&pod).map_err(|source| OnceError::Pod {

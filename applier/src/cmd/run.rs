@@ -120,19 +120,20 @@ fn cgroup_passes(
     ctx: &RunContext,
     config: &Config,
 ) -> (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>) {
-    let caps = detect_caps(&ctx.layout, config.cpu_idle_fallback);
+    let caps = detect_caps(
+        &ctx.layout,
+        config.cpu_idle_fallback,
+        config.cpu_idle_qos_parents,
+    );
     let resctrl = detect_resctrl(&config.resctrl_root, Some(&ctx.metrics))
         .map(|s| (config.resctrl_root.clone(), s));
-    let node_qos = Arc::new(
-        NodeQos::new(
-            ctx.layout.clone(),
-            config.dry_run,
-            caps,
-            resctrl,
-            Some(ctx.metrics.clone()),
-        )
-        .with_idle_qos_parents(config.cpu_idle_qos_parents),
-    );
+    let node_qos = Arc::new(NodeQos::new(
+        ctx.layout.clone(),
+        config.dry_run,
+        caps,
+        resctrl,
+        Some(ctx.metrics.clone()),
+    ));
     let applier = Arc::new(
         Applier::new(
             ctx.layout.clone(),
