@@ -98,6 +98,28 @@ class Runner(unittest.TestCase):
         self.assertEqual(lines[0], "FAIL interrupted (signal 15)")
         self.assertEqual(h.torn_down, ([], ["interrupted"], True))
 
+    def test_full_only_scenarios_skip_unless_asked(self):
+        def make() -> Suite:
+            suite = Suite("KOORD_TEST_ONLY", full_env="KOORD_TEST_FULL")
+
+            @suite.scenario("always")
+            def _a(h):
+                pass
+
+            @suite.scenario("long one", full="2 more minutes")
+            def _b(h):
+                check(False, "ran")
+            return suite
+        rc, lines, _ = run_suite(make())
+        self.assertEqual(rc, 0)
+        self.assertIn("SKIP long one (KOORD_TEST_FULL=1 runs it: 2 more minutes)", lines)
+        self.assertEqual(lines[-1], "2 passed, 0 failed")
+        rc, lines, _ = run_suite(make(), env={"KOORD_TEST_FULL": "1"})
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL long one: ran", lines)
+        with self.assertRaises(ValueError):
+            Suite("KOORD_TEST_ONLY").scenario("x", full="needs a full_env")
+
     def test_wall_time_as_figure(self):
         rc, lines, _ = run_suite(Suite("KOORD_TEST_ONLY", wall_time_figure=True))
         self.assertEqual(rc, 0)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.path.insert(0, str(HERE))
 sys.dont_write_bytecode = True
 
-from koordtest import NotRun, Suite, set_log_tag  # noqa: E402
+from koordtest import Suite, set_log_tag  # noqa: E402
 from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
 from koordtest.harness import container_id, kubepods_path, log  # noqa: E402
@@ -57,11 +57,10 @@ NS_QOS = "v2-qos"
 K8S_VERSION = os.environ.get("KOORD_V2_K8S_VERSION", "1.37.2")
 # KOORD_NODE_V2_FULL=1: also the scenarios `make test` leaves out for CI's wall time (SKIP lines
 # name them).
-FULL = os.environ.get("KOORD_NODE_V2_FULL") == "1"
 
 
 set_log_tag("node-v2")
-SUITE = Suite("KOORD_NODE_V2_ONLY", wall_time_figure=True)
+SUITE = Suite("KOORD_NODE_V2_ONLY", wall_time_figure=True, full_env="KOORD_NODE_V2_FULL")
 scenario = SUITE.scenario
 
 
@@ -343,18 +342,16 @@ def s_protect_b(h: Harness) -> None:
 
 
 @scenario("protection C0 (installed, the reference's ack-slo-config as it is: enable true, "
-          "no parameters)")
+          "no parameters)",
+          full="3 more minutes; its figure is in the README")
 def s_protect_c0(h: Harness) -> None:
-    if os.environ.get("KOORD_NODE_V2_FULL") != "1":
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (3 more minutes; its figure is in the README)")
     protection.run_config(h, "C0")
 
 
 @scenario("protection P (as C, the applier with --protect-ancestors=false: pod-level "
-          "memory.min/low only, the ancestors at 0)")
+          "memory.min/low only, the ancestors at 0)",
+          full="4 more minutes")
 def s_protect_p(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (4 more minutes)")
     protection.run_config(h, "P")
 
 
@@ -367,10 +364,9 @@ def s_protect_c(h: Harness) -> None:
 
 @scenario("BE throttled: throttlingPercent 80 of a 400Mi limit -> memory.high 320Mi; streaming 900 "
           "MiB the pod is reclaimed at memory.high (high events), never reaches memory.max, no OOM "
-          "kill, and the LS pod next to it keeps its working set")
+          "kill, and the LS pod next to it keeps its working set",
+          full="2 more minutes")
 def s_throttled(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (2 more minutes)")
     protection.throttled(h)
 
 
@@ -632,16 +628,7 @@ def applier_usage(h: Harness, seconds: float) -> tuple[float, float, float]:
     """The applier process in the guest: RSS and peak (MiB), CPU % of one core over `seconds`."""
     pid = h.guest("pgrep -f '^/koord-applier run|koord-applier run' | head -1").strip()
     check(pid.isdigit(), f"no applier process in the guest: {pid!r}")
-
-    def ticks() -> int:
-        f = h.read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
-        return int(f[11]) + int(f[12])
-    t0, c0 = time.monotonic(), ticks()
-    time.sleep(seconds)
-    cpu = 100.0 * (ticks() - c0) / 100 / (time.monotonic() - t0)  # USER_HZ 100
-    st = dict(line.split(":", 1) for line in h.read(f"/proc/{pid}/status").splitlines() if ":" in line)
-    kib = lambda k: int(st[k].split()[0]) / 1024  # noqa: E731
-    return kib("VmRSS"), kib("VmHWM"), cpu
+    return h.process_usage(pid, seconds)
 
 
 def apply_load(h: Harness, first: int, last: int, batch: int = 10) -> None:
@@ -677,10 +664,9 @@ def g_pod(name: str, image: str) -> dict:
 @scenario("the kubelet's own Memory QoS (1.37 gate on, TieredReservation) with the applier's "
           "--kubelet-memory-qos=tiered: after convergence every protection file of kubepods, the "
           "QoS classes, the pods and containers is sampled every second and never changes, and "
-          "the applier writes nothing")
+          "the applier writes nothing",
+          full="3-6 more minutes")
 def s_kubelet_memory_qos(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (3-6 more minutes)")
     cfg = h.node_dir / "guest" / "kubelet.yaml"
     text = cfg.read_text()
     check("MemoryQoS: false" in text, "the node's kubelet already runs its Memory QoS")
@@ -744,10 +730,9 @@ def s_kubelet_memory_qos(h: Harness) -> None:
 @scenario("a kubelet with cgroupRoot /kubelet (as kind runs it), on a second, fresh node: the "
           "applier detects the root (koord_applier_cgroup_layout_info), the LS pod's files under "
           "kubelet/kubepods hold the annotation's values, and it warns that /kubelet's own "
-          "memory.min is 0 (the kernel caps the pods' protection by it)")
+          "memory.min is 0 (the kernel caps the pods' protection by it)",
+          full="a second node, 4 more minutes")
 def s_cgroup_root(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (a second node, 4 more minutes)")
     h.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true", timeout=300)
     h.installed = False
     check(h.node_sh("stop", str(h.node_dir), timeout=600).returncode == 0, "node.sh stop failed")
@@ -784,10 +769,9 @@ def s_cgroup_root(h: Harness) -> None:
 
 @scenario("figures, on the second node (KOORD_NODE_V2_FULL=1): the unprotected window (a "
           "container's cgroup appearing -> its memory.min holding the annotation's value) over 20 "
-          "LS pods; the applier's RSS and CPU with them")
+          "LS pods; the applier's RSS and CPU with them",
+          full="after the second node; UML creates pods slowly")
 def s_figures(h: Harness) -> None:
-    if not FULL:
-        raise NotRun("KOORD_NODE_V2_FULL=1 runs it (after the second node; UML creates pods slowly)")
     # 20 pods: this UML node did not start a fifth batch of 10 within 5 minutes, and 50 at once
     # timed its containerd shims out.
     n_window = 20

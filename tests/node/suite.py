@@ -760,18 +760,7 @@ def create_pods_timed(h: Harness, pods: list[dict], ns: str) -> dict[str, list[f
 
 def applier_usage(h: Harness, seconds: float) -> tuple[float, float, float]:
     """The applier process's RSS (MiB), peak RSS (MiB) and CPU (% of one core) over a window."""
-    pid = h.container_pid(h.applier_pod(), "applier")
-    tck = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / tck
-    c0, t0 = cpu(), time.monotonic()
-    time.sleep(seconds)
-    c1, t1 = cpu(), time.monotonic()
-    st = status_caps(pid)
-    return (int(st["VmRSS"].split()[0]) / 1024, int(st["VmHWM"].split()[0]) / 1024,
-            100 * (c1 - c0) / (t1 - t0))
+    return h.process_usage(h.container_pid(h.applier_pod(), "applier"), seconds)
 
 
 def load_pod(i: int, h: Harness) -> dict:

@@ -4,6 +4,7 @@ the product installed on it from its own images."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,6 +67,21 @@ class NodeHarness(Harness):
     def pod_cgroup(self, ctrl: str | None, pod: dict) -> Path:
         root = self.CGROUP / ctrl if ctrl else self.CGROUP
         return root / kubepods_path(pod)
+
+    def process_usage(self, pid: int | str, seconds: float) -> tuple[float, float, float]:
+        """A node process's RSS and peak RSS (MiB) and CPU (% of one core) over `seconds`, read
+        through `self.read` (so a guest node's override reads the guest's /proc)."""
+        def ticks() -> int:
+            f = self.read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+            return int(f[11]) + int(f[12])  # utime + stime
+        t0, c0 = time.monotonic(), ticks()
+        time.sleep(seconds)
+        c1, t1 = ticks(), time.monotonic()
+        st = dict(line.split(":", 1) for line in self.read(f"/proc/{pid}/status").splitlines()
+                  if ":" in line)
+        mib = lambda k: int(st[k].split()[0]) / 1024  # noqa: E731 - kB -> MiB
+        # USER_HZ is 100 on x86 for the host and the UML guest alike.
+        return mib("VmRSS"), mib("VmHWM"), 100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
 
     @staticmethod
     def container_id(pod: dict, name: str) -> str:

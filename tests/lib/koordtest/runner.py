@@ -42,17 +42,25 @@ class NotRun(Exception):
 
 
 class Suite:
-    def __init__(self, only_env: str, wall_time_figure: bool = False) -> None:
+    def __init__(self, only_env: str, wall_time_figure: bool = False,
+                 full_env: str | None = None) -> None:
         """only_env: the variable holding the KOORD_*_ONLY regex. wall_time_figure: print the
-        suite's wall time as a `figure` line on stdout (else as `suite time` on stderr)."""
+        suite's wall time as a `figure` line on stdout (else as `suite time` on stderr).
+        full_env: the variable (=1) that also runs the scenarios registered with `full=`."""
         self.only_env = only_env
         self.wall_time_figure = wall_time_figure
-        self.scenarios: list[tuple[str, Callable]] = []
+        self.full_env = full_env
+        self.scenarios: list[tuple[str, Callable, str | None]] = []
 
-    def scenario(self, name: str):
-        """Registers the decorated function as a scenario; they run in definition order."""
+    def scenario(self, name: str, full: str | None = None):
+        """Registers the decorated function as a scenario; they run in definition order.
+        full: what the scenario costs ("3 more minutes"); it then runs only with full_env=1,
+        and is a SKIP naming that variable otherwise."""
+        if full is not None and not self.full_env:
+            raise ValueError(f"{name}: full= needs Suite(full_env=...)")
+
         def deco(fn):
-            self.scenarios.append((name, fn))
+            self.scenarios.append((name, fn, full))
             return fn
         return deco
 
@@ -61,9 +69,13 @@ class Suite:
         # scenarios may rely on earlier ones; skipped ones are neither passed nor failed).
         only = os.environ.get(self.only_env)
         pattern = re.compile(only) if only else None
-        for name, fn in self.scenarios:
+        run_full = bool(self.full_env) and os.environ.get(self.full_env) == "1"
+        for name, fn, full in self.scenarios:
             if pattern and not pattern.search(name):
                 print(f"SKIP {name} ({self.only_env})", flush=True)
+                continue
+            if full is not None and not run_full:
+                print(f"SKIP {name} ({self.full_env}=1 runs it: {full})", flush=True)
                 continue
             t0 = time.monotonic()
             log(f"--- {name}")

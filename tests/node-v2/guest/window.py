@@ -13,25 +13,22 @@ import os
 import sys
 import time
 
-ROOT = "/sys/fs/cgroup/kubepods/burstable"
+BURSTABLE = "/sys/fs/cgroup/kubepods/burstable"
 
 
-def main() -> None:
-    count, want, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    poll = float(sys.argv[4]) if len(sys.argv) > 4 else 0.01
-    global ROOT
-    ROOT = sys.argv[5] if len(sys.argv) > 5 else ROOT
-    known = {d for d in os.listdir(ROOT) if d.startswith("pod")}  # pods already there: not ours
+def watch(root: str, count: int, want: str, timeout: float, poll: float) -> dict:
+    """The windows of the first `count` containers under `root` that are new to it."""
+    known = {d for d in os.listdir(root) if d.startswith("pod")}  # pods already there: not ours
     seen: dict[str, float] = {}
     done: dict[str, float] = {}
     t_end = time.monotonic() + timeout
     while len(done) < count and time.monotonic() < t_end:
         now = time.monotonic()
-        for pod in os.listdir(ROOT):
+        for pod in os.listdir(root):
             if not pod.startswith("pod") or pod in known:
                 continue
             try:
-                kids = os.listdir(f"{ROOT}/{pod}")
+                kids = os.listdir(f"{root}/{pod}")
             except FileNotFoundError:
                 continue
             for c in kids:
@@ -42,14 +39,20 @@ def main() -> None:
                     continue
                 seen.setdefault(key, now)
                 try:
-                    with open(f"{ROOT}/{key}/memory.min") as f:
+                    with open(f"{root}/{key}/memory.min") as f:
                         if f.read().strip() == want:
                             done[key] = now
                 except OSError:
                     pass
         time.sleep(poll)
     windows = sorted(done[k] - seen[k] for k in done)
-    print(json.dumps({"protected": len(done), "seen": len(seen), "windows": windows}))
+    return {"protected": len(done), "seen": len(seen), "windows": windows}
+
+
+def main() -> None:
+    a = sys.argv[1:]
+    print(json.dumps(watch(a[4] if len(a) > 4 else BURSTABLE, int(a[0]), a[1], float(a[2]),
+                           float(a[3]) if len(a) > 3 else 0.01)))
 
 
 if __name__ == "__main__":
