@@ -638,3 +638,187 @@ fn a_hold_names_the_resize() {
         "{reason}"
     );
 }
+
+const MIB: i64 = 1 << 20;
+const PROXY_ID: &str = "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e";
+
+/// The LS fixture with a plain init container (512Mi) and a native sidecar `proxy` (256Mi
+/// request, 512Mi limit, running: its ID in `initContainerStatuses`); the annotation gains the
+/// proxy's entry and the pod's sums count it, as the webhook resolves such a pod.
+fn ls_with_sidecar() -> (ResolvedQos, PodSpecView) {
+    let mut pod: serde_json::Value = serde_json::from_str(LS).expect("fixture");
+    pod["spec"]["initContainers"] = serde_json::json!([
+        {"name": "init-schema", "image": "i", "resources": {"requests": {"memory": "512Mi"}}},
+        {"name": "proxy", "image": "p", "restartPolicy": "Always",
+         "resources": {"requests": {"memory": "256Mi"}, "limits": {"memory": "512Mi"}}}]);
+    pod["status"]["initContainerStatuses"] = serde_json::json!([
+        {"name": "init-schema", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+         "containerID": format!("containerd://{}", "7".repeat(64))},
+        {"name": "proxy", "image": "p", "imageID": "", "ready": true, "restartCount": 0,
+         "started": true, "containerID": format!("containerd://{PROXY_ID}")}]);
+    let (mut q, _) = view(&pod.to_string());
+    let mut proxy = q.memory_qos.containers["redis"];
+    proxy.min = 256 * MIB;
+    proxy.low = 256 * MIB;
+    proxy.high = MaxOr::Bytes(512 * MIB * 80 / 100);
+    q.memory_qos.containers.insert("proxy".into(), proxy);
+    q.memory_qos.pod.min += 256 * MIB;
+    q.memory_qos.pod.low += 256 * MIB;
+    let (_, v) = view(&pod.to_string());
+    (q, v)
+}
+
+#[test]
+fn native_sidecar_is_planned_and_bounded_by_its_own_request() {
+    let (q, v) = ls_with_sidecar();
+    let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("a sidecar pod plans");
+    let proxy = Target::Container("proxy".into());
+    let w = |target: &Target, file: &str| {
+        p.writes
+            .iter()
+            .find(|w| &w.target == target && w.file == file)
+            .map(|w| (w.path().display().to_string(), w.text.clone()))
+    };
+    let (path, text) = w(&proxy, "memory.min").expect("the sidecar's memory.min");
+    assert_eq!(
+        path,
+        format!(
+            "/cg/kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab/{PROXY_ID}/memory.min"
+        )
+    );
+    assert_eq!(text, (256 * MIB).to_string());
+    assert_eq!(
+        w(&proxy, "memory.high").expect("high").1,
+        (512 * MIB * 80 / 100).to_string()
+    );
+    // The pod sum counts the sidecar: 50Mi + 20Mi + 256Mi.
+    assert_eq!(
+        w(&Target::Pod, "memory.min").expect("pod min").1,
+        (326 * MIB).to_string()
+    );
+    // The plain init container gets nothing.
+    assert!(
+        !p.writes
+            .iter()
+            .any(|w| w.target.to_string().contains("init-schema")),
+        "{:?}",
+        p.writes
+            .iter()
+            .map(|w| w.target.to_string())
+            .collect::<Vec<_>>()
+    );
+    // The bounds: the sidecar's own request and limit; the pod sum including it; a plain
+    // init container is not a container of the annotation.
+    type Forge = fn(&mut ResolvedQos);
+    let cases: [(Forge, &str); 4] = [
+        (
+            |q| q.memory_qos.containers.get_mut("proxy").expect("proxy").min = 256 * MIB + 1,
+            "memoryQOS.containers[\"proxy\"].memory.min = 268435457 is above the sidecar's memory request 268435456",
+        ),
+        (
+            |q| {
+                q.memory_qos
+                    .containers
+                    .get_mut("proxy")
+                    .expect("proxy")
+                    .high = MaxOr::Bytes(512 * MIB + 1)
+            },
+            "memoryQOS.containers[\"proxy\"].memory.high = 536870913 is above the sidecar's memory limit 536870912",
+        ),
+        (
+            |q| q.memory_qos.pod.min = 326 * MIB + 1,
+            "memoryQOS.pod.memory.min = 341835777 is above the pod's memory request 341835776",
+        ),
+        (
+            |q| {
+                let k = q.memory_qos.containers["redis"];
+                q.memory_qos.containers.insert("init-schema".into(), k);
+            },
+            "memoryQOS.containers[\"init-schema\"]: the pod spec has no such container",
+        ),
+    ];
+    for (forge, want) in cases {
+        let mut q = q.clone();
+        forge(&mut q);
+        let err = plan(&q, &v, &layout, NodeCaps::default()).expect_err(want);
+        assert!(err.reason.contains(want), "{}\n  want {want}", err.reason);
+    }
+}
+
+/// The LS fixture with pod-level resources (`spec.resources`: 1Gi request, 2Gi limit, the
+/// containers' own requests kept) and the annotation's pod section from the pod-level request,
+/// with `memory.high` at 80% of the pod-level limit when `high` is set.
+fn ls_pod_level(high: Option<i64>) -> (ResolvedQos, PodSpecView) {
+    let mut pod: serde_json::Value = serde_json::from_str(LS).expect("fixture");
+    pod["spec"]["resources"] =
+        serde_json::json!({"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}});
+    let (mut q, v) = view(&pod.to_string());
+    q.memory_qos.pod.min = 1024 * MIB;
+    q.memory_qos.pod.low = 1024 * MIB;
+    q.memory_qos.pod.high = high;
+    (q, v)
+}
+
+#[test]
+fn pod_level_resources_bound_the_pod_and_give_it_memory_high() {
+    let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let pod_text = |p: &Plan, file: &str| {
+        p.writes
+            .iter()
+            .find(|w| w.target == Target::Pod && w.file == file)
+            .map(|w| w.text.clone())
+    };
+    let high = 2048 * MIB * 80 / 100;
+    let (q, v) = ls_pod_level(Some(high));
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("pod-level plans");
+    assert_eq!(pod_text(&p, "memory.min"), Some((1024 * MIB).to_string()));
+    assert_eq!(pod_text(&p, "memory.high"), Some(high.to_string()));
+    // The containers keep their own numbers.
+    assert!(p.writes.iter().any(|w| {
+        w.target == Target::Container("redis".into())
+            && w.file == "memory.min"
+            && w.text == (50 * MIB).to_string()
+    }));
+    // Throttling off: the pod's memory.high is put back to max, so turning it off undoes it.
+    let (q, v) = ls_pod_level(None);
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("pod-level plans");
+    assert_eq!(pod_text(&p, "memory.high"), Some("max".into()));
+    // Without pod-level resources, no pod memory.high is planned at all (bytes unchanged).
+    let (q, v) = view(LS);
+    let p = plan(&q, &v, &layout, NodeCaps::default()).expect("plans");
+    assert_eq!(pod_text(&p, "memory.high"), None);
+
+    type Forge = fn(&mut ResolvedQos);
+    let cases: [(Forge, &str); 3] = [
+        (
+            |q| q.memory_qos.pod.min = 1024 * MIB + 1,
+            "memoryQOS.pod.memory.min = 1073741825 is above the pod-level memory request (plus overhead) 1073741824",
+        ),
+        (
+            |q| q.memory_qos.pod.high = Some(2048 * MIB + 1),
+            "memoryQOS.pod.memory.high = 2147483649 is above the pod-level memory limit 2147483648",
+        ),
+        (
+            |q| q.memory_qos.pod.high = Some(4096),
+            "memoryQOS.pod.memory.high = 4096 is below its memory.min 1073741824",
+        ),
+    ];
+    for (forge, want) in cases {
+        let (mut q, v) = ls_pod_level(Some(high));
+        forge(&mut q);
+        let err = plan(&q, &v, &layout, NodeCaps::default()).expect_err(want);
+        assert!(err.reason.contains(want), "{}\n  want {want}", err.reason);
+    }
+    // A pod memory.high on a pod without a pod-level limit is a forgery.
+    let (mut q, v) = view(LS);
+    q.memory_qos.pod.high = Some(64 * MIB);
+    let err = plan(&q, &v, &layout, NodeCaps::default()).expect_err("no pod-level limit");
+    assert!(
+        err.reason.contains(
+            "but the pod spec has no pod-level memory limit (spec.resources.limits.memory)"
+        ),
+        "{}",
+        err.reason
+    );
+}
