@@ -609,6 +609,42 @@ def s_flip(h: Harness) -> None:
     h.delete_pods(NS_QOS, "flip-ls")
 
 
+@scenario("in-place resize (pods/resize, memory request 128Mi -> 192Mi -> 96Mi): the annotation "
+          "follows the kubelet's allocation and the REAL pod and container memory.min follow it, "
+          "the container is not restarted")
+def s_resize(h: Harness) -> None:
+    pods = [f"resize-{i}" for i in range(3)]
+    for n in pods:
+        h.apply_obj(ls_pod(n, h.env["WORKLOAD_IMAGE"]), NS_QOS)
+    running = {n: h.wait_running(NS_QOS, n) for n in pods}
+    for n in pods:
+        applied_event(h, NS_QOS, running[n])
+    try:
+        for request in ("192Mi", "96Mi"):
+            want = str(int(quantity(request)))
+            t0 = time.monotonic()
+            annotated = h.resize_memory(NS_QOS, pods, "app", request)
+            paths = [f"{h.container_cgroup(None, running[n], 'app')}/memory.min" for n in pods]
+            paths += [f"{h.pod_cgroup(None, running[n])}/memory.min" for n in pods]
+            wait_until(f"memory.min = {request} in {len(paths)} cgroups",
+                       lambda: all(v == want for v in h.read_many(paths).values()), 60, 0.5)
+            took = time.monotonic() - t0
+            burst = int(h.read(f"{CGROUP}/kubepods/burstable/memory.min"))
+            check(burst >= len(pods) * int(want), f"burstable memory.min {burst} below the "
+                  f"resized pods' sum {len(pods) * int(want)}")
+            log(f"resize to {request}: annotations after {annotated}, every memory.min after "
+                f"{took:.1f}s")
+            h.figures.append(f"figure in-place resize to {request} on cgroup v2 (3 pods): "
+                             f"resize -> annotation max {annotated[-1]:.1f} s, -> pod and "
+                             f"container memory.min {took:.1f} s")
+        for n in pods:
+            after = h.pod(NS_QOS, n)
+            check(h.container_id(after, "app") == h.container_id(running[n], "app"),
+                  f"{n}: the container was restarted by the resize")
+    finally:
+        h.delete_pods(NS_QOS, *pods)
+
+
 NS_LOAD = "v2-load"
 LOAD_MIN = 8 * 2**20
 

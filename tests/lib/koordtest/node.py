@@ -11,12 +11,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .checks import Fatal, check
+from .checks import Fatal, check, quantity
 from .harness import Harness, container_id, kubepods_path, log
 from .metrics import parse_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 SYSTEM_NS = "koordinator-system"
+RESOLVED = "koordinator.sh/resolved-qos"
 
 
 class NodeHarness(Harness):
@@ -82,6 +83,37 @@ class NodeHarness(Harness):
         mib = lambda k: int(st[k].split()[0]) / 1024  # noqa: E731 - kB -> MiB
         # USER_HZ is 100 on x86 for the host and the UML guest alike.
         return mib("VmRSS"), mib("VmHWM"), 100 * (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+
+    def resize_memory(self, ns: str, names: list[str], container: str, request: str,
+                      timeout: float = 120) -> list[float]:
+        """In-place resize of `container`'s memory request in each pod (`kubectl patch
+        --subresource resize`, as a user or a VPA does); then, per pod, the seconds from its
+        resize to its resolved-qos showing the new request as the container's memory.min (the
+        kubelet's allocation and the re-resolver both on the way), sorted. Polls the
+        namespace's pods every 0.2 s."""
+        want = int(quantity(request))
+        started: dict[str, float] = {}
+        for n in names:
+            started[n] = time.monotonic()
+            self.kubectl("-n", ns, "patch", "pod", n, "--subresource", "resize", "--type",
+                         "strategic", "-p", json.dumps({"spec": {"containers": [
+                             {"name": container,
+                              "resources": {"requests": {"memory": request}}}]}}))
+        done: dict[str, float] = {}
+        deadline = time.monotonic() + timeout
+        while len(done) < len(names) and time.monotonic() < deadline:
+            now = time.monotonic()
+            for p in self.kjson("-n", ns, "get", "pods")["items"]:
+                n = p["metadata"]["name"]
+                raw = (p["metadata"].get("annotations") or {}).get(RESOLVED)
+                if n in started and n not in done and raw and json.loads(raw)[
+                        "memoryQOS"]["containers"].get(container, {}).get("memory.min") == want:
+                    done[n] = now - started[n]
+            time.sleep(0.2)
+        missing = sorted(set(names) - set(done))
+        check(not missing, f"resize to {request}: no new memory.min after {timeout:.0f}s in "
+              f"{missing[:5]} ({len(missing)} of {len(names)})")
+        return sorted(done.values())
 
     @staticmethod
     def container_id(pod: dict, name: str) -> str:
