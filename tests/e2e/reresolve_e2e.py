@@ -38,6 +38,7 @@ import time
 NS_FLIP = "e2e-flip"
 NS_SCALE = "e2e-scale"
 NS_MEM = "e2e-mem"
+NS_RESIZE = "e2e-resize"
 SECOND_ID = "koord-webhook-b"
 REASON = "MemoryQOSReresolved"
 LEASE = "koord-webhook-reresolver"
@@ -473,6 +474,147 @@ def dry_run(h, s) -> None:
         s.restore_configmaps(h)
         h.procs["webhook"].stop()
         s.start_webhook(h)
+
+
+def pod_min_of(pod: dict, s) -> int | None:
+    raw = s.annotations(pod).get(s.RESOLVED)
+    return json.loads(raw)["memoryQOS"]["pod"]["memory.min"] if raw else None
+
+
+class MinWatch(PodWatch):
+    """PodWatch keyed by the pod's memoryQOS.pod memory.min instead of memoryQOS.enabled."""
+
+    def run(self) -> None:
+        try:
+            for line in self.resp:
+                now = time.monotonic()
+                ev = json.loads(line)
+                if ev.get("type") not in ("ADDED", "MODIFIED"):
+                    continue
+                pod = ev["object"]
+                name, value = pod["metadata"]["name"], pod_min_of(pod, self.s)
+                with self.lock:
+                    self.latest[name] = value
+                    self.first_seen.setdefault((name, value), now)
+        except Exception:  # noqa: BLE001 - the stream ended
+            pass
+        finally:
+            self.conn.close()
+
+
+def allocated_status(s, memory_request: str, memory_limit: str) -> dict:
+    """The container status a kubelet posts once it has allocated (and actuated) a size."""
+    return {"containerStatuses": [{
+        "name": "app", "image": s.PAUSE, "imageID": "", "ready": True, "restartCount": 0,
+        "started": True, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+        "allocatedResources": {"cpu": "100m", "memory": memory_request},
+        "resources": {"requests": {"cpu": "100m", "memory": memory_request},
+                      "limits": {"memory": memory_limit}}}]}
+
+
+def patch_many(h, s, ns: str, names: list[str], sub: str, body: dict) -> None:
+    """One PATCH per pod to the subresource `sub` over one keep-alive connection: strategic
+    (containers merge by name; `resize` forbids touching anything but their cpu/memory), a
+    plain merge for `status` (the list of container statuses is replaced, as a kubelet does)."""
+    conn, hdr = api_conn(h)
+    kind = "merge" if sub == "status" else "strategic-merge"
+    hdr = {**hdr, "Content-Type": f"application/{kind}-patch+json"}
+    for n in names:
+        conn.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{n}/{sub}", body=json.dumps(body),
+                     headers=hdr)
+        resp = conn.getresponse()
+        data = resp.read()
+        s.check(resp.status == 200, f"PATCH {n}/{sub}: HTTP {resp.status}: {data[:400]!r}")
+    conn.close()
+
+
+def resize(h, s) -> None:
+    """20 running pods resized in place, memory up then down (and CPU only), on the real
+    kube-apiserver through `pods/resize`. The test stands in for the kubelet (no kubelet
+    here): right after each resize it posts the allocated size in
+    `status.containerStatuses[].resources`, as a kubelet does once it has actuated it. Measured
+    per pod: the resize request to the annotation's new memory.min, seen by a watch."""
+    mib = 2**20
+    names = [f"resize-{i:02d}" for i in range(20)]
+    port = h.webhook_metrics_port
+
+    def pod(n: str) -> dict:
+        p = s.pod_manifest(n, NS_RESIZE, requests={"cpu": "100m", "memory": "64Mi"},
+                           limits={"memory": "256Mi"}, node=s.NODE)
+        p["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "NotRequired"},
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"}]
+        return p
+    # The resize admission checks the pod's node (it must exist to fit the new size).
+    h.apply({"apiVersion": "v1", "kind": "Node",
+             "metadata": {"name": s.NODE, "labels": {"kubernetes.io/hostname": s.NODE}}})
+    size = {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    h.kubectl("patch", "node", s.NODE, "--subresource", "status", "--type", "merge", "-p",
+              json.dumps({"status": {"capacity": size, "allocatable": size}}))
+    try:
+        s.patch_cm(h, s.CLUSTER_CM, "resource-qos-config",
+                   s.merged_cluster_config(h, enable=True, minLimitPercent=100))
+        s.wait_until("replica a to hold the Lease", lambda: is_leader(h, s, port), 30, 0.1)
+        opt_in_with_pods(h, s, NS_RESIZE, [pod(n) for n in names])
+        patch_many(h, s, NS_RESIZE, names, "status", {"status": allocated_status(s, "64Mi", "256Mi")})
+        items = h.kjson("get", "pods", "-n", NS_RESIZE)["items"]
+        got = {p["metadata"]["name"]: pod_min_of(p, s) for p in items}
+        s.check(all(got[n] == 64 * mib for n in names), f"before: pod memory.min {got}")
+        figures = {}
+        previous = 64 * mib
+        for step, (req, lim) in (("up", ("128Mi", "256Mi")), ("down", ("32Mi", "256Mi"))):
+            want = int(req[:-2]) * mib
+            resized0 = metric(h, s, port, "koord_webhook_reresolve_pods_resized_total")
+            watch = MinWatch(h, s, NS_RESIZE, 120)
+            watch.start()
+            try:
+                t0 = time.monotonic()
+                patch_many(h, s, NS_RESIZE, names, "resize", {"spec": {"containers": [
+                    {"name": "app", "resources": {"requests": {"cpu": "100m", "memory": req},
+                                                  "limits": {"memory": lim}}}]}})
+                # Before the kubelet allocates it, a resize changes nothing.
+                time.sleep(1)
+                with watch.lock:
+                    early = [n for n in names if watch.latest.get(n) != previous]
+                s.check(not early, f"annotation moved before the allocation: {early[:5]}")
+                t_alloc = time.monotonic()
+                patch_many(h, s, NS_RESIZE, names, "status", {"status": allocated_status(s, req, lim)})
+                s.wait_until(f"all 20 pods to show memory.min {req} ({step})",
+                             lambda: all(watch.latest.get(n) == want for n in names), 60, 0.05)
+                fig = figure(watch.latencies(names, want, t_alloc))
+            finally:
+                watch.close()
+            s.check(metric(h, s, port, "koord_webhook_reresolve_pods_resized_total")
+                    - resized0 >= len(names), "pods_resized_total did not count the 20 pods")
+            s.log(f"resize {step} to {req}: allocation -> annotation {fig} "
+                  f"(the resize requests took {t_alloc - t0 - 1:.2f}s)")
+            figures[step] = fig
+            previous = want
+        # CPU only: the allocated memory is unchanged, so no pod is planned or written.
+        watch = MinWatch(h, s, NS_RESIZE, 30)
+        watch.start()
+        try:
+            patched0 = patched(h, s, port)
+            patch_many(h, s, NS_RESIZE, names[:5], "resize", {"spec": {"containers": [
+                {"name": "app", "resources": {"requests": {"cpu": "200m"}}}]}})
+            time.sleep(3)
+            s.check(patched(h, s, port) == patched0, "a CPU-only resize patched pods")
+            with watch.lock:
+                moved = [n for n in names[:5] if watch.latest.get(n) != 32 * mib]
+            s.check(not moved, f"memory.min changed on a CPU-only resize: {moved}")
+        finally:
+            watch.close()
+        h.figures["resize"] = figures
+        # kubectl describe names the resize in the Event.
+        ev = [e for e in h.kjson("get", "events", "-n", NS_RESIZE)["items"]
+              if "in-place resize" in e.get("message", "")]
+        s.check(len(ev) >= 1, "no Event names the in-place resize")
+    finally:
+        # Bound to a node without a kubelet: only a forced delete removes them (else they stay
+        # Terminating and the applier scenario's node would see them).
+        h.kubectl("delete", "pods", "--all", "-n", NS_RESIZE, "--force", "--grace-period=0",
+                  "--wait=false", timeout=120)
+        s.restore_configmaps(h)
 
 
 def vm_status(pid: int) -> dict[str, int]:

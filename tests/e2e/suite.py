@@ -1091,6 +1091,72 @@ def read_knob(path: Path) -> str:
     return path.read_text().strip()
 
 
+@scenario("in-place resize: 20 pods resized up then down through pods/resize follow in their "
+          "resolved-qos once the allocation is posted (p50/p99), never before; a CPU-only resize "
+          "writes nothing (reresolve_e2e.py)")
+def s_resize(h: Harness) -> None:
+    reresolve_e2e.resize(h, sys.modules[__name__])
+
+
+def pod_level_supported(h: Harness) -> bool:
+    """Whether this kube-apiserver keeps `spec.resources` (PodLevelResources: beta and on by
+    default since 1.34; an older server drops the field)."""
+    r = h.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(
+        {**pod_manifest("probe-pod-level", NS_PLAIN),
+         "spec": {"resources": {"requests": {"memory": "64Mi"}},
+                  "containers": [{"name": "app", "image": PAUSE}]}}))
+    return bool(json.loads(r.stdout)["spec"].get("resources"))
+
+
+@scenario("current pod shapes with minLimitPercent 100: a native sidecar is protected and counted "
+          "in the pod's memory.min; pod-level requests set the pod's memory.min, a pod-level limit "
+          "with throttling its memory.high; plain init containers stay out")
+def s_pod_shapes(h: Harness) -> None:
+    mib = 2**20
+    try:
+        before = reload_count(h, "cluster")
+        patch_cm(h, CLUSTER_CM, "resource-qos-config",
+                 merged_cluster_config(h, enable=True, minLimitPercent=100, throttlingPercent=80))
+        wait_metric_increase(h, "koord_webhook_config_reloads_total", before, config="cluster")
+        p = pod_manifest("sidecar-pod", NS_QOS, requests={"memory": "1Gi"},
+                         limits={"memory": "2Gi"})
+        p["spec"]["initContainers"] = [
+            {"name": "init-schema", "image": PAUSE,
+             "resources": {"requests": {"memory": "512Mi"}}},
+            {"name": "proxy", "image": PAUSE, "restartPolicy": "Always",
+             "resources": {"requests": {"memory": "256Mi"}, "limits": {"memory": "512Mi"}}}]
+        mq = resolved(h.create_pod(p))["memoryQOS"]
+        check(set(mq["containers"]) == {"app", "proxy"}, f"containers: {sorted(mq['containers'])}")
+        check(mq["containers"]["proxy"]["memory.min"] == 256 * mib, f"proxy: {mq['containers']}")
+        check(mq["pod"]["memory.min"] == 1280 * mib, f"pod memory.min {mq['pod']} (want 1.25Gi)")
+        check("memory.high" not in mq["pod"], f"no pod-level limit, no pod memory.high: {mq['pod']}")
+        if not pod_level_supported(h):
+            raise koordtest.NotRun("this kube-apiserver drops spec.resources: pod-level resources "
+                                   "need 1.34+ (the sidecar half passed)")
+        for name, container_req, want_min in (("pod-level", None, 1024 * mib),
+                                              ("pod-level-mixed", "256Mi", 1024 * mib)):
+            c = {"name": "app", "image": PAUSE}
+            if container_req:
+                c["resources"] = {"requests": {"memory": container_req}}
+            pl = {"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": name, "namespace": NS_QOS},
+                  "spec": {"resources": {"requests": {"memory": "1Gi"},
+                                         "limits": {"memory": "2Gi"}},
+                           "containers": [c]}}
+            stored = h.create_pod(pl)
+            mq = resolved(stored)["memoryQOS"]
+            check(mq["pod"]["memory.min"] == want_min,
+                  f"{name}: pod memory.min {mq['pod']['memory.min']} (want {want_min})")
+            high = (2048 * mib * 80 // 100) // 4096 * 4096
+            check(mq["pod"].get("memory.high") == high,
+                  f"{name}: pod memory.high {mq['pod'].get('memory.high')} (want {high})")
+            if container_req:
+                check(mq["containers"]["app"]["memory.min"] == 256 * mib,
+                      f"{name}: the container keeps its own request: {mq['containers']}")
+    finally:
+        restore_configmaps(h)
+
+
 @scenario("applier: pod bound to a Node, kubelet-like status + cgroup v1 dirs -> knobs written, "
           "MemoryQOSApplied Event in kubectl describe")
 def s_applier(h: Harness) -> None:
@@ -1215,7 +1281,7 @@ def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool
               f"without webhook {h.figures.get('without_webhook')}, "
               f"with webhook {h.figures.get('with_webhook')}", flush=True)
     for key in ("reresolve_down_s", "reresolve_flip", "reresolve_takeover_s",
-                "reresolve_scale", "reresolve_memory"):
+                "reresolve_scale", "reresolve_memory", "resize"):
         if key in h.figures:
             print(f"{key} ({h.figures.get('profile')} build): {json.dumps(h.figures[key])}",
                   flush=True)

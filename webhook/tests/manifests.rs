@@ -615,8 +615,8 @@ fn serve_defaults() -> koord_webhook::server::ServeArgs {
 #[ignore = "needs kubectl on PATH"]
 fn the_reresolver_gets_exactly_pods_events_and_its_lease() {
     let objects = render("manifests");
-    // Pods cluster-wide (the opted-in namespaces change at run time): read and patch only;
-    // never create, update, delete or watch. Events: create only.
+    // Pods cluster-wide (the opted-in namespaces change at run time): read, watch (the Lease
+    // holder's resize watch) and patch only; never create, update or delete. Events: create only.
     let cr: ClusterRole = round_trip(find(&objects, "ClusterRole", "koord-webhook-reresolver"));
     assert_eq!(
         rules_of(cr.rules),
@@ -625,7 +625,7 @@ fn the_reresolver_gets_exactly_pods_events_and_its_lease() {
                 strings(&[""]),
                 strings(&["pods"]),
                 vec![],
-                strings(&["get", "list", "patch"])
+                strings(&["get", "list", "watch", "patch"])
             ),
             (
                 strings(&["events.k8s.io"]),
