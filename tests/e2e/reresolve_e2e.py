@@ -89,11 +89,13 @@ class PodWatch(threading.Thread):
     """A watch on a namespace's pods (the apiserver's own event stream, not polling): the
     time each pod was first seen with each memoryQOS.enabled value."""
 
-    def __init__(self, h, s, ns: str, timeout_s: int = 300):
+    def __init__(self, h, s, ns: str, timeout_s: int = 300, value_of=None):
+        """value_of(pod, s): the value watched (default memoryQOS.enabled)."""
         super().__init__(daemon=True)
         self.s = s
+        self.value_of = value_of or enabled_of
         listed = h.kjson("get", "pods", "-n", ns)
-        self.latest = {p["metadata"]["name"]: enabled_of(p, s) for p in listed["items"]}
+        self.latest = {p["metadata"]["name"]: self.value_of(p, s) for p in listed["items"]}
         self.rvs = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
                     for p in listed["items"]}
         self.first_seen: dict[tuple[str, bool | None], float] = {}
@@ -114,7 +116,7 @@ class PodWatch(threading.Thread):
                 if ev.get("type") not in ("ADDED", "MODIFIED"):
                     continue
                 pod = ev["object"]
-                name, value = pod["metadata"]["name"], enabled_of(pod, self.s)
+                name, value = pod["metadata"]["name"], self.value_of(pod, self.s)
                 with self.lock:
                     self.latest[name] = value
                     self.rvs[name] = pod["metadata"]["resourceVersion"]
@@ -481,27 +483,6 @@ def pod_min_of(pod: dict, s) -> int | None:
     return json.loads(raw)["memoryQOS"]["pod"]["memory.min"] if raw else None
 
 
-class MinWatch(PodWatch):
-    """PodWatch keyed by the pod's memoryQOS.pod memory.min instead of memoryQOS.enabled."""
-
-    def run(self) -> None:
-        try:
-            for line in self.resp:
-                now = time.monotonic()
-                ev = json.loads(line)
-                if ev.get("type") not in ("ADDED", "MODIFIED"):
-                    continue
-                pod = ev["object"]
-                name, value = pod["metadata"]["name"], pod_min_of(pod, self.s)
-                with self.lock:
-                    self.latest[name] = value
-                    self.first_seen.setdefault((name, value), now)
-        except Exception:  # noqa: BLE001 - the stream ended
-            pass
-        finally:
-            self.conn.close()
-
-
 def allocated_status(s, memory_request: str, memory_limit: str) -> dict:
     """The container status a kubelet posts once it has allocated (and actuated) a size."""
     return {"containerStatuses": [{
@@ -565,7 +546,7 @@ def resize(h, s) -> None:
         for step, (req, lim) in (("up", ("128Mi", "256Mi")), ("down", ("32Mi", "256Mi"))):
             want = int(req[:-2]) * mib
             resized0 = metric(h, s, port, "koord_webhook_reresolve_pods_resized_total")
-            watch = MinWatch(h, s, NS_RESIZE, 120)
+            watch = PodWatch(h, s, NS_RESIZE, 120, pod_min_of)
             watch.start()
             try:
                 t0 = time.monotonic()
@@ -591,7 +572,7 @@ def resize(h, s) -> None:
             figures[step] = fig
             previous = want
         # CPU only: the allocated memory is unchanged, so no pod is planned or written.
-        watch = MinWatch(h, s, NS_RESIZE, 30)
+        watch = PodWatch(h, s, NS_RESIZE, 30, pod_min_of)
         watch.start()
         try:
             patched0 = patched(h, s, port)
