@@ -52,9 +52,9 @@ pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool, idle_qos_parents: b
         bvt_warp_ns,
         cpu_idle_fallback,
         idle_qos_parents,
-        cpu_idle_reset: !bvt_warp_ns && !cpu_idle_fallback && has(CPU_IDLE),
+        cpu_idle: has(CPU_IDLE),
     };
-    if caps.uses_cpu_idle() && !has(CPU_IDLE) {
+    if caps.uses_cpu_idle() && !caps.cpu_idle {
         tracing::warn!(
             "--cpu-idle-fallback is on but this kernel has no cpu.idle (Linux 5.15+); BE pods will report it unsupported"
         );
@@ -62,7 +62,7 @@ pub fn detect_caps(layout: &Layout, cpu_idle_fallback: bool, idle_qos_parents: b
     tracing::info!(
         bvt_warp_ns = caps.bvt_warp_ns,
         cpu_idle_fallback = caps.cpu_idle_fallback,
-        cpu_idle_reset = caps.cpu_idle_reset,
+        cpu_idle_reset = caps.cpu_idle_reset(),
         "cpu qos: {}",
         if caps.bvt_warp_ns {
             "group identity (cpu.bvt_warp_ns)"
@@ -215,7 +215,7 @@ impl NodeQos {
     /// refused on cgroup v2).
     fn parents(&self, parsed: &[(&PodSpecView, Option<ResolvedQos>)]) -> Vec<ParentReport> {
         let (file, value_of): (&'static str, fn(&ResolvedCpuQos) -> i64) =
-            if self.caps.uses_cpu_idle() || self.caps.cpu_idle_reset {
+            if self.caps.uses_cpu_idle() || self.caps.cpu_idle_reset() {
                 (CPU_IDLE, cpu_idle_value)
             } else if self.caps.bvt_warp_ns {
                 (CPU_BVT_WARP_NS, group_identity)

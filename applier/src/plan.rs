@@ -77,13 +77,8 @@ pub struct NodeCaps {
     /// `--cpu-idle-qos-parents`: with the fallback, the QoS parents follow their pods' vote
     /// instead of being held at 0 (see `NodeQos::parents`).
     pub idle_qos_parents: bool,
-    /// The kernel has `cpu.idle` but neither group identity nor the fallback is in force
-    /// (fallback off, or refused on cgroup v2): every annotated pod's and both QoS parents'
-    /// `cpu.idle` is held at 0. An idle cgroup is a hazard there, not a choice: the kernel
-    /// refuses the kubelet's `cpu.weight`/`cpu.shares` writes on it, and on v2 its weight reads
-    /// 0, which the kubelet counts as ~1.8e15 CPUs. So a `1` left by an earlier release or an
-    /// earlier `--cpu-idle-fallback` is put back.
-    pub cpu_idle_reset: bool,
+    /// The kernel has `cpu.idle` (mainline 5.15+).
+    pub cpu_idle: bool,
 }
 
 impl Default for NodeCaps {
@@ -93,7 +88,7 @@ impl Default for NodeCaps {
             bvt_warp_ns: true,
             cpu_idle_fallback: false,
             idle_qos_parents: false,
-            cpu_idle_reset: false,
+            cpu_idle: false,
         }
     }
 }
@@ -102,6 +97,16 @@ impl NodeCaps {
     /// Whether the `cpu.idle` fallback replaces group identity on this node.
     pub fn uses_cpu_idle(self) -> bool {
         !self.bvt_warp_ns && self.cpu_idle_fallback
+    }
+
+    /// The kernel has `cpu.idle` but neither group identity nor the fallback is in force
+    /// (fallback off, or refused on cgroup v2): every annotated pod's and both QoS parents'
+    /// `cpu.idle` is held at 0. An idle cgroup is a hazard there, not a choice: the kernel
+    /// refuses the kubelet's `cpu.weight`/`cpu.shares` writes on it, and on v2 its weight reads
+    /// 0, which the kubelet counts as ~1.8e15 CPUs. So a `1` left by an earlier release or an
+    /// earlier `--cpu-idle-fallback` is put back.
+    pub fn cpu_idle_reset(self) -> bool {
+        self.cpu_idle && !self.bvt_warp_ns && !self.cpu_idle_fallback
     }
 }
 
@@ -509,7 +514,7 @@ fn cpu_qos_values(c: &ResolvedCpuQos, caps: NodeCaps, is_pod: bool) -> Vec<(Knob
 /// whatever the annotation's CPU section says: a pod made idle by an earlier release may
 /// have lost its `cpuQOS` since.
 fn cpu_idle_reset(caps: NodeCaps) -> Option<(Knob, Value)> {
-    caps.cpu_idle_reset
+    caps.cpu_idle_reset()
         .then_some((Knob::CpuIdle, Value::Int(0)))
 }
 

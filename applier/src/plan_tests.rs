@@ -383,7 +383,7 @@ fn group_identity_values_and_defaults_table() {
             bvt_warp_ns: true,
             cpu_idle_fallback: false,
             idle_qos_parents: false,
-            cpu_idle_reset: false,
+            cpu_idle: false,
         },
         "undetected: plan group identity, the fallback is off"
     );
@@ -656,7 +656,7 @@ fn ls_with_sidecar() -> (ResolvedQos, PodSpecView) {
          "containerID": format!("containerd://{}", "7".repeat(64))},
         {"name": "proxy", "image": "p", "imageID": "", "ready": true, "restartCount": 0,
          "started": true, "containerID": format!("containerd://{PROXY_ID}")}]);
-    let (mut q, _) = view(&pod.to_string());
+    let (mut q, v) = view(&pod.to_string());
     let mut proxy = q.memory_qos.containers["redis"];
     proxy.min = 256 * MIB;
     proxy.low = 256 * MIB;
@@ -664,7 +664,6 @@ fn ls_with_sidecar() -> (ResolvedQos, PodSpecView) {
     q.memory_qos.containers.insert("proxy".into(), proxy);
     q.memory_qos.pod.min += 256 * MIB;
     q.memory_qos.pod.low += 256 * MIB;
-    let (_, v) = view(&pod.to_string());
     (q, v)
 }
 

@@ -198,7 +198,7 @@ fn be_busy_loop_yields_to_ls_with_cpu_idle() {
         bvt_warp_ns: false,
         cpu_idle_fallback: true,
         idle_qos_parents: true,
-        cpu_idle_reset: false,
+        cpu_idle: true,
     };
     let applier = Applier::new(layout.clone(), false, None).with_caps(caps);
     let started = Instant::now();

@@ -100,7 +100,7 @@ fn alibaba_v1_group_identity_every_file_parents_and_idempotence() {
             bvt_warp_ns: true,
             cpu_idle_fallback: false,
             idle_qos_parents: false,
-            cpu_idle_reset: false,
+            cpu_idle: false,
         }
     );
     let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
@@ -233,7 +233,7 @@ fn mainline_v1_without_bvt_fallback_off_reports_unsupported() {
     );
     // The fallback turned off after a run with it: the leftover idle pod and besteffort
     // parent are put back to 0 (the kernel refuses the kubelet's cpu.shares on them).
-    assert!(caps.cpu_idle_reset, "{caps:?}");
+    assert!(caps.cpu_idle_reset(), "{caps:?}");
     fs::write(root.join("cpu").join(BE_POD).join("cpu.idle"), "1\n").expect("seed");
     fs::write(root.join("cpu/kubepods/besteffort/cpu.idle"), "1\n").expect("seed");
     let r = applier.apply(&be);
@@ -496,7 +496,7 @@ fn cpu_idle_fallback_refused_on_v2_and_leftover_idle_reset() {
         }
         let caps = detect_caps(&l, fallback, true);
         assert!(
-            !caps.uses_cpu_idle() && caps.cpu_idle_reset,
+            !caps.uses_cpu_idle() && caps.cpu_idle_reset(),
             "fallback={fallback}: {caps:?}"
         );
         let applier = Applier::new(l.clone(), false, None).with_caps(caps);
