@@ -10,9 +10,10 @@ use std::fmt::Write as _;
 
 use crate::ancestors::report::{AncestorsReport, ProtectedPod};
 use crate::cgroup::{CgroupVersion, Outcome};
+use crate::knob_map::CPU_IDLE;
 use crate::plan::Target;
 use crate::pod_event::{EventKind, PodEvent, truncate_note};
-use crate::report::{PodReport, PodStatus};
+use crate::report::{KnobReport, PodReport, PodStatus};
 
 pub const REASON_APPLIED: &str = "MemoryQOSApplied";
 pub const REASON_REFUSED: &str = "MemoryQOSRefused";
@@ -76,10 +77,20 @@ pub fn applied_message(report: &PodReport) -> String {
 /// A pod none of whose knobs this kernel has (an LS pod's memory QoS on mainline cgroup v1)
 /// writes nothing, so "only when something was written" would leave it without any Event:
 /// its first complete pass says what the node cannot do, once per version of the pod.
+///
+/// `cpu.idle` held at 0 does not count as a knob the pod has: the node plans it for every
+/// annotated pod wherever the kernel has the file and no CPU QoS uses it
+/// ([`crate::plan::NodeCaps::cpu_idle_reset`]), so on mainline v1 it would otherwise make every
+/// such pod "supported" and silent.
 fn nothing_supported(report: &PodReport) -> bool {
-    report.first_pass
-        && !report.knobs.is_empty()
-        && report.count(Outcome::Unsupported) == report.knobs.len()
+    let is_idle_reset =
+        |k: &&KnobReport| k.file == CPU_IDLE && k.new == "0" && k.outcome == Outcome::Unchanged;
+    let (mut knobs, mut unsupported) = (0, 0);
+    for k in report.knobs.iter().filter(|k| !is_idle_reset(k)) {
+        knobs += 1;
+        unsupported += usize::from(k.outcome == Outcome::Unsupported);
+    }
+    report.first_pass && knobs > 0 && unsupported == knobs
 }
 
 /// The Event a pass deserves, if any.
@@ -233,6 +244,109 @@ mod tests {
                 crate::ancestors::KubeletMemoryQos::Off
             },
             cgroups,
+        }
+    }
+
+    fn knob(file: &'static str, new: &str, outcome: Outcome) -> KnobReport {
+        KnobReport {
+            target: Target::Container("app".into()),
+            knob: file,
+            file,
+            path: crate::report::KnobPath {
+                dir: std::path::Path::new("/sys/fs/cgroup/x").into(),
+                file,
+            },
+            old: Some(new.to_owned()),
+            new: new.to_owned(),
+            outcome,
+            reason: None,
+        }
+    }
+
+    fn unchanged_report(first_pass: bool, knobs: Vec<KnobReport>) -> PodReport {
+        PodReport {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u".into(),
+            cgroup_version: CgroupVersion::V1,
+            cgroup_driver: crate::cgroup::CgroupDriver::Cgroupfs,
+            kubelet_cgroup_root: "/".into(),
+            dry_run: false,
+            status: PodStatus::Unchanged,
+            reason: None,
+            knobs,
+            read_back: Default::default(),
+            pending: Vec::new(),
+            sidecars: Vec::new(),
+            pod_level_resources: false,
+            first_pass,
+        }
+    }
+
+    /// An unchanged pass posts `MemoryQOSApplied` only on the first complete pass of a pod none
+    /// of whose knobs the kernel has; `cpu.idle` held at 0 is not one of the pod's knobs.
+    #[test]
+    fn unchanged_pass_event_table() {
+        use Outcome::{Unchanged, Unsupported};
+        let rows: Vec<(&str, bool, Vec<KnobReport>, bool)> = vec![
+            (
+                "nothing supported, first pass",
+                true,
+                vec![knob("memory.min", "0", Unsupported)],
+                true,
+            ),
+            (
+                "nothing supported, later pass",
+                false,
+                vec![knob("memory.min", "0", Unsupported)],
+                false,
+            ),
+            (
+                "nothing supported but cpu.idle held at 0 (mainline v1)",
+                true,
+                vec![
+                    knob("memory.min", "0", Unsupported),
+                    knob(CPU_IDLE, "0", Unchanged),
+                ],
+                true,
+            ),
+            (
+                "a supported knob unchanged (applier restarted)",
+                true,
+                vec![
+                    knob("memory.min", "0", Unsupported),
+                    knob("cpu.shares", "102", Unchanged),
+                ],
+                false,
+            ),
+            (
+                "cpu.idle 1 from the fallback is the pod's own knob",
+                true,
+                vec![
+                    knob("memory.min", "0", Unsupported),
+                    knob(CPU_IDLE, "1", Unchanged),
+                ],
+                false,
+            ),
+            (
+                "only cpu.idle held at 0",
+                true,
+                vec![knob(CPU_IDLE, "0", Unchanged)],
+                false,
+            ),
+            ("no knobs", true, vec![], false),
+        ];
+        for (what, first_pass, knobs, want) in rows {
+            let ev = event_for(&unchanged_report(first_pass, knobs));
+            assert_eq!(ev.is_some(), want, "{what}: {ev:?}");
+            if let Some(ev) = ev {
+                assert_eq!(ev.reason, REASON_APPLIED, "{what}");
+                assert!(
+                    ev.message.contains("unsupported on this node: memory.min"),
+                    "{what}: {}",
+                    ev.message
+                );
+            }
         }
     }
 
