@@ -226,3 +226,85 @@ fn bad_input_exits_non_zero_with_one_line_and_no_stdout() {
         );
     }
 }
+
+/// The README's `resolve` example, run as it is written there (from the repository root, stdout
+/// to a file, then `grep resolved-qos` of that file): what it prints on stderr and the line grep
+/// finds are the README's own text, byte for byte.
+#[test]
+fn readme_resolve_example_prints_what_the_readme_shows() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let block = readme
+        .split("```console\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("a console block in README.md");
+    // Commands start with "$ "; a trailing backslash continues one onto the next line.
+    let mut commands: Vec<(String, Vec<&str>)> = Vec::new();
+    let mut continued = false;
+    for line in block.lines() {
+        if let Some(cmd) = line.strip_prefix("$ ") {
+            commands.push((cmd.trim_end_matches('\\').to_owned(), Vec::new()));
+            continued = line.ends_with('\\');
+        } else if continued {
+            let (cmd, _) = commands.last_mut().expect("a command before it");
+            cmd.push_str(line.trim_end_matches('\\'));
+            continued = line.ends_with('\\');
+        } else {
+            commands
+                .last_mut()
+                .expect("output after a command")
+                .1
+                .push(line);
+        }
+    }
+    assert_eq!(commands.len(), 2, "resolve, then grep: {commands:?}");
+    let (resolve_cmd, resolve_stderr) = &commands[0];
+    let words: Vec<&str> = resolve_cmd.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| *w == "--")
+        .expect("cargo run ... -- ARGS");
+    let redirect = words
+        .iter()
+        .position(|w| *w == ">")
+        .expect("stdout to a file");
+    assert_eq!(
+        &words[..at],
+        ["cargo", "run", "-q", "-p", "koord-webhook"],
+        "the README runs this crate's binary"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+        .args(&words[at + 1..redirect])
+        .current_dir(&root)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8(out.stderr).expect("utf-8");
+    assert_eq!(
+        stderr.lines().collect::<Vec<_>>(),
+        *resolve_stderr,
+        "README.md's resolve output is out of date; this is what the command prints now:\n{stderr}"
+    );
+    let (grep_cmd, grep_out) = &commands[1];
+    assert_eq!(
+        grep_cmd,
+        &format!("grep resolved-qos {}", words[redirect + 1])
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8");
+    let found: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("resolved-qos"))
+        .collect();
+    assert_eq!(
+        found, *grep_out,
+        "README.md's grep line is out of date; the file holds:\n{found:?}"
+    );
+}
