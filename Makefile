@@ -29,7 +29,7 @@ lint:
 ## see applier/scripts/machine-tests.sh.
 unit:
 	$(CARGO) test --workspace
-	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test manifests -- --ignored
+	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
 ## The webhook's short performance checks (~1.5 min): instructions per admission against the

@@ -1,0 +1,139 @@
+//! `run` against an in-process fake API server: after the initial list the ancestors hold the
+//! sum of the pods' protection and the LS pod is told so in one Event; a DELETED watch event
+//! (its cgroup removed by the kubelet) shrinks the sums within the coalescing delay, without
+//! waiting for the resync.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
+use http::{Request, Response, StatusCode};
+use koord_applier::cgroup::layout::KubeQos;
+use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_applier::pod_spec_view::PodSpecView;
+use kube::client::Body;
+
+/// ls-redis.json: pod-level memory.min = memory.low = 70 MiB.
+const REDIS_POD: &str = "73400320";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
+    koord_runtime::install_crypto_provider();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);
+    let pod = fixture("ls-redis.json");
+    let view = PodSpecView::from_pod(&pod).expect("view");
+    make_pod_tree(&l, Kernel::MainlineV2, &view);
+    let [burstable, _, kubepods] = ancestor_dirs(&l);
+    let pod_dir = l
+        .dir(
+            &l.pod_dir(&view.uid, KubeQos::Burstable).expect("pod"),
+            Controller::Memory,
+        )
+        .expect("dir");
+
+    let config = common::run_config(tmp.path(), CgroupDriver::Systemd);
+    // Resync far away: what happens below is the list and the deletion, not a resync.
+    let run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
+    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(svc, "default");
+    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
+        config, run, client,
+    ));
+
+    // The fake API server: the list holds the pod; the first watch answers DELETED when the
+    // test says so; every posted Event goes to `events_rx`.
+    let (delete_tx, mut delete_rx) = tokio::sync::oneshot::channel::<()>();
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    let pod_json = serde_json::to_value(&pod).expect("pod json");
+    let server = tokio::spawn(async move {
+        let mut deleted = false;
+        let mut first_watch = None;
+        let mut held = Vec::new();
+        loop {
+            tokio::select! {
+                req = handle.next_request() => {
+                    let Some((req, send)) = req else { break };
+                    let uri = req.uri().to_string();
+                    if req.method() == http::Method::POST && uri.contains("/events") {
+                        let body = req.into_body().collect_bytes().await.expect("body");
+                        let _ = events_tx.send(serde_json::from_slice(&body).expect("event json"));
+                        send.send_response(Response::builder().status(StatusCode::CREATED).body(Body::from(body.to_vec())).expect("resp"));
+                    } else if uri.contains("watch=true") {
+                        if first_watch.is_none() && !deleted { first_watch = Some(send); } else { held.push(send); }
+                    } else if uri.starts_with("/api/v1/pods") {
+                        let items = if deleted { vec![] } else { vec![pod_json.clone()] };
+                        let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList",
+                            "metadata": {"resourceVersion": if deleted {"102"} else {"100"}}, "items": items});
+                        send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&list).expect("list"))).expect("resp"));
+                    } else {
+                        send.send_response(Response::builder().status(404).body(Body::empty()).expect("resp"));
+                    }
+                }
+                _ = &mut delete_rx, if !deleted => {
+                    deleted = true;
+                    let mut gone = pod_json.clone();
+                    gone["metadata"]["resourceVersion"] = "101".into();
+                    let line = serde_json::json!({"type": "DELETED", "object": gone}).to_string() + "\n";
+                    if let Some(send) = first_watch.take() {
+                        send.send_response(Response::builder().body(Body::from(line.into_bytes())).expect("resp"));
+                    }
+                }
+            }
+        }
+    });
+
+    // Two Events for the pod: its own pass, then what its ancestors now hold.
+    let mut notes = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while notes.len() < 2 {
+            let ev = events_rx.recv().await.expect("server alive");
+            assert_eq!(ev["reason"], "MemoryQOSApplied", "{ev}");
+            assert_eq!(ev["regarding"]["name"], "redis-0");
+            notes.push(ev["note"].as_str().unwrap_or_default().to_owned());
+        }
+    })
+    .await
+    .expect("two Events within 10 s");
+    assert!(
+        notes[0].starts_with("cgroup v2: pod memory.min=73400320"),
+        "{notes:?}"
+    );
+    assert_eq!(
+        notes[1],
+        format!(
+            "cgroup v2: QoS-level protection (sum of the children): \
+             kubepods.slice/kubepods-burstable.slice memory.min={REDIS_POD} memory.low={REDIS_POD}; \
+             kubepods.slice memory.min={REDIS_POD} memory.low={REDIS_POD}"
+        )
+    );
+    for dir in [&burstable, &kubepods] {
+        for f in ["memory.min", "memory.low"] {
+            assert_eq!(read(&dir.join(f)), REDIS_POD, "{}", dir.display());
+        }
+    }
+
+    // The kubelet removes the pod's cgroup, the API server says DELETED: the sums go to 0
+    // within the coalescing delay (2 s), long before the hour-long resync.
+    std::fs::remove_dir_all(&pod_dir).expect("rm pod");
+    delete_tx.send(()).expect("server alive");
+    let shrunk = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if [&burstable, &kubepods]
+                .iter()
+                .all(|d| read(&d.join("memory.min")) == "0" && read(&d.join("memory.low")) == "0")
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(shrunk.is_ok(), "the sums did not shrink after the deletion");
+    // The deleted pod gets no Event about it, and nobody else was told.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(events_rx.try_recv().is_err(), "no Event after the deletion");
+    applier.abort();
+    server.abort();
+}

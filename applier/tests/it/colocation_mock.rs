@@ -1,0 +1,172 @@
+//! The colocation loop against an in-process fake API server (tower-test): the ConfigMap is
+//! listed by name (field selector, so RBAC resourceNames applies), the Node is read, and its
+//! status is merge-patched with the batch resources computed from the pod cache, a synthetic
+//! /proc and an empty cgroup tree.
+
+use crate::common;
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::core::v1::Pod;
+use koord_applier::cgroup::layout::Layout;
+use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
+use koord_applier::colocation::{Colocation, ColocationMetrics, Settings};
+use kube::client::Body;
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+
+const GI: i64 = 1 << 30;
+
+#[tokio::test]
+async fn patches_node_status_with_batch_resources() {
+    koord_runtime::install_crypto_provider();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let proc = tmp.path().join("proc");
+    std::fs::create_dir_all(&proc).expect("mkdir");
+    std::fs::write(
+        proc.join("stat"),
+        format!(
+            "cpu  10 0 10 1000 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n{}",
+            common::PROC_STAT_TAIL
+        ),
+    )
+    .expect("stat");
+    std::fs::write(
+        proc.join("meminfo"),
+        common::meminfo(64 * GI as u64, 62 * GI as u64),
+    )
+    .expect("meminfo");
+    let layout = Layout::new(
+        tmp.path().join("cg"),
+        CgroupVersion::V1,
+        CgroupDriver::Cgroupfs,
+    );
+
+    // The pod cache: one LS pod (1 CPU / 1 GiB requests, no cgroup yet -> counted by request).
+    let (store, mut writer) = reflector::store::<Pod>();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "ls", "namespace": "shop", "uid": "0123abcd-0000-4000-8000-000000000001",
+                     "labels": {"koordinator.sh/qosClass": "LS"}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}}]},
+        "status": {"qosClass": "Burstable", "phase": "Running"}
+    }))
+    .expect("pod");
+    writer.apply_watcher_event(&watcher::Event::InitApply(pod));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+
+    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(svc, "default");
+    let metrics = ColocationMetrics::register(&prometheus::Registry::new()).expect("metrics");
+    let c = Colocation {
+        client,
+        layout,
+        proc_root: proc,
+        node_name: "node-1".into(),
+        settings: Settings {
+            enabled: true,
+            sample_interval: Duration::from_millis(50),
+            report_interval: Duration::from_millis(100),
+            ..Settings::default()
+        },
+        metrics: metrics.clone(),
+        pods: store,
+    };
+    let task = tokio::spawn(c.run());
+
+    let cm_list = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "7"},
+        "items": [{"metadata": {"name": "ack-slo-config", "namespace": "kube-system", "resourceVersion": "7"},
+                   "data": {"colocation-config": "{\"enable\": true}"}}]
+    });
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"capacity": {"cpu": "8", "memory": "16Gi"}, "allocatable": {"cpu": "8", "memory": "16Gi"}}
+    });
+    let mut uris = Vec::new();
+    let mut held = Vec::new();
+    let patch = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (req, send) = handle.next_request().await.expect("a request");
+            let uri = req.uri().to_string();
+            uris.push(format!("{} {uri}", req.method()));
+            let respond = |v: &serde_json::Value| {
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(v).expect("json")))
+                    .expect("resp")
+            };
+            if uri.contains("watch=true") {
+                held.push(send);
+            } else if uri.starts_with("/api/v1/namespaces/kube-system/configmaps?") {
+                send.send_response(respond(&cm_list));
+            } else if req.method() == http::Method::GET && uri == "/api/v1/nodes/node-1" {
+                send.send_response(respond(&node));
+            } else if req.method() == http::Method::PATCH
+                && uri.starts_with("/api/v1/nodes/node-1/status")
+            {
+                let ctype = req
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let body = req.into_body().collect_bytes().await.expect("body");
+                send.send_response(respond(&node));
+                break (
+                    uri,
+                    ctype,
+                    serde_json::from_slice::<serde_json::Value>(&body).expect("patch json"),
+                );
+            } else {
+                panic!("unexpected request {uri}");
+            }
+        }
+    })
+    .await
+    .expect("a node status patch within 10 s");
+    // The counter moves once the patch's answer is back.
+    let counted = "koord_applier_node_status_patches_total{reason=\"missing\",result=\"ok\"} 1";
+    for _ in 0..100 {
+        if metrics.render().contains(counted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+
+    let (uri, ctype, body) = patch;
+    assert_eq!(ctype, "application/merge-patch+json");
+    assert!(
+        uri.contains("fieldManager=koord-applier-colocation"),
+        "{uri}"
+    );
+    // cpu: 8000 x 60% - 1000 (LS) - 0 (node CPU idle) = 3800
+    // memory: 16Gi x 65% - 1Gi (LS) - (2Gi node - 1Gi pods) = 16Gi*65/100 - 2Gi
+    let want = serde_json::json!({
+        "kubernetes.io/batch-cpu": "3800",
+        "kubernetes.io/batch-memory": (16 * GI * 65 / 100 - 2 * GI).to_string(),
+    });
+    assert_eq!(
+        body,
+        serde_json::json!({"status": {"capacity": want, "allocatable": want}})
+    );
+    let cm = uris
+        .iter()
+        .find(|u| u.contains("/configmaps?"))
+        .expect("a configmap list");
+    assert!(
+        cm.contains("fieldSelector=metadata.name%3Dack-slo-config"),
+        "{cm}"
+    );
+    assert!(
+        !uris.iter().any(|u| u.contains("/api/v1/pods")),
+        "the pod cache is shared, no own watch: {uris:?}"
+    );
+    let text = metrics.render();
+    assert!(text.contains(counted), "{text}");
+    assert!(
+        text.contains("koord_applier_batch_resource_advertised{resource=\"batch-cpu\"} 3800"),
+        "{text}"
+    );
+}
