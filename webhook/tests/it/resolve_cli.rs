@@ -1,6 +1,7 @@
 //! `koord-webhook resolve` as a user runs it, on the reference's own manifests.
 
 use crate::common::examples;
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use koord_api::ResolvedQos;

@@ -6,7 +6,6 @@
 //! One [`Attacker`] task per connection: it keeps up to the server's stream limit open with
 //! the chosen [`Attack`] until told to stop, and counts what the server did.
 
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

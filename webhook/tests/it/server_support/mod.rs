@@ -1,6 +1,5 @@
 //! Helpers for the server tests: certificates, a real server on loopback, an HTTPS client.
 
-
 pub mod child;
 
 use std::net::SocketAddr;
