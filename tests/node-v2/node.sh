@@ -23,6 +23,7 @@
 # Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
 # KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
 # KOORD_V2_KUBELET_CGROUP_ROOT (the kubelet's cgroupRoot, /),
+# KOORD_V2_SLOT (0: which of ten side-by-side nodes, see below),
 # KOORD_V2_K8S_VERSION (1.37.2), KOORD_V2_ETCD_VERSION (3.6.16), KOORD_V2_CONTAINERD_VERSION
 # (build-containerd.sh), KOORD_V2_IMAGES (more OCI archives to import at boot), KOORD_E2E_CACHE.
 set -Eeuo pipefail
@@ -46,22 +47,27 @@ KUBELET_CGROUP_ROOT=${KOORD_V2_KUBELET_CGROUP_ROOT:-/}
 export KOORD_E2E_K8S_VERSION=${KOORD_V2_K8S_VERSION:-1.37.2}
 export KOORD_E2E_ETCD_VERSION=${KOORD_V2_ETCD_VERSION:-3.6.16}
 
-# Names start with kv2, addresses and ports are distinct from tests/e2e and tests/node.
-TAP=kv2tap0
-BRIDGE=kv2br0
-HOST_IP=10.249.0.1 # the host end of the tap: the apiserver binds here
-GUEST_IP=10.249.0.2 # the guest end: the kubelet's node IP
+# Names start with kv2, addresses and ports are distinct from tests/e2e and tests/node. Up to
+# ten nodes run side by side, one per slot (KOORD_V2_SLOT, 0-9): slot S has the tap kv2tapS,
+# 10.249.S.0/24 (link and pods), Services 10.250.S.0/24 and every host port + 100*S.
+SLOT=${KOORD_V2_SLOT:-0}
+[[ $SLOT =~ ^[0-9]$ ]] || { echo "$PROG: error: KOORD_V2_SLOT=$SLOT: want one digit, 0-9" >&2; exit 2; }
+TAP=kv2tap$SLOT
+BRIDGE=kv2br$SLOT
+HOST_IP=10.249.$SLOT.1 # the host end of the tap: the apiserver binds here
+GUEST_IP=10.249.$SLOT.2 # the guest end: the kubelet's node IP
 LINK_PREFIX=30
-POD_CIDR=10.249.0.128/25
-POD_GW=10.249.0.129
+POD_CIDR=10.249.$SLOT.128/25
+POD_GW=10.249.$SLOT.129
 POD_PREFIX=25
-SERVICE_CIDR=10.250.0.0/24
-export KOORD_E2E_ETCD_PORT=25790 KOORD_E2E_ETCD_PEER_PORT=25800 KOORD_E2E_APISERVER_PORT=28443
-SCHEDULER_PORT=28259
-CONTROLLER_MANAGER_PORT=28257
-AGENT_PORT=28900
+SERVICE_CIDR=10.250.$SLOT.0/24
+export KOORD_E2E_ETCD_PORT=$((25790 + 100 * SLOT)) KOORD_E2E_ETCD_PEER_PORT=$((25800 + 100 * SLOT))
+export KOORD_E2E_APISERVER_PORT=$((28443 + 100 * SLOT))
+SCHEDULER_PORT=$((28259 + 100 * SLOT))
+CONTROLLER_MANAGER_PORT=$((28257 + 100 * SLOT))
+AGENT_PORT=$((28900 + 100 * SLOT))
 KUBELET_PORT=10250 # inside the guest: its own network stack, no clash with the host
-GUARD_COMMENT=kv2-node-guard
+GUARD_COMMENT=kv2-node-guard$SLOT
 UML=/usr/bin/linux.uml
 UML_MODULES=/usr/lib/uml/modules
 CNI_BIN_DIR=/usr/lib/cni
@@ -336,7 +342,7 @@ start_guest() { # DIR
     # at once unlinks) the file that backs the guest's memory: tmpfs, not the disk.
     TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
         rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
-        vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid=kv2 con=null con0=fd:0,fd:1
+        vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid="kv2-$SLOT" con=null con0=fd:0,fd:1
 }
 
 guest_tails() { # DIR
@@ -491,7 +497,8 @@ leftovers() { # [DIR]
     for p in "$KOORD_E2E_ETCD_PORT" "$KOORD_E2E_ETCD_PEER_PORT"; do
         if port_busy "$p"; then out+=("port 127.0.0.1:$p in use"); fi
     done
-    while read -r l; do [[ -n $l ]] && out+=("process linux.uml pid $l"); done < <(pgrep -f -- ' kv2dir=' 2>/dev/null || true)
+    # This slot's guest only: another slot's node may be running beside this one.
+    while read -r l; do [[ -n $l ]] && out+=("process linux.uml pid $l"); done < <(pgrep -f -- "ifname=$TAP " 2>/dev/null || true)
     if [[ -n ${1:-} ]]; then
         local d=$1 pid
         for pid in $(pgrep -f -- "$d/" 2>/dev/null || true); do

@@ -1030,6 +1030,69 @@ def s_uninstall(h: Harness) -> None:
     log(f"{len(after)} workload pods still running with the same containers")
 
 
+HELM_SH = REPO / "tests" / "e2e" / "helm.sh"
+NS_HELM_POD = "node-helm"
+
+
+def helm(h: Harness, *args: str, timeout: float = 300) -> str:
+    """helm (built from its Go module and cached by tests/e2e/helm.sh) against this cluster."""
+    built = subprocess.run([str(HELM_SH), "build"], capture_output=True, text=True, timeout=3600)
+    if built.returncode != 0:
+        raise Fatal(f"tests/e2e/helm.sh build failed: {built.stderr[-800:]}")
+    argv = [built.stdout.strip().splitlines()[-1], f"--kubeconfig={h.env['KUBECONFIG']}", *args]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    check(r.returncode == 0, f"`helm {' '.join(args)}` failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+@scenario("helm install after the uninstall, as the README gives it (nothing else): the chart's "
+          "webhook makes its own certificates, a pod in an opted-in namespace is mutated and "
+          "applied; helm uninstall leaves no Secret or webhook configuration, the running pods "
+          "untouched")
+def s_helm(h: Harness) -> None:
+    check(h.kubectl("get", "mutatingwebhookconfiguration", "koord-webhook",
+                    check_rc=False).returncode != 0, "not a fresh cluster: the webhook is installed")
+    t_install = time.monotonic()
+    helm(h, "install", "koord-qos", str(REPO / "charts" / "koord-qos"))
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=180s",
+              timeout=200)
+    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=180s",
+              timeout=200)
+    h.namespace(NS_HELM_POD)
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "probe", "namespace": NS_HELM_POD},
+             "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"]}]}}
+    wait_until("the chart's webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(
+        h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                  input=json.dumps(probe)).stdout)["metadata"].get("annotations") or {}), 90, 0.5)
+    h.figures.append(f"figure install: first mutated pod {time.monotonic() - t_install:.1f} s "
+                     "after `helm install` (images already on the node)")
+    log(h.figures[-1])
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "helm-ls", "namespace": NS_HELM_POD, "labels": {QOS_LABEL: "LS"}},
+           "spec": {"terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"],
+                                    "command": ["pause"],
+                                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                                  "limits": {"memory": "32Mi"}}}]}}
+    h.apply_obj(pod)
+    running = h.wait_running(NS_HELM_POD, "helm-ls")
+    check(RESOLVED in (running["metadata"].get("annotations") or {}), "helm-ls not mutated")
+    applied_event(h, NS_HELM_POD, running)
+    cid = h.container_id(running, "c")
+    helm(h, "uninstall", "koord-qos", "--wait")
+    r = h.kubectl("get", "mutatingwebhookconfiguration", "koord-webhook", check_rc=False)
+    check(r.returncode != 0 and "NotFound" in r.stderr, "helm uninstall left the webhook configuration")
+    wait_until(f"namespace {SYSTEM_NS} gone (its Secret with it)", lambda: h.kubectl(
+        "get", "namespace", SYSTEM_NS, check_rc=False).returncode != 0, 120, 1)
+    r = h.kubectl("get", "secrets", "-A", "-o", "name", check_rc=False)
+    check("koord-webhook-tls" not in r.stdout, f"a serving certificate Secret is left: {r.stdout}")
+    after = h.pod(NS_HELM_POD, "helm-ls")
+    check(after["status"].get("phase") == "Running" and h.container_id(after, "c") == cid,
+          "helm uninstall touched the running pod")
+    h.delete_pods(NS_HELM_POD, "helm-ls")
+
+
 # ---------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------
