@@ -11,10 +11,12 @@ run:
 ## regression checks, the end-to-end suite on a real kube-apiserver, the two node suites (the
 ## product's images on a real kubelet + containerd, installed with kubectl apply -k): the
 ## cgroup v1 node on the host and the cgroup v2 node (Kubernetes 1.37, containerd 2) in a
-## User-Mode Linux guest, with the memory protection proof on real pods (opt-in for now:
-## KOORD_SUITES_NODE_V2=1, or make node-v2); and the two-NUMA-node QEMU guest. tests/suites.sh
-## runs e2e, the v1 node and the NUMA guest one after the other, the v2 node in a second lane.
-test: lint unit perf suites
+## User-Mode Linux guest, with the memory protection proof on real pods; and the two-NUMA-node
+## QEMU guest. tests/all.sh runs the Go builds beside lint, unit, perf and images, then
+## tests/suites.sh: e2e, the v1 node and the NUMA guest one after the other, the v2 node beside
+## them; a timeline of every step closes the run.
+test:
+	MAKE="$(MAKE)" tests/all.sh
 
 suites:
 	tests/suites.sh

@@ -141,7 +141,10 @@ guest_applier() {
   else
     profile="${KOORD_APPLIER_PROFILE:-dev}"
     glog "building koord-applier (profile $profile)"
-    (cd "$repo" && cargo build --profile "$profile" -q -p koord-applier)
+    # Both packages, as images/build.sh builds them: cargo unifies features over the packages
+    # it is given, and the applier alone turns fewer on (hyper-util's server side), so building
+    # it alone would compile kube and link the release binary a second time.
+    (cd "$repo" && cargo build --profile "$profile" -q -p koord-webhook -p koord-applier)
     [ "$profile" = dev ] && profile=debug
     bin="$repo/target/$profile/koord-applier"
   fi

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make test`: everything CI runs, in lanes, so that a cold run (empty caches) fits CI's budget
+# on 2 cores. The Go builds are long and partly single-threaded, the Rust steps leave cores idle
+# while their tests wait on sockets, timers and valgrind: run side by side, each fills the
+# other's gaps.
+#
+#   builds (background, from the start): Kubernetes (kube-apiserver, kubelet, kube-proxy,
+#          kube-scheduler, kube-controller-manager, kubectl), etcd, helm and containerd 2, each
+#          built from its Go module once per version and cached (tests/build.sh)
+#   rust   (foreground): make lint, make unit (its chart tests wait for helm), make perf,
+#          make images (the release binaries the suites install)
+#   suites (once both are done): tests/suites.sh
+#
+# Usage: tests/all.sh (as `make test`; `make suites` runs tests/suites.sh alone). Each step's log is printed when the step ends; a timeline closes the run. Exits non-zero if
+# any step failed. KOORD_TEST_LOG_DIR keeps the logs (default: a new temp dir).
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
+export LANES_LOG_DIR=${KOORD_TEST_LOG_DIR:-$(mktemp -d /tmp/koord-test.XXXXXX)}
+# shellcheck source=tests/lib/lanes.sh
+source "$here/lib/lanes.sh"
+MAKE=${MAKE:-make}
+
+step builds "$here/build.sh" &
+builds=$!
+
+step lint "$MAKE" --no-print-directory lint
+step unit "$MAKE" --no-print-directory unit
+step perf "$MAKE" --no-print-directory perf
+# The release binaries and the images every node suite installs, built once here rather than
+# by the first suite that needs them while the others wait on cargo's lock.
+step images "$MAKE" --no-print-directory images
+wait "$builds"
+
+# The suites run even after a failed lint, unit or perf step (one CI run then shows every
+# failure); they cannot run without their binaries.
+if grep -qxE 'builds|images' "$LANES_LOG_DIR/failed" 2>/dev/null; then
+    echo "all: not running the suites: $(lanes_failed)failed" >&2
+else
+    step suites "$here/suites.sh"
+fi
+lanes_timeline
+failed=$(lanes_failed)
+if [[ -n $failed ]]; then
+    echo "all: FAILED: $failed(logs in $LANES_LOG_DIR)"
+    exit 1
+fi
+echo "all: passed"
