@@ -439,8 +439,10 @@ async fn plugin_against_a_fake_runtime() {
     let sender = {
         let link = link.clone();
         tokio::spawn(async move {
-            let mut r = proto::LinuxResources::default();
-            r.unified = values;
+            let r = proto::LinuxResources {
+                unified: values,
+                ..Default::default()
+            };
             link.send_updates(vec![update("exporter-id", r)]).await;
         })
     };

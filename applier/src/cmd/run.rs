@@ -22,7 +22,7 @@ use crate::metrics::Metrics;
 use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
 use crate::nri::NriMode;
 use crate::nri::decide::Decider;
-use crate::nri::link::{Link, Nudge};
+use crate::nri::link::{Link, Plugged};
 use crate::nri::metrics::NriMetrics;
 use crate::pods::Watch;
 use crate::server;
@@ -93,7 +93,10 @@ pub async fn run_with_client(
         )
         .instrument(tracing::info_span!("event_sink")),
     );
-    let (nri, nudges) = start_nri(&ctx, &config, &run, applier.caps())?;
+    let (nri, nudges) = match start_nri(&ctx, &config, &run, applier.caps())? {
+        Some(p) => (Some(p.link), Some(p.nudges)),
+        None => (None, None),
+    };
     let watch = Watch {
         applier,
         node_qos: Some(node_qos),
@@ -128,11 +131,11 @@ fn start_nri(
     config: &Config,
     run: &RunConfig,
     caps: crate::plan::NodeCaps,
-) -> Result<(Option<Arc<Link>>, Option<mpsc::Receiver<Nudge>>), RunError> {
+) -> Result<Option<Plugged>, RunError> {
     let metrics = NriMetrics::register(ctx.metrics.registry())?;
     if config.dry_run && run.nri.mode != NriMode::Off {
         tracing::info!("NRI off in a dry run: it would change containers; watch mode");
-        return Ok((None, None));
+        return Ok(None);
     }
     let decider = Decider {
         version: ctx.layout.version,
@@ -141,10 +144,8 @@ fn start_nri(
     };
     let (link, nudges) = Link::new(decider, Some(metrics));
     let link = Arc::new(link);
-    if nri::start(link.clone(), ctx.pods.clone(), run.nri.clone()).is_none() {
-        return Ok((None, None));
-    }
-    Ok((Some(link), Some(nudges)))
+    Ok(nri::start(link.clone(), ctx.pods.clone(), run.nri.clone())
+        .map(|_| Plugged { link, nudges }))
 }
 
 /// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's

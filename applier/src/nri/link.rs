@@ -22,6 +22,12 @@ use crate::report::PodReport;
 /// A pod whose sandbox the runtime just started (namespace, name).
 pub type Nudge = (String, String);
 
+/// The plugin as `run` hands it to the watch: the link and the receiver of its nudges.
+pub struct Plugged {
+    pub link: std::sync::Arc<Link>,
+    pub nudges: mpsc::Receiver<Nudge>,
+}
+
 /// How long an `UpdateContainers` call may take.
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(10);
 
