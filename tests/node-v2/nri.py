@@ -31,14 +31,16 @@ BE_ALLOC_MIB = 500
 BE_LIMIT_MIB = 800
 BE_THROTTLING = 40  # memory.high = 320 MiB, well below the 500 MiB the pod allocates
 
-# The first act of the container: read the own cgroup, print it; then wait for memory.min to
-# hold $0 (the annotation's value) and print when, both as /proc/uptime readings.
-PROBE = ("read a _ </proc/uptime; "
-         "echo \"first min=$(cat /sys/fs/cgroup/memory.min) low=$(cat /sys/fs/cgroup/memory.low) "
-         "high=$(cat /sys/fs/cgroup/memory.high)\"; i=0; "
-         "while [ \"$(cat /sys/fs/cgroup/memory.min)\" != \"$0\" ] && [ $i -lt 6000 ]; do "
-         "sleep 0.02; i=$((i+1)); done; read b _ </proc/uptime; echo \"window $a $b\"; "
-         "exec pause")
+# The first act of the container: read the own memory.min (and the time); print it with low
+# and high; if memory.min does not hold $0 (the annotation's value) yet, poll until it does and
+# take the time again. "window A B": A the first reading, B when memory.min held the value (B =
+# A: it did at the first instruction), both /proc/uptime.
+PROBE = ("read a _ </proc/uptime; m=$(cat /sys/fs/cgroup/memory.min); "
+         "echo \"first min=$m low=$(cat /sys/fs/cgroup/memory.low) "
+         "high=$(cat /sys/fs/cgroup/memory.high)\"; b=$a; i=0; "
+         "while [ \"$m\" != \"$0\" ] && [ $i -lt 6000 ]; do sleep 0.02; i=$((i+1)); "
+         "m=$(cat /sys/fs/cgroup/memory.min); read b _ </proc/uptime; done; "
+         "echo \"window $a $b\"; exec pause")
 
 
 def probe_pod(name: str, image: str, want_min: int, request: str = "8Mi",
