@@ -256,8 +256,10 @@ def register(scenario, applied_event) -> None:
                 f"{watch['events']})")
         h.figures.append(line)
         log(line)
-        check(nri["peak"] <= nri["high"] + 32 * 2**20,
-              f"NRI: peak {nri['peak']} above memory.high {nri['high']} + 32 MiB")
+        # Above memory.high the kernel only slows the allocation down (reclaim cannot free
+        # anonymous memory without swap): the peak creeps past it, far from the 500 MiB.
+        check(nri["peak"] <= nri["high"] + 64 * 2**20,
+              f"NRI: peak {nri['peak']} above memory.high {nri['high']} + 64 MiB")
         check(nri["events"] > 0, "NRI: memory.high never throttled the allocation")
 
     def be_peak(h, name: str) -> dict:
