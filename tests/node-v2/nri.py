@@ -174,6 +174,14 @@ class ColocationOff:
         cm = self.h.kjson("-n", "kube-system", "get", "configmap", "ack-slo-config")
         self.before = (cm.get("data") or {}).get("colocation-config")
         self.patch(json.dumps({"enable": False}))
+        probe = probe_pod("probe", self.h.env["WORKLOAD_IMAGE"], 0, "64Mi", "400Mi")
+        probe["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
+
+        def not_batch():
+            out = json.loads(self.h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                                            input=json.dumps(probe)).stdout)
+            return "batch" not in json.loads(out["metadata"]["annotations"][RESOLVED])
+        wait_until("the webhook to see colocation off", not_batch, 60, 1)
 
     def __exit__(self, *exc) -> None:
         if self.before is not None:
@@ -340,9 +348,10 @@ def register(scenario, applied_event) -> None:
                       and p["status"].get("phase") == "Running"]
                 return up if len(up) == len(names) else None
             pods = wait_until("the 10 pods Running", all_running, 600, 2)
+            # A container the kubelet had to create again because containerd went away under
+            # it is the restart's doing; one the runtime failed because of the plugin is not.
             restarts = {p["metadata"]["name"]: c.get("restartCount", 0) for p in pods
                         for c in p["status"]["containerStatuses"] if c.get("restartCount", 0)}
-            check(not restarts, f"containers restarted: {restarts}")
             check(not nri_failures(h), f"creations failed on NRI: {nri_failures(h)[:3]}")
             paths = [f"{h.container_cgroup(None, p, 'c')}/memory.min" for p in pods]
             wait_until("every container's memory.min", lambda: all(
@@ -352,8 +361,9 @@ def register(scenario, applied_event) -> None:
         finally:
             h.delete_pods(NS, *names)
         h.figures.append(f"figure NRI restarts: containerd restarted and the applier replaced "
-                         f"while 10 pods started: 0 failed, 10/10 applied, {at_start}/10 with "
-                         "the values at their first instruction")
+                         f"while 10 pods started: none failed on NRI, 10/10 applied, {at_start}/10 "
+                         f"with the values at their first instruction, container restarts "
+                         f"{restarts or 'none'}")
         log(h.figures[-1])
 
     @scenario("NRI figures: the unprotected window (the container's first instruction -> "
