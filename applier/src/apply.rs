@@ -271,6 +271,7 @@ impl Applier {
                 .collect(),
             pod_level_resources: pod.pod_level.request.is_some() || pod.pod_level.limit.is_some(),
             first_pass: false,
+            set_at_creation: false,
         }
     }
 

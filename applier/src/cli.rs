@@ -125,6 +125,9 @@ pub struct RunArgs {
     /// The metrics endpoint's connection cap and timeouts.
     #[command(flatten)]
     pub endpoint: crate::server::EndpointArgs,
+    /// The NRI plugin: container values set at creation.
+    #[command(flatten)]
+    pub nri: crate::nri::NriArgs,
 }
 
 #[derive(Debug, Args)]
@@ -178,6 +181,8 @@ pub struct RunConfig {
     pub colocation: crate::colocation::Settings,
     /// The metrics endpoint's connection cap and timeouts.
     pub endpoint: crate::server::EndpointSettings,
+    /// The NRI plugin (`crate::nri`); `Default` = off.
+    pub nri: crate::nri::Settings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -226,6 +231,8 @@ pub enum ConfigError {
     Colocation(#[from] crate::colocation::SettingsError),
     #[error(transparent)]
     Endpoint(#[from] crate::server::EndpointError),
+    #[error(transparent)]
+    Nri(#[from] crate::nri::SettingsError),
 }
 
 /// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
@@ -305,6 +312,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             event_window: Duration::from_secs(a.event_window_seconds),
             colocation: crate::colocation::Settings::try_from(&a.colocation)?,
             endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
+            nri: crate::nri::Settings::try_from(&a.nri)?,
         })
     }
 }

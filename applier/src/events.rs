@@ -71,6 +71,9 @@ pub fn applied_message(report: &PodReport) -> String {
     if !report.pending.is_empty() {
         let _ = write!(msg, "; not started yet: {}", report.pending.join(" "));
     }
+    if report.set_at_creation {
+        msg.push_str("; set at container creation (NRI)");
+    }
     truncate_note(msg)
 }
 
@@ -93,10 +96,17 @@ fn nothing_supported(report: &PodReport) -> bool {
     report.first_pass && knobs > 0 && unsupported == knobs
 }
 
+/// The first complete pass of a pod whose containers the runtime created with their values
+/// (the NRI plugin) finds nothing to write, and still deserves the Event that says what is in
+/// place: once per version of the pod, as a written pass would post it.
+fn set_at_creation(report: &PodReport) -> bool {
+    report.first_pass && report.set_at_creation
+}
+
 /// The Event a pass deserves, if any.
 pub fn event_for(report: &PodReport) -> Option<PodEvent> {
     let (kind, reason, message) = match report.status {
-        PodStatus::Unchanged if nothing_supported(report) => {
+        PodStatus::Unchanged if nothing_supported(report) || set_at_creation(report) => {
             (EventKind::Normal, REASON_APPLIED, applied_message(report))
         }
         PodStatus::Unmanaged | PodStatus::Unchanged => return None,
@@ -280,6 +290,37 @@ mod tests {
             sidecars: Vec::new(),
             pod_level_resources: false,
             first_pass,
+            set_at_creation: false,
+        }
+    }
+
+    /// Containers created with their values (NRI): the first complete pass, unchanged, says
+    /// what is in place once; later passes and pods the plugin did not set stay silent.
+    #[test]
+    fn set_at_creation_event_table() {
+        use Outcome::Unchanged;
+        let knobs = || vec![knob("memory.min", "134217728", Unchanged)];
+        for (what, first_pass, nri, want) in [
+            ("NRI, first complete pass", true, true, true),
+            ("NRI, a resync", false, true, false),
+            (
+                "watch only, first pass unchanged (applier restarted)",
+                true,
+                false,
+                false,
+            ),
+        ] {
+            let mut r = unchanged_report(first_pass, knobs());
+            r.set_at_creation = nri;
+            let ev = event_for(&r);
+            assert_eq!(ev.is_some(), want, "{what}: {ev:?}");
+            if let Some(ev) = ev {
+                assert_eq!(ev.reason, REASON_APPLIED);
+                assert_eq!(
+                    ev.message,
+                    "cgroup v1: app memory.min=134217728; set at container creation (NRI)"
+                );
+            }
         }
     }
 

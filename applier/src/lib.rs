@@ -26,6 +26,7 @@ pub mod go_flags;
 pub mod knob_map;
 pub mod metrics;
 pub mod nodeqos;
+pub mod nri;
 pub mod numa;
 pub mod plan;
 pub mod pod_event;

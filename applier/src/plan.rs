@@ -674,6 +674,26 @@ fn container_values(q: &ResolvedQos, name: &str, caps: NodeCaps) -> Vec<(Knob, V
     out
 }
 
+/// The values one container's cgroup gets, in write order, for a runtime that writes them when
+/// it creates the container (the NRI plugin): checked exactly as [`plan`] checks the whole pod,
+/// so a value the reconcile path would refuse is never handed to the runtime either. Empty when
+/// the annotation has nothing for this container (an init container, an unannotated one).
+pub fn container_plan(
+    q: &ResolvedQos,
+    pod: &PodSpecView,
+    container: &str,
+    caps: NodeCaps,
+) -> Result<Vec<(Knob, Value)>, Refused> {
+    validate(q, pod)?;
+    if !container_names(q, pod, caps)
+        .iter()
+        .any(|n| n.as_str() == container)
+    {
+        return Ok(Vec::new());
+    }
+    Ok(container_values(q, container, caps))
+}
+
 /// [`validate`] then [`build`].
 pub fn plan(
     q: &ResolvedQos,

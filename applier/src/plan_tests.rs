@@ -821,3 +821,33 @@ fn pod_level_resources_bound_the_pod_and_give_it_memory_high() {
         err.reason
     );
 }
+
+/// What the NRI plugin hands the runtime for a container is what the reconcile path writes
+/// into it, and a pod the reconcile path refuses gets nothing.
+#[test]
+fn container_plan_is_the_containers_part_of_the_plan() {
+    for (f, container) in [(LS, "redis"), (LS, "exporter"), (BE, "ffmpeg")] {
+        let (q, v) = view(f);
+        let layout = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        let whole = plan(&q, &v, &layout, NodeCaps::default()).expect("plan");
+        let target = Target::Container(container.into());
+        let from_plan: Vec<(Knob, Value)> = whole
+            .writes
+            .iter()
+            .filter(|w| w.target == target)
+            .map(|w| (w.knob, w.value))
+            .collect();
+        let got = container_plan(&q, &v, container, NodeCaps::default()).expect("valid");
+        assert!(!got.is_empty(), "{container}");
+        assert_eq!(got, from_plan, "{container}");
+    }
+    let (q, v) = view(LS);
+    assert_eq!(
+        container_plan(&q, &v, "not-in-the-annotation", NodeCaps::default()),
+        Ok(Vec::new())
+    );
+    let (mut q, v) = view(LS);
+    q.memory_qos.containers.get_mut("redis").expect("redis").min = i64::MAX;
+    let refused = container_plan(&q, &v, "redis", NodeCaps::default()).expect_err("forged");
+    assert!(refused.reason.contains("memory.min"), "{refused}");
+}

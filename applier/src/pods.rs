@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
@@ -21,6 +21,8 @@ use crate::apply::Applier;
 use crate::cgroup::Outcome;
 use crate::event_sink::SinkMsg;
 use crate::events::{REASON_REFUSED, ancestors_event, event_for};
+use crate::nri::link::{Link, Nudge};
+use crate::nri::proto::ContainerUpdate;
 use crate::plan::Target;
 use crate::pod_event::{EventKind, PodEvent};
 use crate::pod_phase;
@@ -53,6 +55,8 @@ pub struct Reconciled {
     /// Set when the pass wrote the pod's own `memory.min`/`memory.low`: the ancestors' sums
     /// change.
     pub protection_changed: Option<ProtectedPod>,
+    /// Containers whose cgroup the pass wrote, for the runtime's record (NRI mode).
+    pub updates: Vec<ContainerUpdate>,
 }
 
 /// Whether a pass wrote the pod cgroup's `memory.min` or `memory.low`.
@@ -68,8 +72,9 @@ fn pod_protection_written(report: &PodReport) -> bool {
 }
 
 /// Applies one pod and returns the Event it deserves. Blocking (file IO); its log lines carry
-/// the pod's namespace, name and UID (the `reconcile` span).
-pub fn reconcile(applier: &Applier, pod: &Pod) -> Reconciled {
+/// the pod's namespace, name and UID (the `reconcile` span). `nri`: the plugin's link, when
+/// the applier runs one.
+pub fn reconcile(applier: &Applier, nri: Option<&Link>, pod: &Pod) -> Reconciled {
     if !pod_phase::is_active(pod) || !has_annotation(pod) {
         return Reconciled::default();
     }
@@ -83,9 +88,13 @@ pub fn reconcile(applier: &Applier, pod: &Pod) -> Reconciled {
     let _in_pod = span.enter();
     match PodSpecView::from_pod(pod) {
         Ok(view) => {
-            let report = applier.apply(&view);
+            let mut report = applier.apply(&view);
             tracing::debug!(pod = %view.name, namespace = %view.namespace, status = ?report.status, "reconciled");
+            report.set_at_creation = nri.is_some_and(|l| l.set_at_creation(&view));
             Reconciled {
+                updates: nri
+                    .map(|l| l.updates_after(&view, &report))
+                    .unwrap_or_default(),
                 event: event_for(&report),
                 protection_changed: pod_protection_written(&report).then(|| ProtectedPod {
                     namespace: view.namespace.clone(),
@@ -105,6 +114,7 @@ pub fn reconcile(applier: &Applier, pod: &Pod) -> Reconciled {
                 message: format!("koordinator.sh/resolved-qos refused, nothing written: {e}"),
             }),
             protection_changed: None,
+            updates: Vec::new(),
         },
     }
 }
@@ -135,6 +145,14 @@ impl AncestorsDue {
     }
 }
 
+/// The next pod whose sandbox the NRI plugin saw start; pending forever without a plugin.
+async fn next_nudge(rx: &mut Option<mpsc::Receiver<Nudge>>) -> Option<Nudge> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_due(at: Option<tokio::time::Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at).await;
@@ -151,26 +169,37 @@ pub struct Watch {
     pub events: mpsc::Sender<SinkMsg>,
     pub resync: Duration,
     pub ready: Arc<AtomicBool>,
+    /// The NRI plugin's link (`--nri`).
+    pub nri: Option<Arc<Link>>,
+    /// The pods whose sandbox the plugin saw start.
+    pub nudges: Option<mpsc::Receiver<Nudge>>,
 }
 
 impl Watch {
     /// Applies `pods`, posts their Events; returns the pods whose pod-level protection changed.
     async fn apply_pods(&self, pods: Vec<Arc<Pod>>) -> Vec<ProtectedPod> {
         let applier = self.applier.clone();
+        let link = self.link();
         let span = tracing::Span::current();
         let done = tokio::task::spawn_blocking(move || {
             let _in_task = span.enter();
-            crate::apply::par_map(&pods, |p| reconcile(&applier, p))
+            crate::apply::par_map(&pods, |p| reconcile(&applier, link.as_deref(), p))
         })
         .await
         .unwrap_or_default();
         let mut changed = Vec::new();
+        let mut updates = Vec::new();
         for r in done {
             if let Some(ev) = r.event {
                 // A full queue means the API server is slow: drop rather than stall reconciling.
                 let _ = self.events.try_send(SinkMsg::Event(ev));
             }
             changed.extend(r.protection_changed);
+            updates.extend(r.updates);
+        }
+        if let Some(link) = self.link().filter(|_| !updates.is_empty()) {
+            // The runtime runs one update per container; the watch does not wait for it.
+            tokio::spawn(async move { link.send_updates(updates).await });
         }
         changed
     }
@@ -235,6 +264,10 @@ impl Watch {
         }
     }
 
+    fn link(&self) -> Option<Arc<Link>> {
+        self.nri.clone()
+    }
+
     fn applier_metrics(&self) -> Option<&crate::metrics::Metrics> {
         self.applier.metrics()
     }
@@ -247,7 +280,7 @@ impl Watch {
 
     /// [`Self::run`] filling a store the caller also reads (the collectors' pod list).
     pub async fn run_with_store(
-        self,
+        mut self,
         api: Api<Pod>,
         node: &str,
         store: Store<Pod>,
@@ -263,6 +296,7 @@ impl Watch {
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut known: HashSet<String> = HashSet::new();
         let mut due = AncestorsDue::default();
+        let mut nudges = self.nudges.take();
         loop {
             let due_at = due.at;
             tokio::select! {
@@ -270,6 +304,8 @@ impl Watch {
                     let Some(ev) = ev else { break };
                     match ev {
                         Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                            // The store has it: a container creation waiting for it goes on.
+                            if let Some(link) = self.link() { link.pod_seen(); }
                             if let Some(uid) = pod.metadata.uid.clone() { known.insert(uid); }
                             let changed = self.apply_pods(vec![Arc::new(pod)]).await;
                             if !changed.is_empty() { due.ask(changed); }
@@ -278,6 +314,7 @@ impl Watch {
                             if let Some(uid) = pod.metadata.uid.clone() {
                                 known.remove(&uid);
                                 self.applier.forget(&uid);
+                                if let Some(link) = self.link() { link.forget(&uid); }
                                 let _ = self.events.try_send(SinkMsg::Forget(uid));
                             }
                             self.count_managed(&store);
@@ -312,6 +349,14 @@ impl Watch {
                 }
                 () = sleep_until_due(due_at), if due_at.is_some() && self.ready.load(Ordering::Relaxed) => {
                     self.protect_ancestors(due.take()).await;
+                }
+                Some((ns, name)) = next_nudge(&mut nudges) => {
+                    // The runtime started the pod's sandbox: its pod cgroup exists, so the
+                    // pod-level values go in now, while its containers are being created.
+                    if let Some(pod) = store.get(&ObjectRef::new(&name).within(&ns)) {
+                        let changed = self.apply_pods(vec![pod]).await;
+                        if !changed.is_empty() { due.ask(changed); }
+                    }
                 }
             }
         }

@@ -78,6 +78,10 @@ pub struct PodReport {
     /// cgroup there): `run` then posts an Event even if the kernel has none of the knobs.
     #[serde(skip)]
     pub first_pass: bool,
+    /// A container of this pod got its values when the runtime created it (the NRI plugin):
+    /// its first complete pass finds them in place and still says so in an Event.
+    #[serde(skip)]
+    pub set_at_creation: bool,
 }
 
 impl PodReport {

@@ -165,7 +165,8 @@ KV2_KUBELET_CGROUP_ROOT='$KUBELET_CGROUP_ROOT'
 KV2_CPU_MHZ='$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo | grep -E '^[0-9]+\.[0-9]+$' || echo 2000.000)'
 EOF
     # containerd 2 (config version 3) with the guest's default paths (all on guest-only
-    # filesystems); NRI is on by default in 2.x and left on (its socket is /var/run/nri).
+    # filesystems). NRI on, said explicitly (2.x's default): the applier registers there as a
+    # plugin; tests/node-v2/nri.py turns it off and on to test the fallback.
     cat >"$g/containerd.toml" <<EOF
 version = 3
 root = "/var/lib/containerd"
@@ -198,6 +199,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "/var/run/nri/nri.sock"
 EOF
     # Pods: on-link pod range, routes to the Service range and to the host end of the link
     # (the apiserver), no default route.

@@ -38,6 +38,7 @@ from koordtest.harness import container_id, kubepods_path, log  # noqa: E402
 from koordtest.metrics import metric_sum, percentile  # noqa: E402
 from koordtest.node import NodeHarness, build_images  # noqa: E402
 import protection  # noqa: E402  (the seed's promise on real pods)
+import nri  # noqa: E402  (the applier as an NRI plugin)
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"  # the v1 node suite's overlay + --cpu-idle-fallback
@@ -643,6 +644,10 @@ def s_resize(h: Harness) -> None:
                   f"{n}: the container was restarted by the resize")
     finally:
         h.delete_pods(NS_QOS, *pods)
+
+
+# The applier as an NRI plugin: values at the container's first instruction (tests/node-v2/nri.py).
+nri.register(scenario, applied_event)
 
 
 NS_LOAD = "v2-load"

@@ -20,9 +20,13 @@ use crate::event_sink;
 use crate::feature::RunContext;
 use crate::metrics::Metrics;
 use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
+use crate::nri::NriMode;
+use crate::nri::decide::Decider;
+use crate::nri::link::{Link, Plugged};
+use crate::nri::metrics::NriMetrics;
 use crate::pods::Watch;
 use crate::server;
-use crate::{collectors, colocation, numa};
+use crate::{collectors, colocation, nri, numa};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -89,6 +93,10 @@ pub async fn run_with_client(
         )
         .instrument(tracing::info_span!("event_sink")),
     );
+    let (nri, nudges) = match start_nri(&ctx, &config, &run, applier.caps())? {
+        Some(p) => (Some(p.link), Some(p.nudges)),
+        None => (None, None),
+    };
     let watch = Watch {
         applier,
         node_qos: Some(node_qos),
@@ -96,6 +104,8 @@ pub async fn run_with_client(
         events: ctx.events.clone(),
         resync: run.resync,
         ready,
+        nri,
+        nudges,
     };
     let api: Api<Pod> = Api::all(client);
     tokio::select! {
@@ -112,6 +122,30 @@ fn start_features(ctx: &RunContext, config: &Config, run: &RunConfig) -> Result<
     numa::start(ctx, config.locality)?;
     colocation::start(ctx, run.colocation.clone())?;
     Ok(())
+}
+
+/// The NRI plugin (container values at creation) unless `--nri=off` or a dry run; its link
+/// goes to the watch. The mode is in the log, in `koord_applier_apply_mode` and in the doctor.
+fn start_nri(
+    ctx: &RunContext,
+    config: &Config,
+    run: &RunConfig,
+    caps: crate::plan::NodeCaps,
+) -> Result<Option<Plugged>, RunError> {
+    let metrics = NriMetrics::register(ctx.metrics.registry())?;
+    if config.dry_run && run.nri.mode != NriMode::Off {
+        tracing::info!("NRI off in a dry run: it would change containers; watch mode");
+        return Ok(None);
+    }
+    let decider = Decider {
+        version: ctx.layout.version,
+        caps,
+        files: nri::probe_files(&ctx.layout),
+    };
+    let (link, nudges) = Link::new(decider, Some(metrics));
+    let link = Arc::new(link);
+    Ok(nri::start(link.clone(), ctx.pods.clone(), run.nri.clone())
+        .map(|_| Plugged { link, nudges }))
 }
 
 /// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's

@@ -34,6 +34,8 @@ mod locality_events;
 mod locality_real;
 mod locality_run;
 mod locality_trees;
+mod nri_golden;
+mod nri_plugin;
 mod once_cli;
 mod real_cgroup_v1;
 mod resctrl_tree;

@@ -424,10 +424,13 @@ async fn node_support(client: &kube::Client, args: &DoctorArgs, pod: &Pod) -> St
     }
 }
 
-/// `unsupported: memory.min memory.low` (or `all knobs supported`), resctrl and CPI support.
+/// `unsupported: memory.min memory.low` (or `all knobs supported`), how container values are
+/// applied (`NRI (containerd v2.4.2)` at creation, or `watch mode`), resctrl and CPI support.
 pub fn summarize_metrics(text: &str) -> String {
     let mut unsupported: Vec<&str> = Vec::new();
     let mut extra = Vec::new();
+    let mut mode = None;
+    let mut runtime = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
@@ -436,6 +439,15 @@ pub fn summarize_metrics(text: &str) -> String {
         if let Some(rest) = series.strip_prefix("koord_applier_unsupported_knobs{") {
             if let (true, Some(knob)) = (on, rest.split('"').nth(1)) {
                 unsupported.push(knob);
+            }
+        } else if series == "koord_applier_apply_mode{mode=\"nri\"}" {
+            mode = Some(on);
+        } else if let Some(rest) = series.strip_prefix("koord_applier_nri_runtime_info{") {
+            if on {
+                let v: Vec<&str> = rest.split('"').collect();
+                if let (Some(rt), Some(ver)) = (v.get(1), v.get(3)) {
+                    runtime = Some(format!("{rt} {ver}"));
+                }
             }
         } else if series == "koord_applier_resctrl_supported" {
             extra.push(format!("resctrl {}", if on { "yes" } else { "no" }));
@@ -449,6 +461,17 @@ pub fn summarize_metrics(text: &str) -> String {
         unsupported.sort_unstable();
         format!("unsupported: {}", unsupported.join(" "))
     };
+    // An applier from before the NRI plugin exports no mode: say nothing about it.
+    match (mode, runtime) {
+        (Some(true), Some(rt)) => {
+            out.push_str(", NRI (");
+            out.push_str(&rt);
+            out.push(')');
+        }
+        (Some(true), None) => out.push_str(", NRI"),
+        (Some(false), _) => out.push_str(", watch mode (no NRI)"),
+        (None, _) => {}
+    }
     for e in extra {
         out.push_str(", ");
         out.push_str(&e);
@@ -534,6 +557,14 @@ mod tests {
             (
                 "koord_applier_unsupported_knobs{knob=\"memory.min\"} 0\nkoord_applier_cpi_collector_supported 1\n",
                 "all knobs supported, CPI yes",
+            ),
+            (
+                "koord_applier_apply_mode{mode=\"nri\"} 1\nkoord_applier_apply_mode{mode=\"watch\"} 0\nkoord_applier_nri_runtime_info{runtime=\"containerd\",version=\"v2.4.2\"} 1\n",
+                "all knobs supported, NRI (containerd v2.4.2)",
+            ),
+            (
+                "koord_applier_apply_mode{mode=\"nri\"} 0\nkoord_applier_apply_mode{mode=\"watch\"} 1\nkoord_applier_resctrl_supported 0\n",
+                "all knobs supported, watch mode (no NRI), resctrl no",
             ),
         ];
         for (text, want) in cases {

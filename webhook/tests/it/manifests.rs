@@ -975,3 +975,53 @@ fn helm_certificate_modes() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("webhook.certificates must be"));
 }
+
+/// The applier's NRI settings: `KOORD_NRI`, and the runtime's socket directory mounted (the
+/// directory, so a restarted runtime's new socket shows up; created where absent, so a node
+/// without NRI still starts the pod).
+fn applier_nri(objects: &[Value]) -> (Option<String>, Option<String>, Option<String>) {
+    let ds: DaemonSet = round_trip(find(objects, "DaemonSet", "koord-applier"));
+    let pod = ds.spec.expect("spec").template.spec.expect("pod");
+    let c = &pod.containers[0];
+    let env = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "KOORD_NRI")
+        .and_then(|e| e.value.clone());
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/var/run/nri")
+        .map(|m| m.name.clone());
+    let host = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| Some(&v.name) == mount.as_ref())
+        .and_then(|v| v.host_path.as_ref())
+        .map(|h| format!("{} {}", h.path, h.type_.as_deref().unwrap_or("")));
+    (env, mount, host)
+}
+
+#[test]
+#[ignore = "needs kubectl and helm (tests/e2e/helm.sh build)"]
+fn the_applier_mounts_the_nri_socket_directory() {
+    let want = (
+        Some("auto".to_owned()),
+        Some("nri".to_owned()),
+        Some("/var/run/nri DirectoryOrCreate".to_owned()),
+    );
+    assert_eq!(applier_nri(&render("manifests")), want, "kustomize");
+    assert_eq!(applier_nri(&helm_template(&[])), want, "helm");
+    let (env, _, host) = applier_nri(&helm_template(&[
+        "applier.nri=off",
+        "applier.nriSocketDir=/run/containerd/nri",
+    ]));
+    assert_eq!(env.as_deref(), Some("off"));
+    assert_eq!(
+        host.as_deref(),
+        Some("/run/containerd/nri DirectoryOrCreate")
+    );
+}

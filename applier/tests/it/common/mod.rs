@@ -256,6 +256,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         event_window: std::time::Duration::from_secs(600),
         colocation: Default::default(),
         endpoint: Default::default(),
+        nri: Default::default(),
     }
 }
 
