@@ -3,7 +3,6 @@
 //! `/sys/fs/cgroup/{memory,cpu}/<prefix>-<pid>-<nanos>/` parent and removed when the guard
 //! drops (deepest first), also when the test panics.
 
-
 use std::path::{Path, PathBuf};
 
 use koord_applier::cgroup::layout::{ContainerId, Layout};

@@ -1,7 +1,6 @@
 //! Shared helpers: build pods as JSON, resolve, apply (the engine tests); the example
 //! manifests; wait for a condition.
 
-
 use koord_webhook::mutation::apply_changes;
 use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{

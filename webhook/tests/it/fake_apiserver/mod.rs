@@ -1,7 +1,6 @@
 //! A tiny in-process fake of kube-apiserver's list/watch endpoints for ConfigMaps (in one
 //! namespace) and Namespaces (metadata-only), enough for kube's reflectors.
 
-
 pub mod objects;
 pub mod pods;
 
