@@ -4,15 +4,17 @@
 # while their tests wait on sockets, timers and valgrind: run side by side, each fills the
 # other's gaps.
 #
-#   builds (background, from the start): Kubernetes (kube-apiserver, kubelet, kube-proxy,
-#          kube-scheduler, kube-controller-manager, kubectl), etcd, helm and containerd 2, each
-#          built from its Go module once per version and cached (tests/build.sh)
-#   rust   (foreground): make lint, make unit (its chart tests wait for helm), make perf,
-#          make images (the release binaries the suites install)
+#   builds (background, from the start): helm, cargo-deny and cargo-machete, Kubernetes
+#          (kube-apiserver, kubelet, kube-proxy, kube-scheduler, kube-controller-manager,
+#          kubectl), etcd and containerd 2, each built once per version and cached
+#          (tests/build.sh)
+#   rust   (foreground): make unit (its chart tests wait for helm), make perf, make images (the
+#          release binaries the suites install), make lint (its cargo tools come from builds)
 #   suites (once both are done): tests/suites.sh
 #
-# Usage: tests/all.sh (as `make test`; `make suites` runs tests/suites.sh alone). Each step's log is printed when the step ends; a timeline closes the run. Exits non-zero if
-# any step failed. KOORD_TEST_LOG_DIR keeps the logs (default: a new temp dir).
+# Usage: tests/all.sh (as `make test`; `make suites` runs tests/suites.sh alone). Each step's
+# log is printed when the step ends; a timeline closes the run. Exits non-zero if any step failed.
+# KOORD_TEST_LOG_DIR keeps the logs (default: a new temp dir).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -25,12 +27,13 @@ MAKE=${MAKE:-make}
 step builds "$here/build.sh" &
 builds=$!
 
-step lint "$MAKE" --no-print-directory lint
 step unit "$MAKE" --no-print-directory unit
 step perf "$MAKE" --no-print-directory perf
 # The release binaries and the images every node suite installs, built once here rather than
 # by the first suite that needs them while the others wait on cargo's lock.
 step images "$MAKE" --no-print-directory images
+# Last: its cargo-deny and cargo-machete come from the builds lane.
+step lint "$MAKE" --no-print-directory lint
 wait "$builds"
 
 # The suites run even after a failed lint, unit or perf step (one CI run then shows every

@@ -175,7 +175,7 @@ fn bench(c: &mut Criterion) {
             paths
                 .iter()
                 .filter(|p| {
-                    koord_applier::cgroup::writer::read_knob(p)
+                    koord_applier::cgroup::file::read(p)
                         .ok()
                         .flatten()
                         .is_some()

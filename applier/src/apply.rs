@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 
 use koord_api::{ResolvedQos, knobs};
 
+use crate::cgroup::file;
 use crate::cgroup::layout::Layout;
 use crate::cgroup::readback::matches;
-use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead, WriteResult, read_knob};
+use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead, WriteResult};
 use crate::cgroup::{CgroupVersion, Outcome};
 use crate::metrics::Metrics;
 use crate::plan::{self, Plan, PlannedWrite};
@@ -383,8 +384,8 @@ impl Applier {
             .collect();
         if !plan.wmark_high.is_empty() && !self.no_wmark_high.load(Ordering::Relaxed) {
             for (container, path) in &plan.wmark_high {
-                match read_knob(path) {
-                    Ok(Some(v)) => {
+                match file::or_report(path, file::read(path)) {
+                    Some(Some(v)) => {
                         report
                             .read_back
                             .entry(container.clone())
@@ -392,10 +393,11 @@ impl Applier {
                             .insert(knobs::MEMORY_WMARK_HIGH, v);
                     }
                     // The cgroup exists but the kernel has no such file: not on this node.
-                    Ok(None) if path.parent().is_some_and(Path::is_dir) => {
+                    Some(None) if path.parent().is_some_and(Path::is_dir) => {
                         self.no_wmark_high.store(true, Ordering::Relaxed);
                         break;
                     }
+                    // The container's cgroup is gone, or the file unreadable (reported).
                     _ => {}
                 }
             }
@@ -444,7 +446,7 @@ impl Applier {
                     read_i64(&d.join("cpu.cfs_period_us")).unwrap_or(100_000),
                 ),
                 CgroupVersion::V2 => {
-                    let text = read_knob(&d.join("cpu.max")).ok().flatten()?;
+                    let text = file::read_or_report(&d.join("cpu.max"))?;
                     parse_cpu_max(&text)?
                 }
             };
@@ -537,7 +539,7 @@ impl Applier {
 }
 
 fn read_i64(p: &Path) -> Option<i64> {
-    read_knob(p).ok().flatten()?.parse().ok()
+    file::read_or_report(p)?.parse().ok()
 }
 
 /// `cpu.max` text -> (quota, period); `max` is -1.

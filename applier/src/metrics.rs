@@ -143,7 +143,7 @@ impl Metrics {
                 &["direction"],
             )?,
             registry,
-            text_sources: Arc::default(),
+            text_sources: Arc::new(Mutex::new(vec![Box::new(render_cgroup_read_errors)])),
         })
     }
 
@@ -184,6 +184,19 @@ impl Metrics {
         }
         text
     }
+}
+
+/// `koord_applier_cgroup_read_errors_total`: the process-wide count kept by `cgroup::file`
+/// (its readers have no handle on a registry).
+fn render_cgroup_read_errors(out: &mut String) {
+    use std::fmt::Write as _;
+    let name = "koord_applier_cgroup_read_errors_total";
+    let _ = write!(
+        out,
+        "# HELP {name} Cgroup files and directories that could not be read (an error, not an absent file); the log names the path.\n\
+         # TYPE {name} counter\n{name} {}\n",
+        crate::cgroup::file::read_errors()
+    );
 }
 
 #[cfg(test)]
@@ -231,6 +244,7 @@ mod tests {
             "koord_applier_resctrl_groups_created_total 0",
             "koord_applier_resctrl_schemata_writes_total 1",
             "koord_applier_resctrl_tasks_moved_total{direction=\"added\"} 2",
+            "# TYPE koord_applier_cgroup_read_errors_total counter\nkoord_applier_cgroup_read_errors_total ",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use koord_api::{ResolvedCpuQos, ResolvedQos};
 use serde::Serialize;
 
+use crate::cgroup::file;
 use crate::cgroup::layout::{ContainerId, KubeQos, Layout};
 use crate::cgroup::readback::Expect;
 use crate::cgroup::writer::{CgroupDir, CgroupWriter};
@@ -316,7 +317,8 @@ impl NodeQos {
             let Ok(dir) = self.layout.dir(&rel, Controller::Cpu) else {
                 continue;
             };
-            if let Ok(text) = std::fs::read_to_string(dir.join(threads_file(self.layout.version))) {
+            // Absent: the container is gone or not started; unreadable: reported.
+            if let Some(text) = file::read_or_report(&dir.join(threads_file(self.layout.version))) {
                 out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
             }
         }

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Abuse figures for the README: the release build of webhook/tests/it/server_abuse.rs at full
+# Abuse figures for the README: the release build of webhook/tests/attack/server_abuse.rs at full
 # size. One server process holds, at once, 5,000 silent TLS connections (cap 1,024: the oldest
 # silent ones are evicted), 200 connections sending a request head at one byte per second,
 # and two clients posting 3 MiB bodies back to back, while a normal client sends admissions
 # over a kept-alive connection for $SECONDS_PER_ROUND seconds. Then the HTTP/2 round
-# (webhook/tests/it/server_abuse_h2.rs at full size): $H2_ATTACKS, 1,000 attacking connections
+# (webhook/tests/attack/server_abuse_h2.rs at full size): $H2_ATTACKS, 1,000 attacking connections
 # in all against the default cap of 1,024, while a normal HTTP/2 client sends admissions one
 # after another. Prints one ABUSE line per round (normal client's p50/p99/max, peak RSS of the
 # server) and the load average around it. Then the lock-out round
-# (webhook/tests/it/server_lockout.rs at full size): $HALF connections that keep a request head
+# (webhook/tests/attack/server_lockout.rs at full size): $HALF connections that keep a request head
 # (HTTP/1.1) or a preface and frame (HTTP/2, where granted) half-sent with a byte every 5 s,
 # plus $SILENT silent ones, from $LOCKOUT_SOURCES loopback addresses, reopening what the
 # server closes, against the default cap of 1,024; a normal client sends admissions over
@@ -46,7 +46,7 @@ if [ "$(ulimit -n)" -lt "$need" ]; then
 fi
 echo "ulimit -n $(ulimit -n); $(nproc) CPUs"
 
-cargo test --release -q -p koord-webhook --test it --no-run
+cargo test --release -q -p koord-webhook --test attack --no-run
 for round in $(seq 1 "$ROUNDS"); do
   for protocol in $PROTOCOLS; do
     echo "round $round $protocol: load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -54,20 +54,20 @@ for round in $(seq 1 "$ROUNDS"); do
       http1)
         ABUSE_IDLE=$IDLE ABUSE_SLOW=$SLOW ABUSE_SECONDS=$SECONDS_PER_ROUND \
           ABUSE_MAX_CONNECTIONS=$MAX_CONNECTIONS ABUSE_HEADER_TIMEOUT_SECS=10 \
-          cargo test --release -q -p koord-webhook --test it -- --nocapture --exact \
+          cargo test --release -q -p koord-webhook --test attack -- --nocapture --exact \
           server_abuse::idle_slow_and_large_clients_do_not_starve_admissions 2>&1 \
           | grep -E '^.*ABUSE|panicked|FAILED' | sed 's/^.*ABUSE/ABUSE/' ;;
       h2)
         ABUSE_H2_ATTACKS=$H2_ATTACKS ABUSE_H2_SECONDS=$SECONDS_PER_ROUND \
           ABUSE_H2_SERVER_ARGS=$H2_SERVER_ARGS \
-          cargo test --release -q -p koord-webhook --test it -- server_abuse_h2:: --nocapture \
+          cargo test --release -q -p koord-webhook --test attack -- server_abuse_h2:: --nocapture \
           --include-ignored --test-threads 1 2>&1 \
           | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' ;;
       lockout)
         LOCKOUT_HALF=$HALF LOCKOUT_SILENT=$SILENT LOCKOUT_SOURCES=$LOCKOUT_SOURCES \
           LOCKOUT_MAX_CONNECTIONS=$MAX_CONNECTIONS LOCKOUT_SECONDS=$SECONDS_PER_ROUND \
           LOCKOUT_P99_MS=$LOCKOUT_P99_MS \
-          cargo test --release -q -p koord-webhook --test it -- server_lockout:: --nocapture 2>&1 \
+          cargo test --release -q -p koord-webhook --test attack -- server_lockout:: --nocapture 2>&1 \
           | grep -E '^.*LOCKOUT|panicked|FAILED|answered|above|took' | sed 's/^.*LOCKOUT/LOCKOUT/' ;;
     esac
     echo "round $round $protocol: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,5 +1,6 @@
 # Shared by the load, HTTP/2 and soak scripts (sourced, not run): the work directory and the
-# processes to stop on exit, the review body as kube-apiserver sends it, and small helpers.
+# processes to stop on exit, the review body as kube-apiserver sends it, starting a server,
+# and small helpers.
 
 WORK=$(mktemp -d)
 PIDS=()
@@ -45,3 +46,23 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # CPU ticks (user + system) a process has used.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# cpu_us_per_request TICKS REQUESTS: CPU microseconds per request ("-" without requests).
+cpu_us_per_request() { awk -v t="$1" -v n="$2" 'BEGIN{ if (n>0) printf "%.0f", t*10000/n; else print "-" }'; }
+
+# hwm_mib PID: the process's peak RSS (VmHWM) in MiB.
+hwm_mib() { awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$1/status"; }
+
+# start_server NAME PORT: the webhook (extra flags in $SERVER_ARGS, metrics on PORT+1) or the
+# floor server on PORT, pinned by $SERVER_CPU (an array, may be empty); its PID in $STARTED.
+start_server() {
+  case $1 in
+    # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
+    webhook) RUST_LOG=warn "${SERVER_CPU[@]}" "$BIN" serve --standalone --listen "127.0.0.1:$2" \
+               --metrics-listen "127.0.0.1:$(( $2 + 1 ))" --log-level warn ${SERVER_ARGS:-} 2>"$WORK/$1.err" & ;;
+    floor)   "${SERVER_CPU[@]}" "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
+  esac
+  STARTED=$!
+  PIDS+=("$STARTED")
+  wait_port "$2"
+}

@@ -32,26 +32,14 @@ build_servers
 
 compact_review "$FIXTURE"
 
-start_server() { # start_server NAME PORT -> PID in $STARTED
-  case $1 in
-    # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
-    webhook) "${SERVER_CPU[@]}" "$BIN" serve --standalone --listen "127.0.0.1:$2" \
-               --metrics-listen "127.0.0.1:$(( $2 + 1 ))" --log-level warn $SERVER_ARGS 2>"$WORK/$1.err" & ;;
-    floor)   "${SERVER_CPU[@]}" "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
-  esac
-  STARTED=$!
-  PIDS+=("$STARTED")
-  wait_port "$2"
-}
-
 h2() { # h2 PORT CONNS STREAMS SECONDS [LOG]
   "${GEN_CPU[@]}" h2load -t1 -c"$2" -m"$3" -D"$4" --warm-up-time=1 \
     -H 'content-type: application/json' -d "$WORK/review.json" ${5:+--log-file="$5"} \
     "https://127.0.0.1:$1/mutate-pod"
 }
 
-# run_one NAME PID PORT CONNS STREAMS -> one table row
-run_one() {
+# run_h2load NAME PID PORT CONNS STREAMS -> one table row
+run_h2load() {
   local name=$1 pid=$2 port=$3 c=$4 m=$5
   local log="$WORK/req.log" before after out
   rm -f "$log"
@@ -72,8 +60,8 @@ run_one() {
     | awk '{ v[NR] = $1 } END { i50 = int(NR*0.50); i99 = int(NR*0.99); if (i50 < 1) i50 = 1; if (i99 < 1) i99 = 1;
              printf "%.2f %.2f\n", v[i50]/1000, v[i99]/1000 }')
   local hwm cpu_us
-  hwm=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$pid/status")
-  cpu_us=$(awk -v t=$((after - before)) -v n="$done_ok" 'BEGIN{ if (n>0) printf "%.0f", t*10000/n; else print "-" }')
+  hwm=$(hwm_mib "$pid")
+  cpu_us=$(cpu_us_per_request $((after - before)) "$done_ok")
   printf "| %-8s | %5s x %-7s | %9.0f | %6s | %6s | %10s | %7s | %6s | %8s |\n" \
     "$name" "$c" "$m" "$rps" "$p50" "$p99" "$cpu_us" "$hwm" "$((failed + errored))" "$done_ok"
   echo "$name $c $m $rps" >> "$WORK/results"
@@ -92,7 +80,7 @@ for round in $(seq 1 "$ROUNDS"); do
         port=$((port + 2))
         start_server "$name" "$port"
         pid=$STARTED
-        run_one "$name" "$pid" "$port" "$c" "$m"
+        run_h2load "$name" "$pid" "$port" "$c" "$m"
         if [ "$name" = webhook ]; then
           errors=$(curl -s "http://127.0.0.1:$((port + 1))/metrics" \
             | awk '/^koord_webhook_admissions_total/ && /outcome="(error|denied)"/ {s += $NF} END {print s+0}')

@@ -55,8 +55,8 @@ to_ms() { # wrk prints 850.00us / 1.20ms / 1.02s
     else if (v ~ /s$/) {sub(/s$/,"",v); printf "%.2f", v*1000} else print v }'
 }
 
-# run_one NAME PID PORT MODE -> one table row
-run_one() {
+# run_wrk NAME PID PORT MODE -> one table row
+run_wrk() {
   local name=$1 pid=$2 port=$3 mode=$4 close=0
   [ "$mode" = "new-conn" ] && close=1
   local before after out probe_pid="" probe_p99="-" probe_n=0 probe_bad=0
@@ -91,24 +91,13 @@ run_one() {
   total=$(awk '/requests in/{print $1}' <<<"$out")
   non2xx=$(awk '/Non-2xx/{print $NF}' <<<"$out"); non2xx=${non2xx:-0}
   sockerr=$(awk '/Socket errors/{gsub(",",""); print $4+$6+$8+$10}' <<<"$out"); sockerr=${sockerr:-0}
-  hwm=$(awk '/VmHWM/{printf "%.1f", $2/1024}' "/proc/$pid/status")
+  hwm=$(hwm_mib "$pid")
   local cpu_us
   # The probe's requests are served too: they count in the CPU per request and the errors.
-  cpu_us=$(awk -v t=$((after - before)) -v n=$((total + probe_n)) 'BEGIN{ if (n>0) printf "%.0f", t*10000/n; else print "-" }')
+  cpu_us=$(cpu_us_per_request $((after - before)) $((total + probe_n)))
   printf "| %-10s | %-9s | %9.0f | %6s | %6s | %8s | %7s | %6s | %8s | %8s |\n" \
     "$name" "$mode" "$rps" "$p50" "$p99" "$probe_p99" "$cpu_us" "$hwm" "$((non2xx + sockerr + ${probe_bad:-0}))" "$total"
   echo "$name $mode $rps $round" >> "$WORK/results"
-}
-
-start_server() { # start_server NAME PORT -> PID in $STARTED
-  case $1 in
-    webhook) RUST_LOG=warn "${SERVER_CPU[@]}" "$BIN" serve --standalone --listen "127.0.0.1:$2" \
-               --metrics-listen "127.0.0.1:$(( $2 + 1 ))" --log-level warn 2>"$WORK/$1.err" & ;;
-    floor)   "${SERVER_CPU[@]}" "$FLOOR" "127.0.0.1:$2" 2>"$WORK/$1.err" & ;;
-  esac
-  STARTED=$!
-  PIDS+=("$STARTED")
-  wait_port "$2"
 }
 
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, probe $PROBE_RPS req/s on one more connection, fixture $(wc -c < "$WORK/review.json") bytes, $(nproc) cores, pinned=$PIN"
@@ -128,7 +117,7 @@ for round in $(seq 1 "$ROUNDS"); do
       pid=$STARTED
       # A short warm-up so the first run does not pay for page faults and allocator growth.
       wrk -t1 -c2 -d1s -s "$WORK/post.lua" "https://127.0.0.1:$port/mutate-pod" >/dev/null
-      run_one "$name" "$pid" "$port" "$mode"
+      run_wrk "$name" "$pid" "$port" "$mode"
       if [ "$name" = webhook ]; then
         errors=$(curl -s "http://127.0.0.1:$((port + 1))/metrics" \
           | awk '/^koord_webhook_admissions_total/ && /outcome="(error|denied)"/ {s += $NF} END {print s+0}')

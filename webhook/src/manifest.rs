@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
 use serde_json::Value;
 
 /// A manifest file could not be read.
@@ -14,12 +13,11 @@ pub struct ReadError {
     pub source: std::io::Error,
 }
 
-/// A document of the stream is neither YAML nor JSON.
+/// The stream is neither YAML nor JSON (the error gives the line and column).
 #[derive(Debug, thiserror::Error)]
-#[error("document {index}: not valid YAML or JSON: {source}")]
+#[error("not valid YAML or JSON: {source}")]
 pub struct ManifestError {
-    pub index: usize,
-    pub source: serde_yaml::Error,
+    pub source: serde_saphyr::Error,
 }
 
 /// The text of a manifest file; `-` reads stdin.
@@ -38,8 +36,9 @@ pub fn read_file(path: &Path) -> Result<String, ReadError> {
 /// Every object in a YAML/JSON stream, `List` items expanded, empty documents skipped.
 pub fn read_objects(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut out = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(doc).map_err(|source| ManifestError { index, source })?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|source| ManifestError { source })?;
+    for value in docs {
         match value {
             Value::Null => {}
             Value::Object(ref o) if o.get("kind").and_then(Value::as_str) == Some("List") => {

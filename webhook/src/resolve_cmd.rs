@@ -163,7 +163,7 @@ fn render(mut pods: Vec<Value>, format: OutputFormat) -> String {
         }
         OutputFormat::Yaml => pods
             .iter()
-            .map(|p| serde_yaml::to_string(p).unwrap_or_default())
+            .map(|p| serde_saphyr::to_string(p).unwrap_or_default())
             .collect::<Vec<_>>()
             .join("---\n"),
     }

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use super::plan::ProtectionFile;
 use crate::cgroup::Controller;
+use crate::cgroup::file;
 use crate::cgroup::layout::Layout;
-use crate::cgroup::writer::read_knob;
 
 /// The protection files above `kubepods` that hold 0 (absent files, as on mainline v1, are
 /// not listed): each caps the pods' protection of that kind to nothing.
@@ -19,7 +19,7 @@ pub fn unprotected_above(layout: &Layout) -> Vec<PathBuf> {
         .iter()
         .filter_map(|rel| layout.dir(rel, Controller::Memory).ok())
         .flat_map(|dir| ProtectionFile::BOTH.map(|f| dir.join(f.name())))
-        .filter(|path| matches!(read_knob(path), Ok(Some(v)) if v == "0"))
+        .filter(|path| file::read_or_report(path).is_some_and(|v| v == "0"))
         .collect()
 }
 

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
+use crate::cgroup::file;
 use crate::cgroup::layout::Layout;
 use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
 use crate::cgroup::{Controller, Outcome};
@@ -257,30 +258,19 @@ fn read_children(
     kept: &mut HashMap<PathBuf, KeptPair>,
 ) -> Children {
     let mut out = Children::none();
-    let fail_both = |out: &mut Children, why: String| {
-        out.values = [Err(why.clone()), Err(why)];
-    };
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
+    let paths = match file::subdirs(dir) {
+        Ok(p) => p,
         Err(e) => {
-            fail_both(&mut out, format!("list {}: {e}", dir.display()));
+            out.values = [Err(e.to_string()), Err(e.to_string())];
             return out;
         }
     };
-    for entry in entries {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => {
-                fail_both(&mut out, format!("list {}: {e}", dir.display()));
-                return out;
-            }
-        };
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
+    for path in paths {
         out.count += 1;
-        let name = entry.file_name();
-        if let Some((_, held)) = known.iter().find(|(n, _)| *n == name) {
+        if let Some((_, held)) = known
+            .iter()
+            .find(|(n, _)| Some(n.as_os_str()) == path.file_name())
+        {
             for (slot, v) in out.values.iter_mut().zip(held) {
                 if let Ok(vals) = slot {
                     vals.push(v.unwrap_or(Protection::ZERO));
@@ -288,7 +278,6 @@ fn read_children(
             }
             continue;
         }
-        let path = entry.path();
         let mut files = old.remove(&path).unwrap_or_default();
         let mut child: Option<CgroupDir> = None;
         for ((slot, file), keep) in out

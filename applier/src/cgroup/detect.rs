@@ -115,15 +115,11 @@ pub fn scan_kubepods(base: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The names of the real directories in `dir` (none when it cannot be read).
+/// The names of the real directories in `dir` (none when it cannot be read: reported).
 fn subdirs(dir: &Path) -> Vec<std::ffi::OsString> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name())
+    super::file::subdirs_or_report(dir)
+        .into_iter()
+        .filter_map(|p| p.file_name().map(ToOwned::to_owned))
         .collect()
 }
 

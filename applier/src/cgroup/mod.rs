@@ -2,10 +2,13 @@
 //!
 //! `layout` and `kubelet_root` are pure (names and paths, the kubelet's `cgroupRoot`),
 //! `readback` and `outcome` are pure (how a value reads back, what happened to a knob),
-//! `detect` asks the kernel which hierarchy is mounted and where the kubelet's tree is, and
-//! `writer` is the only code that writes cgroup files.
+//! `detect` asks the kernel which hierarchy is mounted and where the kubelet's tree is,
+//! `file` is the only code that opens, reads, lists or writes cgroup files (a read error is
+//! never taken for an absent file), and `writer` reads, compares and writes the knobs of a
+//! pass through it.
 
 pub mod detect;
+pub mod file;
 pub mod kubelet_root;
 pub mod layout;
 pub mod outcome;

@@ -1,4 +1,6 @@
-//! The only code that writes cgroup files: read, compare, write what differs.
+//! Read, compare, write what differs: the pod pass's and the ancestors' knobs, through
+//! [`super::file`] (the only code that touches cgroup files), with directory handles and knob
+//! files kept open between passes.
 
 use std::io::ErrorKind;
 use std::os::fd::OwnedFd;
@@ -6,8 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rustix::fs::{Mode, OFlags};
-
+use super::file;
 use super::outcome::Outcome;
 use super::readback::{Expect, matches};
 
@@ -55,10 +56,6 @@ pub struct CgroupDir {
     /// The directory is on cgroupfs (v1 or v2), where a removed file answers `ENODEV`.
     cgroupfs: bool,
 }
-
-/// `statfs(2)` magics of cgroup v1 and v2 mounts (`linux/magic.h`).
-const CGROUP_SUPER_MAGIC: u64 = 0x0027_e0eb;
-const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
 
 /// A knob file kept open between passes and re-read with one `pread` at offset 0 instead of
 /// `openat` + `read` + `close`. cgroupfs produces the current value on every read from offset 0.
@@ -122,9 +119,9 @@ impl KeptKnob {
 
     /// Re-reads the current value (one `pread`; plus one `fstat` off cgroupfs).
     pub fn read(&self) -> std::io::Result<KeptRead> {
-        match pread_fd(&self.fd) {
+        match file::pread(&self.fd) {
             Ok(v) => {
-                if !self.cgroupfs && rustix::fs::fstat(&self.fd).map_err(io_err)?.st_nlink == 0 {
+                if !self.cgroupfs && rustix::fs::fstat(&self.fd)?.st_nlink == 0 {
                     return Ok(KeptRead::Stale);
                 }
                 Ok(KeptRead::Value(v))
@@ -154,86 +151,30 @@ pub fn kept_knobs() -> usize {
     KEPT.load(Ordering::Relaxed)
 }
 
-fn io_err(e: rustix::io::Errno) -> std::io::Error {
-    e.into()
-}
-
-/// Reads an open knob: one short line, so a read shorter than the buffer is the whole value
-/// (cgroupfs produces it in one go; a regular file ends the same way).
-fn read_fd(fd: &OwnedFd) -> std::io::Result<String> {
-    let mut buf = [0u8; 128];
-    let mut out = Vec::new();
-    loop {
-        let n = rustix::io::read(fd, &mut buf).map_err(io_err)?;
-        out.extend_from_slice(&buf[..n]);
-        if n < buf.len() {
-            break;
-        }
-    }
-    Ok(String::from_utf8_lossy(&out).trim().to_owned())
-}
-
-/// Like [`read_fd`] with `pread` from offset 0: the same fd reads the current value again.
-fn pread_fd(fd: &OwnedFd) -> std::io::Result<String> {
-    let mut buf = [0u8; 128];
-    let n = rustix::io::pread(fd, &mut buf, 0).map_err(io_err)?;
-    if n < buf.len() {
-        return Ok(trimmed(&buf[..n]));
-    }
-    let mut out = buf.to_vec();
-    loop {
-        let n = rustix::io::pread(fd, &mut buf, out.len() as u64).map_err(io_err)?;
-        out.extend_from_slice(&buf[..n]);
-        if n < buf.len() {
-            return Ok(trimmed(&out));
-        }
-    }
-}
-
-fn trimmed(b: &[u8]) -> String {
-    match std::str::from_utf8(b) {
-        Ok(s) => s.trim().to_owned(),
-        Err(_) => String::from_utf8_lossy(b).trim().to_owned(),
-    }
-}
-
 impl CgroupDir {
+    /// Opens the directory; one that does not exist, or cannot be opened, is `Missing` for
+    /// every knob (an unopenable one is logged with its path and counted).
     pub fn open(path: Arc<Path>) -> Self {
-        let fd = rustix::fs::open(
-            &*path,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok();
-        let cgroupfs = fd.as_ref().is_some_and(|fd| {
-            rustix::fs::fstatfs(fd).is_ok_and(|st| {
-                // f_type's integer width differs between architectures; magics fit in 32 bits.
-                #[allow(clippy::unnecessary_cast)]
-                let magic = st.f_type as u64;
-                magic == CGROUP_SUPER_MAGIC || magic == CGROUP2_SUPER_MAGIC
-            })
-        });
+        let fd = file::open_dir_path_or_report(&path);
+        let cgroupfs = fd.as_ref().is_some_and(file::is_cgroupfs);
         Self { path, fd, cgroupfs }
     }
 
     /// Opens `file` to keep it (see [`KeptKnob`]) and reads it once; `Ok(None)` when it does
     /// not exist. The caller decides whether to keep it ([`KeptKnob::try_keep`]).
-    pub fn open_knob(&self, file: &str) -> std::io::Result<Option<(KeptKnob, String)>> {
+    pub fn open_knob(&self, name: &str) -> std::io::Result<Option<(KeptKnob, String)>> {
         let Some(dir) = &self.fd else { return Ok(None) };
-        match rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => {
-                let v = pread_fd(&fd)?;
-                Ok(Some((
-                    KeptKnob {
-                        fd,
-                        cgroupfs: self.cgroupfs,
-                    },
-                    v,
-                )))
-            }
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e) => Err(io_err(e)),
-        }
+        let Some(fd) = file::open_at(dir, name)? else {
+            return Ok(None);
+        };
+        let v = file::pread(&fd)?;
+        Ok(Some((
+            KeptKnob {
+                fd,
+                cgroupfs: self.cgroupfs,
+            },
+            v,
+        )))
     }
 
     pub fn path(&self) -> &Arc<Path> {
@@ -245,62 +186,21 @@ impl CgroupDir {
     }
 
     /// The trimmed content of `file`; `Ok(None)` when it does not exist.
-    pub fn read(&self, file: &str) -> std::io::Result<Option<String>> {
-        let Some(dir) = &self.fd else { return Ok(None) };
-        match rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
-            Ok(fd) => read_fd(&fd).map(Some),
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(e) => Err(io_err(e)),
+    pub fn read(&self, name: &str) -> std::io::Result<Option<String>> {
+        match &self.fd {
+            Some(dir) => file::read_at(dir, name),
+            None => Ok(None),
         }
     }
 
-    /// Writes `text` to an existing `file`. Never creates it: a missing knob means an
-    /// unsupported kernel, not a file to make. O_TRUNC is what `echo v > file` does and is a
-    /// no-op on cgroupfs; it keeps the same code correct on the plain-file test trees.
-    pub fn write(&self, file: &str, text: &str) -> std::io::Result<()> {
-        let Some(dir) = &self.fd else {
-            return Err(ErrorKind::NotFound.into());
-        };
-        let fd = rustix::fs::openat(
-            dir,
-            file,
-            OFlags::WRONLY | OFlags::TRUNC | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io_err)?;
-        write_all(&fd, text)
+    /// Writes `text` to an existing `name`. Never creates it: a missing knob means an
+    /// unsupported kernel, not a file to make.
+    pub fn write(&self, name: &str, text: &str) -> std::io::Result<()> {
+        match &self.fd {
+            Some(dir) => file::write_at(dir, name, text),
+            None => Err(ErrorKind::NotFound.into()),
+        }
     }
-}
-
-fn write_all(fd: &OwnedFd, text: &str) -> std::io::Result<()> {
-    let mut bytes = text.as_bytes();
-    while !bytes.is_empty() {
-        let n = rustix::io::write(fd, bytes).map_err(io_err)?;
-        bytes = &bytes[n..];
-    }
-    Ok(())
-}
-
-/// Reads a file by path, trimmed; `Ok(None)` when it does not exist.
-pub fn read_knob(path: &Path) -> std::io::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s.trim().to_owned())),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Writes `text` to an existing file by path, never creating it (a missing file is
-/// `NotFound`): the writes that are not a planned knob, such as the BE parent's limits of
-/// colocation. Same open flags as [`CgroupDir::write`].
-pub fn write_knob(path: &Path, text: &str) -> std::io::Result<()> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::WRONLY | OFlags::TRUNC | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(io_err)?;
-    write_all(&fd, text)
 }
 
 impl CgroupWriter {

@@ -17,7 +17,13 @@ pub enum ManifestError {
     Parse {
         path: String,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_saphyr::Error,
+    },
+    #[error("{path} is not a Pod manifest: {source}")]
+    Shape {
+        path: String,
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -28,8 +34,15 @@ fn read(path: &Path) -> Result<String, ManifestError> {
     })
 }
 
-fn parse_error(path: &Path) -> impl Fn(serde_yaml::Error) -> ManifestError + '_ {
+fn parse_error(path: &Path) -> impl Fn(serde_saphyr::Error) -> ManifestError + '_ {
     move |source| ManifestError::Parse {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn json_error(path: &Path) -> impl Fn(serde_json::Error) -> ManifestError + '_ {
+    move |source| ManifestError::Shape {
         path: path.display().to_string(),
         source,
     }
@@ -37,26 +50,28 @@ fn parse_error(path: &Path) -> impl Fn(serde_yaml::Error) -> ManifestError + '_ 
 
 /// Reads one Pod.
 pub fn read_pod(path: &Path) -> Result<Pod, ManifestError> {
-    serde_yaml::from_str(&read(path)?).map_err(parse_error(path))
+    serde_saphyr::from_str(&read(path)?).map_err(parse_error(path))
 }
 
 /// Reads a Pod, or every pod of a `List`/`PodList`.
 pub fn read_pods(path: &Path) -> Result<Vec<Pod>, ManifestError> {
-    let value: serde_yaml::Value = serde_yaml::from_str(&read(path)?).map_err(parse_error(path))?;
+    // Through JSON values: the YAML parser has no value type of its own.
+    let value: serde_json::Value =
+        serde_saphyr::from_str(&read(path)?).map_err(parse_error(path))?;
     let is_list = value
         .get("kind")
-        .and_then(serde_yaml::Value::as_str)
+        .and_then(serde_json::Value::as_str)
         .is_some_and(|k| k.ends_with("List"));
     if is_list {
         #[derive(serde::Deserialize)]
         struct List {
             items: Vec<Pod>,
         }
-        let list: List = serde_yaml::from_value(value).map_err(parse_error(path))?;
+        let list: List = serde_json::from_value(value).map_err(json_error(path))?;
         Ok(list.items)
     } else {
         Ok(vec![
-            serde_yaml::from_value(value).map_err(parse_error(path))?,
+            serde_json::from_value(value).map_err(json_error(path))?,
         ])
     }
 }

@@ -17,6 +17,7 @@ use super::exposition::{CpiSeries, Identity, PsiSeries};
 use super::metrics::CollectorMetrics;
 use super::perf_sys::{self, Event, PerfError};
 use super::psi::{self, PsiReadError, Resource};
+use crate::cgroup::file as cgroup_file;
 use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
 use crate::cgroup::{CgroupVersion, Controller};
 use crate::pod_phase;
@@ -473,11 +474,15 @@ impl CgroupEntry {
     /// Reads the three files; `false` if any was unreadable (said once per cgroup).
     fn read_psi(&mut self) -> bool {
         if self.fd.is_none() {
-            match psi::open_dir(&self.psi_dir) {
+            match cgroup_file::open_dir(&self.psi_dir) {
                 Ok(fd) => self.fd = Some(fd),
                 Err(e) => {
-                    // Not created yet (container starting) or gone: quietly retried next round.
-                    tracing::debug!(dir = %self.psi_dir.display(), error = %e, "PSI: cgroup directory not there");
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        // Not created yet (container starting) or gone: retried next round.
+                        tracing::debug!(dir = %self.psi_dir.display(), "PSI: cgroup directory not there");
+                    } else {
+                        cgroup_file::report(&self.psi_dir, &e);
+                    }
                     self.psi.clear_all();
                     return false;
                 }

@@ -8,10 +8,9 @@
 //! lines.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::AsFd;
 
-use rustix::fs::{Mode, OFlags};
+use crate::cgroup::file as cgroup_file;
 
 /// One line: the kernel's running averages (percent of wall time) and the total stall (µs).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -164,54 +163,20 @@ pub enum PsiReadError {
     },
 }
 
-/// Opens a cgroup directory for [`read_resource`] (and perf's cgroup mode).
-pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
-    rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(io::Error::from)
-}
-
-/// Reads and parses `resource`'s pressure file below `dir`. No allocation on success: the
-/// files are under 200 bytes and read into a stack buffer.
+/// Reads and parses `resource`'s pressure file below `dir` (a handle from
+/// `cgroup::file::open_dir`). No allocation on success: the files are under 200 bytes and
+/// read into a stack buffer.
 pub fn read_resource(dir: impl AsFd, resource: Resource) -> Result<Psi, PsiReadError> {
     let file = resource.file();
-    let fd = rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| match e {
-            rustix::io::Errno::NOENT => PsiReadError::Missing { file },
-            e => PsiReadError::Io {
-                file,
-                source: e.into(),
-            },
-        })?;
     let mut buf = [0u8; 512];
-    let mut len = 0;
-    loop {
-        match rustix::io::read(&fd, &mut buf[len..]) {
-            Ok(0) => break,
-            Ok(n) => {
-                len += n;
-                if len == buf.len() {
-                    break;
-                }
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e @ rustix::io::Errno::OPNOTSUPP) => {
-                return Err(PsiReadError::Disabled {
-                    file,
-                    source: e.into(),
-                });
-            }
-            Err(e) => {
-                return Err(PsiReadError::Io {
-                    file,
-                    source: e.into(),
-                });
-            }
+    let len = match cgroup_file::read_at_into(dir, file, &mut buf) {
+        Ok(Some(len)) => len,
+        Ok(None) => return Err(PsiReadError::Missing { file }),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error()) => {
+            return Err(PsiReadError::Disabled { file, source: e });
         }
-    }
+        Err(source) => return Err(PsiReadError::Io { file, source }),
+    };
     let text = std::str::from_utf8(&buf[..len]).map_err(|_| PsiReadError::Parse {
         file,
         source: PsiParseError::NoSome,
@@ -278,7 +243,7 @@ mod tests {
         )
         .expect("write");
         std::fs::write(tmp.path().join("cpu.pressure"), "bogus\n").expect("write");
-        let dir = open_dir(tmp.path()).expect("open");
+        let dir = cgroup_file::open_dir(tmp.path()).expect("open");
         let io = read_resource(&dir, Resource::Io).expect("io");
         assert_eq!(io.some.avg60, 2.91);
         assert!(matches!(

@@ -13,6 +13,7 @@ use super::pod_facts::PodFacts;
 use super::suppress::{self, Applied, BeParent, Limit, SuppressInput};
 use super::usage::{self, UsageError};
 use super::window::Window;
+use crate::cgroup::file;
 use crate::cgroup::layout::Layout;
 use crate::cgroup::{CgroupVersion, Controller};
 
@@ -203,7 +204,7 @@ impl Engine {
         let read = |f: &str| {
             parent
                 .as_ref()
-                .and_then(|p| std::fs::read_to_string(p.join(f)).ok())
+                .and_then(|p| file::read_or_report(&p.join(f)))
                 .and_then(|s| crate::cpu_list::parse_vec(&s))
                 .filter(|c| !c.is_empty())
         };
@@ -221,16 +222,9 @@ impl Engine {
                 continue;
             };
             let mut dirs = vec![dir.clone()];
-            if let Ok(rd) = std::fs::read_dir(&dir) {
-                dirs.extend(
-                    rd.filter_map(Result::ok)
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
+            dirs.extend(file::subdirs_or_report(&dir));
             for d in dirs {
-                let Some(set) = std::fs::read_to_string(d.join("cpuset.cpus"))
-                    .ok()
+                let Some(set) = file::read_or_report(&d.join("cpuset.cpus"))
                     .and_then(|s| crate::cpu_list::parse_vec(&s))
                 else {
                     continue;
@@ -305,8 +299,7 @@ impl Engine {
                 let all = self.all_cpus();
                 let bound = self.ls_bound(pods, &all);
                 let target = all.iter().filter(|c| !bound.contains(c)).count();
-                let now = std::fs::read_to_string(self.be_parent.cpuset_dir.join("cpuset.cpus"))
-                    .ok()
+                let now = file::read_or_report(&self.be_parent.cpuset_dir.join("cpuset.cpus"))
                     .and_then(|s| crate::cpu_list::parse_vec(&s))
                     .unwrap_or_default();
                 if !now.is_empty() && now.len() < target {

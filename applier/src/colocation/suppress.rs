@@ -5,15 +5,14 @@
 //! CPUs from the end of the list, away from CPUs bound to LS pods), [`quota_for`].
 //! IO: [`BeParent`] writes the result to the BE parent cgroup (the layout's BestEffort QoS
 //! directory, `kubepods/besteffort` or `kubepods.slice/kubepods-besteffort.slice`), v1 and v2,
-//! and lifts it; every read and write goes through the cgroup writer.
+//! and lifts it; every read and write goes through `cgroup::file`.
 
 use std::collections::BTreeSet;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::cgroup::file;
 use crate::cgroup::layout::{KubeQos, Layout, LayoutError};
-use crate::cgroup::writer::{read_knob, write_knob};
 use crate::cgroup::{CgroupVersion, Controller};
 use crate::cpu_list::{format_slice, parse_vec};
 
@@ -97,31 +96,20 @@ pub struct BeParent {
     pub cpuset_dir: PathBuf,
 }
 
-/// Reads a file of the BE parent's tree through the cgroup writer; a missing file is `NotFound`.
-fn read_trim(p: &Path) -> io::Result<String> {
-    read_knob(p)?.ok_or_else(|| io::ErrorKind::NotFound.into())
-}
-
-/// All cgroup directories below `dir` (excluding it), parents before children.
-fn descendants(dir: &Path) -> Vec<PathBuf> {
+/// All cgroup directories below `dir` (excluding it), parents before children. One removed
+/// while walked is left out; any other listing error fails the walk.
+fn descendants(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        let mut kids: Vec<PathBuf> = rd
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect();
-        kids.sort();
-        for k in kids {
+        for k in file::subdirs(&d)? {
             out.push(k.clone());
             stack.push(k);
         }
     }
     // The stack walk is depth-first; re-sort so every parent precedes its children.
     out.sort_by_key(|p| p.components().count());
-    out
+    Ok(out)
 }
 
 /// What one apply did.
@@ -150,11 +138,9 @@ impl BeParent {
     /// The CFS period of the BE parent (µs), 100000 when it cannot be read.
     pub fn period_us(&self) -> i64 {
         let parsed = match self.version {
-            CgroupVersion::V1 => read_trim(&self.cpu_dir.join("cpu.cfs_period_us"))
-                .ok()
+            CgroupVersion::V1 => file::read_or_report(&self.cpu_dir.join("cpu.cfs_period_us"))
                 .and_then(|s| s.parse().ok()),
-            CgroupVersion::V2 => read_trim(&self.cpu_dir.join("cpu.max"))
-                .ok()
+            CgroupVersion::V2 => file::read_or_report(&self.cpu_dir.join("cpu.max"))
                 .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse().ok())),
         };
         parsed.filter(|p: &i64| *p > 0).unwrap_or(100_000)
@@ -167,7 +153,7 @@ impl BeParent {
         match self.version {
             CgroupVersion::V1 => {
                 let file = self.cpu_dir.join("cpu.cfs_quota_us");
-                let old = read_trim(&file)?;
+                let old = file::read_existing(&file)?;
                 let want = if quota < 0 {
                     "-1".to_owned()
                 } else {
@@ -181,17 +167,18 @@ impl BeParent {
                     });
                 }
                 let mut lowered = Vec::new();
-                match write_knob(&file, &want) {
+                match file::write(&file, &want) {
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) && quota >= 0 => {
-                        for d in descendants(&self.cpu_dir).iter().rev() {
+                        for d in descendants(&self.cpu_dir)?.iter().rev() {
                             let f = d.join("cpu.cfs_quota_us");
-                            let child = read_trim(&f).ok().and_then(|s| s.parse::<i64>().ok());
+                            let child =
+                                file::read_or_report(&f).and_then(|s| s.parse::<i64>().ok());
                             if let Some(c) = child.filter(|c| *c > quota) {
-                                write_knob(&f, &want)?;
+                                file::write(&f, &want)?;
                                 lowered.push((f, c));
                             }
                         }
-                        write_knob(&file, &want)?;
+                        file::write(&file, &want)?;
                     }
                     r => r?,
                 }
@@ -203,7 +190,7 @@ impl BeParent {
             }
             CgroupVersion::V2 => {
                 let file = self.cpu_dir.join("cpu.max");
-                let old = read_trim(&file)?;
+                let old = file::read_existing(&file)?;
                 let period = old.split_whitespace().nth(1).unwrap_or("100000").to_owned();
                 let want = if quota < 0 {
                     format!("max {period}")
@@ -217,7 +204,7 @@ impl BeParent {
                         lowered: Vec::new(),
                     });
                 }
-                write_knob(&file, &want)?;
+                file::write(&file, &want)?;
                 Ok(Applied {
                     value: want,
                     changed: true,
@@ -233,16 +220,15 @@ impl BeParent {
     pub fn set_cpuset(&self, cpus: &[u32]) -> io::Result<Applied> {
         let want = format_slice(cpus);
         let file = self.cpuset_dir.join("cpuset.cpus");
-        let old_text = read_trim(&file)?;
+        let old_text = file::read_existing(&file)?;
         let old = parse_vec(&old_text).unwrap_or_default();
         let kids = match self.version {
-            CgroupVersion::V1 => descendants(&self.cpuset_dir),
+            CgroupVersion::V1 => descendants(&self.cpuset_dir)?,
             CgroupVersion::V2 => Vec::new(),
         };
         let kid_files: Vec<PathBuf> = kids.iter().map(|d| d.join("cpuset.cpus")).collect();
         let kids_ok = kid_files.iter().all(|f| {
-            read_trim(f)
-                .ok()
+            file::read_or_report(f)
                 .and_then(|s| parse_vec(&s))
                 .is_some_and(|c| c == cpus)
         });
@@ -260,8 +246,8 @@ impl BeParent {
         union.dedup();
         let union_text = format_slice(&union);
         let write_if = |f: &Path, v: &str| -> io::Result<()> {
-            if read_trim(f)? != v {
-                write_knob(f, v)?;
+            if file::read_existing(f)? != v {
+                file::write(f, v)?;
             }
             Ok(())
         };
@@ -289,7 +275,7 @@ impl BeParent {
         for (f, q) in lowered {
             if parent < 0 || q <= parent {
                 // Gone (pod deleted) or refused: nothing more to do for this child.
-                let _ = write_knob(&f, &q.to_string());
+                let _ = file::write(&f, &q.to_string());
             } else {
                 waiting.push((f, q));
             }

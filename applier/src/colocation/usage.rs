@@ -12,6 +12,7 @@ use std::path::Path;
 
 use procfs_core::{ExplicitSystemInfo, FromRead as _, FromReadSI as _, KernelStats, Meminfo};
 
+use crate::cgroup::file;
 use crate::cgroup::layout::{Layout, LayoutError};
 use crate::cgroup::{CgroupVersion, Controller};
 
@@ -45,6 +46,9 @@ pub enum UsageError {
         what: &'static str,
         detail: String,
     },
+    /// A cgroup file, read through `cgroup::file` (the error names the path).
+    #[error(transparent)]
+    Cgroup(io::Error),
     #[error(transparent)]
     Layout(#[from] LayoutError),
 }
@@ -52,7 +56,12 @@ pub enum UsageError {
 impl UsageError {
     /// The cgroup (or file) does not exist: a pod that is starting or gone.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        match self {
+            Self::Io { source, .. } | Self::Cgroup(source) => {
+                source.kind() == io::ErrorKind::NotFound
+            }
+            _ => false,
+        }
     }
 }
 
@@ -61,6 +70,11 @@ fn read(path: &Path) -> Result<String, UsageError> {
         path: path.display().to_string(),
         source,
     })
+}
+
+/// A cgroup file; absent is a `NotFound` error (a pod that is starting or gone).
+fn read_cg(path: &Path) -> Result<String, UsageError> {
+    file::read_existing(path).map_err(UsageError::Cgroup)
 }
 
 fn parse_u64(path: &Path, text: &str, what: &'static str) -> Result<u64, UsageError> {
@@ -84,12 +98,12 @@ pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
     match layout.version {
         CgroupVersion::V1 => {
             let acct = layout.dir(rel, Controller::Cpuacct)?.join("cpuacct.usage");
-            let cpu_ns = parse_u64(&acct, &read(&acct)?, "cpuacct.usage")?;
+            let cpu_ns = parse_u64(&acct, &read_cg(&acct)?, "cpuacct.usage")?;
             let mem = layout.dir(rel, Controller::Memory)?;
             let usage_file = mem.join("memory.usage_in_bytes");
-            let usage = parse_u64(&usage_file, &read(&usage_file)?, "memory.usage_in_bytes")?;
+            let usage = parse_u64(&usage_file, &read_cg(&usage_file)?, "memory.usage_in_bytes")?;
             let stat_file = mem.join("memory.stat");
-            let inactive = stat_field(&read(&stat_file)?, "total_inactive_file").unwrap_or(0);
+            let inactive = stat_field(&read_cg(&stat_file)?, "total_inactive_file").unwrap_or(0);
             Ok(Reading {
                 cpu_ns,
                 memory_bytes: usage.saturating_sub(inactive),
@@ -98,15 +112,16 @@ pub fn read_cgroup(layout: &Layout, rel: &Path) -> Result<Reading, UsageError> {
         CgroupVersion::V2 => {
             let dir = layout.dir(rel, Controller::Memory)?;
             let cpu_file = dir.join("cpu.stat");
-            let usec =
-                stat_field(&read(&cpu_file)?, "usage_usec").ok_or_else(|| UsageError::Parse {
+            let usec = stat_field(&read_cg(&cpu_file)?, "usage_usec").ok_or_else(|| {
+                UsageError::Parse {
                     path: cpu_file.display().to_string(),
                     what: "usage_usec",
-                })?;
+                }
+            })?;
             let cur_file = dir.join("memory.current");
-            let current = parse_u64(&cur_file, &read(&cur_file)?, "memory.current")?;
+            let current = parse_u64(&cur_file, &read_cg(&cur_file)?, "memory.current")?;
             let inactive =
-                stat_field(&read(&dir.join("memory.stat"))?, "inactive_file").unwrap_or(0);
+                stat_field(&read_cg(&dir.join("memory.stat"))?, "inactive_file").unwrap_or(0);
             Ok(Reading {
                 cpu_ns: usec.saturating_mul(1000),
                 memory_bytes: current.saturating_sub(inactive),

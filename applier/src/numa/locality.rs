@@ -24,6 +24,7 @@ use super::timings::{ContainerTimings, PassTimings, micros, micros_since};
 use super::topology::{IdSet, Topology, TopologyError};
 use crate::cgroup::CgroupVersion;
 use crate::cgroup::Controller;
+use crate::cgroup::file;
 use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
 use crate::cpu_list::{format_list, parse_list};
 use crate::pod_spec_view::PodSpecView;
@@ -94,10 +95,9 @@ pub struct Migrator {
     pub config: LocalityConfig,
 }
 
+/// The processes of a started container's cgroup; a cgroup that is not there fails.
 fn read_pids(dir: &Path) -> Result<Vec<u32>, String> {
-    let path = dir.join("cgroup.procs");
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let text = file::read_existing(&dir.join("cgroup.procs")).map_err(|e| e.to_string())?;
     let mut pids: Vec<u32> = text
         .lines()
         .filter_map(|l| l.trim().parse::<u32>().ok())
@@ -158,8 +158,9 @@ impl Migrator {
     /// `Mems_allowed_list` when readable.
     fn cpus_and_mems(&self, cg: &ContainerCgroup, pids: &[u32]) -> (IdSet, Option<IdSet>) {
         let mut cpus = None;
-        for file in ["cpuset.cpus.effective", "cpuset.cpus"] {
-            if let Ok(text) = std::fs::read_to_string(cg.cpuset_dir.join(file))
+        // v1 has no `cpuset.cpus.effective` file: absent, and the next one is read.
+        for name in ["cpuset.cpus.effective", "cpuset.cpus"] {
+            if let Some(text) = file::read_or_report(&cg.cpuset_dir.join(name))
                 && let Ok(set) = parse_list(&text)
                 && !set.is_empty()
             {

@@ -115,8 +115,8 @@ fn dashboard_queries_use_exposed_families_and_labels() {
 #[test]
 fn servicemonitor_gives_the_references_job_and_port() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/monitoring");
-    let read = |p: &Path| -> serde_yaml::Value {
-        serde_yaml::from_str(&std::fs::read_to_string(p).expect("read")).expect("yaml")
+    let read = |p: &Path| -> serde_json::Value {
+        serde_saphyr::from_str(&std::fs::read_to_string(p).expect("read")).expect("yaml")
     };
     let sm = read(&root.join("applier-servicemonitor.yaml"));
     let svc = read(&root.join("applier-service.yaml"));
@@ -132,15 +132,15 @@ fn servicemonitor_gives_the_references_job_and_port() {
     assert_eq!(labels["koord-app"], "koordlet");
     // The ServiceMonitor selects the Service.
     for (k, v) in sm["spec"]["selector"]["matchLabels"]
-        .as_mapping()
+        .as_object()
         .expect("matchLabels")
     {
-        assert_eq!(&labels[k], v, "selector {k:?}");
+        assert_eq!(&labels[k.as_str()], v, "selector {k:?}");
     }
     // The Service selects the DaemonSet's pods and reaches their named port 9316.
     let pod_labels = &ds["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in svc["spec"]["selector"].as_mapping().expect("selector") {
-        assert_eq!(&pod_labels[k], v, "pod label {k:?}");
+    for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
+        assert_eq!(&pod_labels[k.as_str()], v, "pod label {k:?}");
     }
     assert_eq!(
         pod_labels["koord-app"], "koordlet",
@@ -152,7 +152,7 @@ fn servicemonitor_gives_the_references_job_and_port() {
     let ports = &ds["spec"]["template"]["spec"]["containers"][0]["ports"];
     assert!(
         ports
-            .as_sequence()
+            .as_array()
             .expect("ports")
             .iter()
             .any(|p| p["name"] == port["targetPort"] && p["containerPort"] == 9316)

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::collectors::{RealTree, cid, pod, scrape, series, unified_psi_missing};
+use koord_applier::cgroup::file as cgroup_file;
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::collectors::CollectorMetrics;
@@ -17,7 +18,7 @@ use koord_applier::collectors::cpi::{self, CPI_EVENTS, PmuStatus};
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
 use koord_applier::collectors::perf_sys::{CounterGroup, Event};
-use koord_applier::collectors::{Collector, CollectorConfig, psi};
+use koord_applier::collectors::{Collector, CollectorConfig};
 use prometheus::Registry;
 
 const UID: &str = "3440fb9c-423b-48e9-8850-06a6c50f633d";
@@ -36,7 +37,7 @@ fn perf_cgroup_missing() -> Option<String> {
     if let Some(r) = unified_psi_missing() {
         return Some(r);
     }
-    let dir = psi::open_dir(Path::new(common::collectors::UNIFIED)).ok()?;
+    let dir = cgroup_file::open_dir(Path::new(common::collectors::UNIFIED)).ok()?;
     match CounterGroup::open_cgroup(dir.as_fd(), 0, &SW) {
         Ok(_) => None,
         Err(e) => Some(format!("cgroup-mode software counters refused: {e}")),
@@ -89,7 +90,7 @@ fn counter_groups_count_a_real_cgroup() {
     let spinner = tree.spawn_busy(&busy);
     let cpus = cpi::online_cpus(Path::new("/sys"));
     let open = |dir: &Path| {
-        let fd = psi::open_dir(dir).expect("open cgroup dir");
+        let fd = cgroup_file::open_dir(dir).expect("open cgroup dir");
         cpus.iter()
             .map(|&c| CounterGroup::open_cgroup(fd.as_fd(), c, &SW).expect("open group"))
             .collect::<Vec<_>>()

@@ -7,6 +7,7 @@ use crate::common;
 use std::path::Path;
 
 use common::collectors::{RealTree, cid, pod, require_unified_psi, scrape, series};
+use koord_applier::cgroup::file as cgroup_file;
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::collectors::CollectorMetrics;
@@ -282,7 +283,7 @@ fn v1_alibaba_reads_cpuacct_hybrid_reads_unified_plain_v1_stays_quiet() {
 #[ignore = "needs root and cgroup v2 at /sys/fs/cgroup/unified with PSI files"]
 fn real_unified_root_files_parse() {
     require_unified_psi();
-    let dir = psi::open_dir(Path::new(common::collectors::UNIFIED)).expect("open");
+    let dir = cgroup_file::open_dir(Path::new(common::collectors::UNIFIED)).expect("open");
     for res in Resource::ALL {
         let got = psi::read_resource(&dir, res).expect("read real pressure file");
         let text = std::fs::read_to_string(Path::new(common::collectors::UNIFIED).join(res.file()))

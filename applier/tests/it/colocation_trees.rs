@@ -393,6 +393,47 @@ fn cpuset_policy_keeps_be_off_ls_bound_cpus() {
     assert_eq!(get(&parent.join("cpuset.cpus")), "0-2");
 }
 
+/// Files the engine cannot read are reported (counted, logged with the path), never taken
+/// for absent ones: here an LS container's `cpuset.cpus` and the `kubepods` cpuset are
+/// directories. The lift goes on with what it knows (all online CPUs).
+#[test]
+fn unreadable_cpusets_are_reported_not_absent() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = Layout::new(
+        tmp.path().join("cg"),
+        CgroupVersion::V1,
+        CgroupDriver::Cgroupfs,
+    );
+    let proc = tmp.path().join("proc");
+    write_proc(&proc, 0, GI, 4);
+    let ls_rel = l.pod_dir(LS, KubeQos::Guaranteed).expect("dir");
+    v1_pod(&l.root, &ls_rel, 0, 0, 0);
+    let ls_cpuset = l.root.join("cpuset").join(&ls_rel);
+    std::fs::create_dir_all(ls_cpuset.join("c1/cpuset.cpus")).expect("a directory");
+    std::fs::create_dir_all(l.root.join("cpuset/kubepods/cpuset.cpus")).expect("a directory");
+    let parent = l.root.join("cpuset/kubepods/besteffort");
+    put(&parent.join("cpuset.cpus"), "2");
+    let pods = vec![facts(LS, KubeQos::Guaranteed, false, Resources::ZERO)];
+    let mut e = Engine::new(l.clone(), &proc, 1_000).expect("engine");
+    e.sample(Instant::now(), &pods, Duration::from_secs(300));
+    let before = koord_applier::cgroup::file::read_errors();
+    assert!(
+        e.suppress(&ThresholdStrategy::default(), &pods)
+            .expect("io")
+            .is_none()
+    );
+    assert_eq!(
+        get(&parent.join("cpuset.cpus")),
+        "0-3",
+        "lifted to the online CPUs"
+    );
+    // The kubepods cpuset (twice: start-up check and lift) and the container's.
+    assert!(
+        koord_applier::cgroup::file::read_errors() >= before + 3,
+        "each unreadable file counted"
+    );
+}
+
 /// A node without a BE parent cgroup (no kubelet tree): suppression has nothing to squeeze and
 /// is not an error.
 #[test]

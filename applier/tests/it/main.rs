@@ -5,8 +5,9 @@
 //! All modules run in one process, in parallel threads: a test must not rely on process-wide
 //! state of its own (environment variables it sets, the working directory, a global it assumes
 //! it alone touches). The machine tests that burn and measure CPU on the real hierarchy take
-//! [`common::cpu_measurement`], so they never measure each other. A new test goes in
-//! a module here: a `tests/*.rs` file would be a binary of its own (the webhook's
+//! [`common::cpu_measurement`], so they never measure each other. The attack test, which
+//! needs the machine to itself, is the second binary, `tests/attack`. A new test goes in a
+//! module here: a `tests/*.rs` file would be a binary of its own (the webhook's
 //! `docs::every_crate_has_one_integration_test_binary` fails on one).
 
 mod common;
@@ -25,7 +26,6 @@ mod colocation_real_v1;
 mod colocation_trees;
 mod cpu_idle_real_v1;
 mod cpu_qos_trees;
-mod endpoint_abuse;
 mod held_by_parent_v1;
 mod kept_files;
 mod koordlet_flags;

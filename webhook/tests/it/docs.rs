@@ -318,9 +318,11 @@ fn readme_make_targets_exist() {
     );
 }
 
-/// Each crate's integration tests are one binary (`tests/it/`): every `tests/*.rs` file, and
-/// every other `tests/<dir>/main.rs`, would be a binary of its own that links kube, tokio and
-/// rustls again (a clean `cargo test --workspace --no-run` paid that per file).
+/// Each crate's integration tests are one binary (`tests/it/`), and its attack tests a second
+/// one (`tests/attack/`: a latency bound under attack needs the machine to itself). Every
+/// `tests/*.rs` file, and every other `tests/<dir>/main.rs`, would be a binary of its own that
+/// links kube, tokio and rustls again (a clean `cargo test --workspace --no-run` paid that per
+/// file).
 #[test]
 fn every_crate_has_one_integration_test_binary() {
     let root = repo_root();
@@ -333,7 +335,7 @@ fn every_crate_has_one_integration_test_binary() {
         for entry in fs::read_dir(&tests).expect("read tests/") {
             let path = entry.expect("directory entry").path();
             let binary = if path.is_dir() {
-                path.join("main.rs").is_file() && !path.ends_with("it")
+                path.join("main.rs").is_file() && !path.ends_with("it") && !path.ends_with("attack")
             } else {
                 path.extension().is_some_and(|e| e == "rs")
             };
@@ -349,6 +351,6 @@ fn every_crate_has_one_integration_test_binary() {
     }
     assert!(
         extra.is_empty(),
-        "integration tests outside tests/it/ (a test binary each; make them modules of tests/it/main.rs): {extra:?}"
+        "integration tests outside tests/it/ and tests/attack/ (a test binary each; make them modules of tests/it/main.rs): {extra:?}"
     );
 }

@@ -1,15 +1,14 @@
 //! The webhook's integration tests: one test binary, one module per area (a binary per file
 //! linked kube, tokio and rustls once per file). Run one area with
-//! `cargo test -p koord-webhook --test it <module>::`, e.g. `server_abuse::`.
+//! `cargo test -p koord-webhook --test it <module>::`, e.g. `server_admission::`.
 //!
 //! All modules run in one process, in parallel threads: a test must not rely on process-wide
 //! state of its own (environment variables it sets, the working directory, a global it assumes
-//! it alone touches). The tests that load the machine take [`server_support::child::heavy`].
-//! `docs::every_crate_has_one_integration_test_binary` keeps it one binary.
+//! it alone touches). The attack tests, which need the machine to themselves, are the second
+//! binary, `tests/attack`; `docs::every_crate_has_one_integration_test_binary` keeps it so.
 
 mod common;
 mod fake_apiserver;
-mod h2_attacker;
 mod server_support;
 
 mod docs;
@@ -25,10 +24,7 @@ mod resolve_resize;
 mod resolve_rules;
 mod review_golden;
 mod self_certs;
-mod server_abuse;
-mod server_abuse_h2;
 mod server_admission;
 mod server_config_watch;
 mod server_fuzz;
-mod server_lockout;
 mod server_tls;

@@ -20,7 +20,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject,
 };
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -56,8 +55,9 @@ fn render_path(path: &Path) -> Vec<Value> {
 }
 
 fn parse_stream(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| Value::deserialize(doc).expect("yaml"))
+    serde_saphyr::from_multiple::<Value>(text)
+        .expect("yaml")
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -168,7 +168,7 @@ fn the_examples_overlay_is_the_two_reference_configmaps_and_they_parse() {
         let data = cm.data.expect("data");
         let text = data.get(key).expect("key");
         let file = std::fs::read_to_string(examples.join(format!("{name}.yaml"))).expect("read");
-        let from_file: ConfigMap = serde_yaml::from_str(&file).expect("yaml");
+        let from_file: ConfigMap = serde_saphyr::from_str(&file).expect("yaml");
         assert_eq!(from_file.data.expect("data").get(key), Some(text));
         match key {
             "memory-qos" => {

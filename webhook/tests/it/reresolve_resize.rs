@@ -5,7 +5,7 @@
 //! the resize -> annotation time p50/p99.
 
 use crate::fake_apiserver;
-use crate::server_support::child::percentile;
+use crate::server_support::percentile;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

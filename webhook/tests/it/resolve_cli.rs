@@ -78,7 +78,7 @@ fn reference_examples_resolve() {
         "yaml",
     ]);
     assert!(out.status.success());
-    let pod: Value = serde_yaml::from_slice(&out.stdout).expect("yaml pod");
+    let pod: Value = serde_saphyr::from_slice(&out.stdout).expect("yaml pod");
     assert_eq!(annotation(&pod).qos_class, koord_api::QosClass::Be);
 }
 

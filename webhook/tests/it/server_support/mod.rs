@@ -1,7 +1,5 @@
 //! Helpers for the server tests: certificates, a real server on loopback, an HTTPS client.
 
-pub mod child;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -281,4 +279,10 @@ pub fn resolve_output(
 
 pub fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples")
+}
+
+/// The `p` quantile (0..=1) of sorted latencies.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
 }

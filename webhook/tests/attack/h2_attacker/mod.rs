@@ -213,7 +213,7 @@ pub async fn run(
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) {
-    let tls = match crate::server_support::child::tls_connect(addr, &connector).await {
+    let tls = match crate::child::tls_connect(addr, &connector).await {
         Ok(tls) if tls.get_ref().1.alpn_protocol() == Some(b"h2") => tls,
         _ => {
             tally.connect_failures.fetch_add(1, Ordering::Relaxed);

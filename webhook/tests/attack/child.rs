@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::{fixture, write_certs};
+use crate::server_support::{fixture, percentile, write_certs};
 
 /// A `koord-webhook serve --standalone` child process; killed on drop.
 pub struct Server {
@@ -171,12 +171,6 @@ pub fn rss_of(pid: u32) -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// The `p` quantile (0..=1) of sorted latencies.
-pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
 }
 
 /// The normal client was not shut out: at least `min_answers` answers (sorted latencies) in

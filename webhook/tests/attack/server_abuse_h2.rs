@@ -30,13 +30,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::child::{Server, assert_not_starved, env_or, heavy, open_files_limit, rss_of};
 use bytes::Bytes;
 use h2_attacker::{Attack, Tally};
 use http_body_util::{BodyExt as _, Full};
-use server_support::child::{
-    Server, assert_not_starved, env_or, heavy, open_files_limit, percentile, rss_of,
-};
-use server_support::fixture;
+use server_support::{fixture, percentile};
 
 const RSS_LIMIT_KIB: u64 = 64 * 1024;
 const BODY_LIMIT: usize = 3 * 1024 * 1024;
@@ -124,7 +122,7 @@ fn normal_client(
             .build()
             .expect("runtime");
         rt.block_on(async move {
-            let tls = server_support::child::tls_connect(addr, &connector)
+            let tls = crate::child::tls_connect(addr, &connector)
                 .await
                 .expect("client connection");
             assert_eq!(tls.get_ref().1.alpn_protocol(), Some(b"h2".as_slice()));

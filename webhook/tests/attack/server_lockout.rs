@@ -32,13 +32,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::child::{Server, env_or, free_port, heavy, metric, open_files_limit};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use rustls::pki_types::ServerName;
-use server_support::child::{
-    Server, env_or, free_port, heavy, metric, open_files_limit, percentile,
-};
-use server_support::fixture;
+use server_support::{fixture, percentile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;

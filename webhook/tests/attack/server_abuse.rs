@@ -26,12 +26,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::ServerName;
-use server_support::child::{
-    Server, assert_not_starved, env_or, free_port, heavy, metric, open_files_limit, percentile,
-    review_of_size, rss_of,
+use crate::child::{
+    Server, assert_not_starved, env_or, free_port, heavy, metric, open_files_limit, review_of_size,
+    rss_of,
 };
-use server_support::fixture;
+use rustls::pki_types::ServerName;
+use server_support::{fixture, percentile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
