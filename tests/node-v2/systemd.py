@@ -191,14 +191,14 @@ def s_batch(h: Harness) -> None:
     check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
     v2.applied_event(h, NS_BATCH, pod)
     got = v2.batch_files(h, pod, "work")
+    h.carry["be"] = pod
     f = f"{h.container_cgroup(None, pod, 'work')}/cpu.max"
     want = h.read(f)
-    h.guest(f"echo '90000 100000' > {f}")
-    check(h.read(f) == "90000 100000", "the hand edit did not take")
+    edited = h.guest(f"echo '90000 100000' > {f}; cat {f}").strip()
+    check(edited == "90000 100000", f"the hand edit did not take: {f} reads {edited!r}")
     t0 = time.monotonic()
     wait_until(f"{f} repaired", lambda: h.read(f) == want, RESYNC + SLACK + 7, 0.5)
     took = time.monotonic() - t0
-    h.carry["be"] = pod
     h.figures.append(f"figure BE batch pod on the systemd node: {got}; a hand edit of the "
                      f"scope's cpu.max repaired after {took:.1f}s (resync {RESYNC}s)")
 
