@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
-from koordtest.harness import container_id, kubepods_path  # noqa: E402
+from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import metric_sum, parse_metrics, percentile  # noqa: E402
 
 
@@ -161,6 +161,30 @@ class Kubelet(unittest.TestCase):
         self.assertEqual(container_id(self.POD, "app"), "a" * 64)
         with self.assertRaises(Check):
             container_id(self.POD, "sidecar")
+
+    def test_driver_spellings(self):
+        """The kubelet's names for both drivers and cgroupRoots (the applier's layout.rs table
+        has the same rows)."""
+        u = "5f2a6b1e-0c1d"
+        for names, driver, root, want in [
+            ([], "cgroupfs", "/", "kubepods"),
+            (["burstable", f"pod{u}"], "cgroupfs", "/kubelet", f"kubelet/kubepods/burstable/pod{u}"),
+            ([], "systemd", "/", "kubepods.slice"),
+            (["burstable", f"pod{u}"], "systemd", "/",
+             "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d.slice"),
+            ([f"pod{u}"], "systemd", "/kubelet",
+             "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod5f2a6b1e_0c1d.slice"),
+            (["besteffort"], "systemd", "/a/my-root",
+             "a.slice/a-my_root.slice/a-my_root-kubepods.slice/a-my_root-kubepods-besteffort.slice"),
+        ]:
+            self.assertEqual(kubelet_cgroup(names, driver, root), want, (names, driver, root))
+        g = {"metadata": {"uid": u}, "status": {"qosClass": "Guaranteed"}}
+        self.assertEqual(kubepods_path(g, "systemd", "/kubelet"),
+                         "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-pod5f2a6b1e_0c1d.slice")
+        self.assertEqual(container_leaf("ab", "systemd"), "cri-containerd-ab.scope")
+        self.assertEqual(container_leaf("ab"), "ab")
+        with self.assertRaises(Check):
+            kubelet_cgroup([], "systemdd")
 
 
 class Metrics(unittest.TestCase):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The node of the current platform, for the cgroup v2 node tests (see tests/node-v2/README.md):
-# Kubernetes 1.37 with containerd 2 on cgroup v2, the kubelet with the cgroupfs driver.
+# Kubernetes 1.37 with containerd 2 on cgroup v2, the kubelet with the cgroupfs driver, or with
+# the systemd driver under systemd as the guest's PID 1 (KOORD_V2_CGROUP_DRIVER=systemd).
 #
 # Usage:
 #   node.sh build                 build/check everything the node needs; print the binaries' paths
@@ -23,6 +24,8 @@
 # Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
 # KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
 # KOORD_V2_KUBELET_CGROUP_ROOT (the kubelet's cgroupRoot, /),
+# KOORD_V2_CGROUP_DRIVER (cgroupfs: the guest's init starts the daemons; systemd: it execs
+# systemd with the node's own units, and containerd and the kubelet use the systemd driver),
 # KOORD_V2_SLOT (0: which of ten side-by-side nodes, see below),
 # KOORD_V2_K8S_VERSION (1.37.2), KOORD_V2_ETCD_VERSION (3.6.16), KOORD_V2_CONTAINERD_VERSION
 # (build-containerd.sh), KOORD_V2_IMAGES (more OCI archives to import at boot), KOORD_E2E_CACHE.
@@ -40,8 +43,19 @@ GUEST_MEM=${KOORD_V2_GUEST_MEM:-1536M}
 DISK_MB=${KOORD_V2_DISK_MB:-6144}
 MAX_PODS=${KOORD_V2_MAX_PODS:-120}
 READY_TIMEOUT=${KOORD_V2_READY_TIMEOUT:-240}
-# The kubelet's cgroupRoot (kind runs its kubelet under /kubelet); the guest's init makes it.
+# The kubelet's cgroupRoot (kind runs its kubelet under /kubelet); the guest's init makes it
+# (cgroupfs), or it is the slice the kubelet's unit runs in (systemd: /kubelet is kubelet.slice).
 KUBELET_CGROUP_ROOT=${KOORD_V2_KUBELET_CGROUP_ROOT:-/}
+CGROUP_DRIVER=${KOORD_V2_CGROUP_DRIVER:-cgroupfs}
+[[ $CGROUP_DRIVER == cgroupfs || $CGROUP_DRIVER == systemd ]] || {
+    echo "$PROG: error: KOORD_V2_CGROUP_DRIVER=$CGROUP_DRIVER: want cgroupfs or systemd" >&2
+    exit 2
+}
+[[ $KUBELET_CGROUP_ROOT =~ ^(/|(/[A-Za-z0-9_.]+)+)$ ]] || {
+    echo "$PROG: error: KOORD_V2_KUBELET_CGROUP_ROOT=$KUBELET_CGROUP_ROOT: want / or /name[/name...] (letters, digits, _ .)" >&2
+    exit 2
+}
+SYSTEMD=/lib/systemd/systemd
 # Kubernetes 1.37.2: the newest release the Go proxy serves (its go line is 1.26.0). etcd 3.6:
 # kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6 patch served.
 export KOORD_E2E_K8S_VERSION=${KOORD_V2_K8S_VERSION:-1.37.2}
@@ -87,6 +101,9 @@ check_host() {
     [[ -x $UML ]] || problems+=("$UML missing (Debian: user-mode-linux)")
     [[ -d $UML_MODULES ]] || problems+=("$UML_MODULES missing (Debian: user-mode-linux)")
     [[ -c /dev/net/tun ]] || problems+=("no /dev/net/tun (the guest's network)")
+    if [[ $CGROUP_DRIVER == systemd ]]; then
+        [[ -x $SYSTEMD ]] || problems+=("$SYSTEMD missing (Debian: systemd; the guest's PID 1 with KOORD_V2_CGROUP_DRIVER=systemd)")
+    fi
     for t in runc iptables ip mkfs.ext4 modprobe gcc openssl curl /usr/bin/python3 redis-server redis-benchmark; do
         command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs kmod gcc openssl curl python3 redis-server redis-tools)")
     done
@@ -162,6 +179,8 @@ KV2_K8S_BIN='$k8s'
 KV2_CONTAINERD_BIN='$ctrd'
 KV2_IMAGES='$*'
 KV2_KUBELET_CGROUP_ROOT='$KUBELET_CGROUP_ROOT'
+KV2_CGROUP_DRIVER='$CGROUP_DRIVER'
+KV2_KUBELET_FLAGS='$(kubelet_flags "$g")'
 KV2_CPU_MHZ='$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo | grep -E '^[0-9]+\.[0-9]+$' || echo 2000.000)'
 EOF
     # containerd 2 (config version 3) with the guest's default paths (all on guest-only
@@ -189,7 +208,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = $([[ $CGROUP_DRIVER == systemd ]] && echo true || echo false)
         BinaryName = "$(command -v runc)"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["$CNI_BIN_DIR"]
@@ -237,8 +256,8 @@ address: $GUEST_IP
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
-# cgroup v2, cgroupfs driver (the guest's init is a shell script, not systemd).
-cgroupDriver: cgroupfs
+# cgroup v2; cgroupfs under the shell init, systemd (over its private socket) under systemd.
+cgroupDriver: $CGROUP_DRIVER
 cgroupsPerQOS: true
 cgroupRoot: $KUBELET_CGROUP_ROOT
 failSwapOn: false
@@ -306,6 +325,105 @@ contexts:
 current-context: kv2
 EOF
     chmod 600 "$g/kubelet.kubeconfig"
+    if [[ $CGROUP_DRIVER == systemd ]]; then write_units "$g" "$k8s" "$ctrd"; fi
+}
+
+kubelet_flags() { # GUEST_DIR
+    echo "--config=$1/kubelet.yaml --kubeconfig=$1/kubelet.kubeconfig --root-dir=/var/lib/kubelet" \
+        "--cert-dir=/var/lib/kubelet/pki --node-ip=$GUEST_IP --hostname-override=$NODE_NAME"
+}
+
+# The systemd slice of a cgroupfs path, as the kubelet spells it: /kubelet -> kubelet.slice,
+# /a/b -> a-b.slice (a `-` in a name becomes `_`).
+slice_of() { # CGROUP_ROOT
+    local IFS=/ n out=
+    for n in ${1#/}; do out+=${out:+-}${n//-/_}; done
+    echo "$out.slice"
+}
+
+# The node's own systemd units (KOORD_V2_CGROUP_DRIVER=systemd), copied by the guest's init
+# into /run/systemd/system. Every unit has DefaultDependencies=no: nothing pulls in
+# sysinit.target or basic.target, whose wants are the host's enabled units. The daemons run as
+# on a kubeadm node: containerd in system.slice with Delegate=yes and KillMode=process (its
+# shims outlive a restart), the kubelet in the slice of its cgroupRoot (kind: kubelet.slice,
+# which must exist before the kubelet starts). Logs are appended to guest/logs as under the
+# shell init, and the main PID goes to guest/NAME.pid for node.sh stop.
+write_units() { # GUEST_DIR K8S_BIN_DIR CONTAINERD_BIN_DIR
+    local g=$1 k8s=$2 ctrd=$3 u=$1/systemd
+    mkdir -p "$u"
+    cat >"$u/kv2-node.target" <<EOF
+[Unit]
+Description=the cgroup v2 node (tests/node-v2): its own units, none of the host's
+DefaultDependencies=no
+Wants=kv2-agent.service kv2-containerd.service kv2-images.service kv2-kubelet.service kv2-kube-proxy.service
+EOF
+    service_unit "$u" "$g" agent "the suite's test agent (guest/agent.py)" "" \
+        "ExecStart=/usr/bin/python3 -B $REPO/tests/node-v2/guest/agent.py $GUEST_IP $AGENT_PORT"
+    service_unit "$u" "$g" containerd "containerd (SystemdCgroup)" "" "Type=notify
+Environment=PATH=/run/kv2-bin:$ctrd:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=$ctrd/containerd --config $g/containerd.toml
+Delegate=yes
+KillMode=process
+TasksMax=infinity
+LimitNOFILE=infinity
+OOMScoreAdjust=-999"
+    cat >"$u/kv2-images.service" <<EOF
+[Unit]
+Description=the node's images imported into containerd
+DefaultDependencies=no
+Requires=kv2-containerd.service
+After=kv2-containerd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+StandardOutput=append:$g/logs/init.log
+StandardError=inherit
+ExecStart=$HERE/guest/images.sh $g
+EOF
+    local slice=
+    [[ $KUBELET_CGROUP_ROOT == / ]] || slice="Slice=$(slice_of "$KUBELET_CGROUP_ROOT")"
+    service_unit "$u" "$g" kubelet "kubelet (cgroupDriver systemd, cgroupRoot $KUBELET_CGROUP_ROOT)" \
+        "Requires=kv2-images.service
+After=kv2-images.service kv2-containerd.service" "Environment=PATH=/run/kv2-bin:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=$k8s/kubelet $(kubelet_flags "$g")
+$slice
+TasksMax=infinity"
+    # kube-proxy exits when it sees its Node's IPs change (the kubelet registering it): as its
+    # DaemonSet would, systemd starts it again.
+    service_unit "$u" "$g" kube-proxy kube-proxy "After=kv2-kubelet.service" \
+        "Environment=PATH=/run/kv2-bin:/usr/sbin:/usr/bin:/sbin:/bin
+ExecStart=$k8s/kube-proxy --config=$g/kube-proxy.yaml
+Restart=on-failure
+RestartSec=2"
+    if [[ $KUBELET_CGROUP_ROOT != / ]]; then
+        # As kind's kubelet.slice: accounting on, so the controllers reach the kubepods below.
+        cat >"$u/$(slice_of "$KUBELET_CGROUP_ROOT")" <<EOF
+[Unit]
+Description=the kubelet's cgroupRoot $KUBELET_CGROUP_ROOT
+DefaultDependencies=no
+
+[Slice]
+MemoryAccounting=yes
+CPUAccounting=yes
+EOF
+    fi
+}
+
+service_unit() { # UNIT_DIR GUEST_DIR NAME DESCRIPTION UNIT_LINES SERVICE_LINES
+    local u=$1 g=$2 name=$3
+    cat >"$u/kv2-$name.service" <<EOF
+[Unit]
+Description=$4
+DefaultDependencies=no
+$5
+
+[Service]
+StandardOutput=append:$g/logs/$name.log
+StandardError=inherit
+$6
+ExecStartPost=/bin/sh -c 'echo \$MAINPID >$g/$name.pid'
+EOF
 }
 
 # ---------------------------------------------------------------------------------------
@@ -345,9 +463,12 @@ start_guest() { # DIR
     # ro: the guest must not write the host's files (see guest/init.sh). uml_dir/umid: UML's
     # pid file and mconsole socket go under DIR, not $HOME/.uml. TMPDIR: where UML creates (and
     # at once unlinks) the file that backs the guest's memory: tmpfs, not the disk.
+    # systemd.hostname: systemd as PID 1 would otherwise name the guest from the host's
+    # /etc/hostname (the shell init ignores the word).
     TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
         rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
-        vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid="kv2-$SLOT" con=null con0=fd:0,fd:1
+        vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid="kv2-$SLOT" con=null con0=fd:0,fd:1 \
+        systemd.hostname="$NODE_NAME"
 }
 
 guest_tails() { # DIR
@@ -430,6 +551,8 @@ PAUSE_IMAGE=$PAUSE_IMAGE
 WORKLOAD_IMAGE=$WORKLOAD_IMAGE
 REDIS_IMAGE=$REDIS_IMAGE
 GUEST_MEM=$GUEST_MEM
+CGROUP_DRIVER=$CGROUP_DRIVER
+KUBELET_CGROUP_ROOT=$KUBELET_CGROUP_ROOT
 GUEST_AGENT=http://$GUEST_IP:$AGENT_PORT/sh
 CTR=${bins[9]}
 BOOT_SECONDS=$(cat "$d/boot.seconds")
@@ -470,7 +593,7 @@ cmd_stop() {
         guest_sh "for n in kube-proxy kubelet containerd; do
                 f=$d/guest/\$n.pid; [ -f \$f ] && kill -TERM \$(cat \$f) 2>/dev/null
             done
-            sleep 2; sync; (sleep 0.5; halt -f) >/dev/null 2>&1 &" 20 >/dev/null 2>&1 || true
+            sleep 2; (sync; sleep 0.5; halt -f) >/dev/null 2>&1 &" 20 >/dev/null 2>&1 || true
         stop_proc "$d" linux.uml 30
     fi
     rm -f "$d/linux.uml.pid"

@@ -81,7 +81,6 @@ class Harness(NodeHarness):
         super().__init__("koord-node-v2.", NODE_SH)
         self.installed = False
         self.kubelet_log_mark = 0
-        self.cg_prefix = ""  # the kubelet's cgroupRoot below the hierarchy root
 
     # -- the guest ------------------------------------------------------------------------
 
@@ -104,11 +103,12 @@ class Harness(NodeHarness):
         check(len(vals) == len(paths), f"read {len(vals)} of {len(paths)} files")
         return {p: (None if v == "\1" else v.strip()) for p, v in zip(paths, vals)}
 
-    # -- cgroups (cgroup v2, cgroupfs driver: [cgroupRoot/]kubepods[/qos]/pod<uid>/<id>) ----
+    # -- cgroups (cgroup v2, cgroupfs driver: kubepods[/qos]/pod<uid>/<id>; systemd.py has the
+    # systemd driver's node, with cgroupRoot /kubelet) ----------------------------------------
 
     def pod_cgroup(self, ctrl: str | None, pod: dict) -> str:
         check(ctrl is None, "cgroup v2 has one hierarchy")
-        return f"{CGROUP}{self.cg_prefix}/{kubepods_path(pod)}"
+        return f"{CGROUP}/{kubepods_path(pod)}"
 
     def container_cgroup(self, ctrl: str | None, pod: dict, name: str) -> str:
         return f"{self.pod_cgroup(ctrl, pod)}/{container_id(pod, name)}"
@@ -768,50 +768,10 @@ def s_kubelet_memory_qos(h: Harness) -> None:
     h.delete_pods(NS_QOS, "own-b", "own-g")
 
 
-@scenario("a kubelet with cgroupRoot /kubelet (as kind runs it), on a second, fresh node: the "
-          "applier detects the root (koord_applier_cgroup_layout_info), the LS pod's files under "
-          "kubelet/kubepods hold the annotation's values, and it warns that /kubelet's own "
-          "memory.min is 0 (the kernel caps the pods' protection by it)",
-          full="a second node, 4 more minutes")
-def s_cgroup_root(h: Harness) -> None:
-    h.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true", timeout=300)
-    h.installed = False
-    check(h.node_sh("stop", str(h.node_dir), timeout=600).returncode == 0, "node.sh stop failed")
-    h.node_started = False
-    os.environ["KOORD_V2_KUBELET_CGROUP_ROOT"] = "/kubelet"
-    try:
-        h.node_dir = h.dir / "node-kubelet-root"
-        h.node_started = True
-        if h.node_sh("start", str(h.node_dir)).returncode != 0:
-            raise Check("node.sh start with cgroupRoot /kubelet failed (see above)")
-    finally:
-        del os.environ["KOORD_V2_KUBELET_CGROUP_ROOT"]
-    h.load_node_env()
-    h.cg_prefix = "/kubelet"
-    check(h.guest(f"[ -d {CGROUP}/kubelet/kubepods/burstable ] && [ ! -e {CGROUP}/kubepods ] "
-                  "&& echo y").strip() == "y", "the kubelet did not make kubelet/kubepods only")
-    install(h)
-    protection.set_slo(h, protection.SLO_PROTECT)
-    protection.wait_resolved(h, True, 100, NS_QOS)
-    h.apply_obj(ls_pod("root-ls", h.env["WORKLOAD_IMAGE"]), NS_QOS)
-    pod = h.wait_running(NS_QOS, "root-ls")
-    ev = applied_event(h, NS_QOS, pod)
-    seen = knob_files(h, pod, ev["message"])
-    check("pod memory.min=134217728" in seen and "container memory.min=134217728" in seen,
-          f"files under {h.pod_cgroup(None, pod)}: {seen}")
-    m = h.applier_metrics()
-    info = [dict(l) for (n, l), v in m.items() if n == "koord_applier_cgroup_layout_info" and v == 1]
-    check(info and info[0].get("kubelet_cgroup_root") == "/kubelet", f"layout info {info}")
-    logs = h.kubectl("-n", SYSTEM_NS, "logs", h.applier_pod()["metadata"]["name"]).stdout
-    check("0 above kubepods" in logs, "no warning about /kubelet's own memory.min in the applier log")
-    h.figures.append(f"figure kubelet cgroupRoot /kubelet: applier layout {info[0]}; {seen[:2]}")
-    h.delete_pods(NS_QOS, "root-ls")
-
-
-@scenario("figures, on the second node (KOORD_NODE_V2_FULL=1): the unprotected window (a "
+@scenario("figures (KOORD_NODE_V2_FULL=1): the unprotected window (a "
           "container's cgroup appearing -> its memory.min holding the annotation's value) over 20 "
           "LS pods; the applier's RSS and CPU with them",
-          full="after the second node; UML creates pods slowly")
+          full="UML creates pods slowly")
 def s_figures(h: Harness) -> None:
     # 20 pods: this UML node did not start a fifth batch of 10 within 5 minutes, and 50 at once
     # timed its containerd shims out.
@@ -830,7 +790,7 @@ def figures(h: Harness, n_window: int, rss_at: tuple[int, ...]) -> None:
          "r=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),headers={'X-Timeout':'1500'});"
          "print(urllib.request.urlopen(r,timeout=1520).read().decode())",
          h.env["GUEST_AGENT"],
-         f"python3 -B {script} {n_window} {LOAD_MIN} 1480 0.05 {CGROUP}{h.cg_prefix}/kubepods/burstable"],
+         f"python3 -B {script} {n_window} {LOAD_MIN} 1480 0.05 {CGROUP}/kubepods/burstable"],
         stdout=subprocess.PIPE, text=True)
     time.sleep(2)  # the poller has listed the pods already there
     t0 = time.monotonic()

@@ -147,11 +147,35 @@ class Harness:
 
 # -- the kubelet's cgroup layout (cgroupfs driver) -------------------------------------------
 
-def kubepods_path(pod: dict) -> str:
-    """The pod's cgroup below the hierarchy root: kubepods[/burstable|/besteffort]/pod<uid>."""
-    parent = {"Guaranteed": "", "Burstable": "/burstable", "BestEffort": "/besteffort"}[
+def kubepods_path(pod: dict, driver: str = "cgroupfs", root: str = "/") -> str:
+    """The pod's cgroup below the hierarchy root: kubepods[/burstable|/besteffort]/pod<uid>
+    with the cgroupfs driver and cgroupRoot / (see kubelet_cgroup for the others)."""
+    parent = {"Guaranteed": [], "Burstable": ["burstable"], "BestEffort": ["besteffort"]}[
         pod["status"]["qosClass"]]
-    return f"kubepods{parent}/pod{pod['metadata']['uid']}"
+    return kubelet_cgroup([*parent, f"pod{pod['metadata']['uid']}"], driver, root)
+
+
+def kubelet_cgroup(names: list[str], driver: str = "cgroupfs", root: str = "/") -> str:
+    """The kubelet's cgroup <root>/kubepods/<names...> below the hierarchy root, as its cgroup
+    driver spells it (pkg/kubelet/cm/cgroup_manager_linux.go): cgroupfs joins the names with
+    `/`; systemd escapes `-` as `_` in each name and nests slices named by their prefix, so
+    cgroupRoot /kubelet and [burstable] is
+    kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice."""
+    parts = [p for p in root.split("/") if p] + ["kubepods", *names]
+    if driver == "cgroupfs":
+        return "/".join(parts)
+    check(driver == "systemd", f"unknown cgroup driver {driver!r}")
+    out, prefix = [], ""
+    for p in parts:
+        prefix = f"{prefix}-{p.replace('-', '_')}" if prefix else p.replace("-", "_")
+        out.append(f"{prefix}.slice")
+    return "/".join(out)
+
+
+def container_leaf(cid: str, driver: str = "cgroupfs") -> str:
+    """A containerd container's cgroup below its pod's: the bare ID (cgroupfs), or the scope
+    runc makes through systemd (cri-containerd-<id>.scope)."""
+    return f"cri-containerd-{cid}.scope" if driver == "systemd" else cid
 
 
 def container_id(pod: dict, name: str) -> str:

@@ -45,15 +45,19 @@ exec >>"$G/logs/init.log" 2>&1
 say "init at uptime $(cut -d' ' -f1 /proc/uptime)"
 
 mount -t ext4 /dev/ubda /var/lib || fail "cannot mount the state disk on /var/lib"
-mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
-# Shared, as systemd makes every mount: the applier's HostToContainer mount of /sys/fs needs it.
-mount --make-rshared /
-echo "+cpu +memory +pids +io" >/sys/fs/cgroup/cgroup.subtree_control
-say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
-# A kubelet cgroupRoot other than / must exist, with the controllers enabled below it.
-if [ "${KV2_KUBELET_CGROUP_ROOT:-/}" != / ]; then
-    mkdir -p "/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT"
-    echo "+cpu +memory +pids +io" >"/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT/cgroup.subtree_control"
+if [ "$KV2_CGROUP_DRIVER" = cgroupfs ]; then
+    # (With the systemd driver, systemd mounts the hierarchy as on any systemd node, with
+    # memory_recursiveprot, enables the controllers and makes / shared.)
+    mount -t cgroup2 -o nsdelegate none /sys/fs/cgroup
+    # Shared, as systemd makes every mount: the applier's HostToContainer mount of /sys/fs needs it.
+    mount --make-rshared /
+    echo "+cpu +memory +pids +io" >/sys/fs/cgroup/cgroup.subtree_control
+    say "cgroup2 controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
+    # A kubelet cgroupRoot other than / must exist, with the controllers enabled below it.
+    if [ "${KV2_KUBELET_CGROUP_ROOT:-/}" != / ]; then
+        mkdir -p "/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT"
+        echo "+cpu +memory +pids +io" >"/sys/fs/cgroup$KV2_KUBELET_CGROUP_ROOT/cgroup.subtree_control"
+    fi
 fi
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || true
 hostname "$KV2_NODE_NAME"
@@ -71,6 +75,27 @@ ip link add "$KV2_BRIDGE" type bridge
 ip addr add "$KV2_POD_GW/$KV2_POD_PREFIX" dev "$KV2_BRIDGE"
 ip link set "$KV2_BRIDGE" up
 
+# Debian's UML kernel has nf_tables without its ip/inet families (CONFIG_NF_TABLES_IPV4 unset),
+# so iptables-nft cannot make a table: kube-proxy and the CNI plugins get the legacy backend.
+mkdir -p /run/kv2-bin
+for t in iptables ip6tables; do
+    for s in "" -save -restore; do ln -sf "/usr/sbin/$t-legacy$s" "/run/kv2-bin/$t$s"; done
+done
+
+if [ "$KV2_CGROUP_DRIVER" = systemd ]; then
+    # systemd as PID 1, with the node's own units only (node.sh wrote them into guest/systemd):
+    # in /run/systemd/system, and the one target they hang off given as the unit to start, so
+    # none of the host's enabled units (its root is this guest's) is pulled in. systemd keeps
+    # the mounts, the network and /run made above. `container=` (set and empty) tells it that
+    # this is no container, whatever files the host's root holds (a /.dockerenv would make it
+    # one: the kernel command line ignored, a halt that exits PID 1 instead of the kernel).
+    mkdir -p /run/systemd/system
+    cp "$G"/systemd/* /run/systemd/system/
+    say "exec systemd at uptime $(cut -d' ' -f1 /proc/uptime)"
+    exec env container= /lib/systemd/systemd --unit=kv2-node.target --log-target=console \
+        --show-status=false
+fi
+
 start() { # NAME BIN ARGS...
     name=$1; shift
     "$@" </dev/null >>"$G/logs/$name.log" 2>&1 &
@@ -78,12 +103,6 @@ start() { # NAME BIN ARGS...
 }
 
 start agent /usr/bin/python3 -B "$KV2_REPO/tests/node-v2/guest/agent.py" "$KV2_GUEST_IP" "$KV2_AGENT_PORT"
-# Debian's UML kernel has nf_tables without its ip/inet families (CONFIG_NF_TABLES_IPV4 unset),
-# so iptables-nft cannot make a table: kube-proxy and the CNI plugins get the legacy backend.
-mkdir -p /run/kv2-bin
-for t in iptables ip6tables; do
-    for s in "" -save -restore; do ln -sf "/usr/sbin/$t-legacy$s" "/run/kv2-bin/$t$s"; done
-done
 export PATH="/run/kv2-bin:$KV2_CONTAINERD_BIN:$PATH"
 start containerd "$KV2_CONTAINERD_BIN/containerd" --config "$G/containerd.toml"
 i=0
@@ -91,14 +110,9 @@ until "$KV2_CONTAINERD_BIN/ctr" --address /run/containerd/containerd.sock versio
     i=$((i + 1)); [ $i -lt 120 ] || fail "containerd did not answer in 60 s"; sleep 0.5
 done
 say "containerd up at uptime $(cut -d' ' -f1 /proc/uptime)"
-for a in $KV2_IMAGES; do
-    "$KV2_CONTAINERD_BIN/ctr" --address /run/containerd/containerd.sock -n k8s.io images import "$a" >/dev/null ||
-        fail "ctr import $a failed"
-done
-say "images imported at uptime $(cut -d' ' -f1 /proc/uptime)"
-start kubelet "$KV2_K8S_BIN/kubelet" --config="$G/kubelet.yaml" --kubeconfig="$G/kubelet.kubeconfig" \
-    --root-dir=/var/lib/kubelet --cert-dir=/var/lib/kubelet/pki --node-ip="$KV2_GUEST_IP" \
-    --hostname-override="$KV2_NODE_NAME"
+"$(dirname "$0")/images.sh" "$G" || fail "importing the images failed"
+# shellcheck disable=SC2086 # the flags as node.sh wrote them, none holds a space
+start kubelet "$KV2_K8S_BIN/kubelet" $KV2_KUBELET_FLAGS
 start kube-proxy "$KV2_K8S_BIN/kube-proxy" --config="$G/kube-proxy.yaml"
 say "kubelet and kube-proxy started at uptime $(cut -d' ' -f1 /proc/uptime)"
 echo up >"$G/state"

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""The cgroup v2 node with the systemd cgroup driver, in kind's shape: systemd 252 as the
+guest's PID 1 (the node's own units only), containerd with `SystemdCgroup = true`, the kubelet
+with `cgroupDriver: systemd` and `cgroupRoot: /kubelet`, so every pod is below
+`kubelet.slice/kubelet-kubepods.slice/...` and every container is a `cri-containerd-<id>.scope`.
+Run it as its own part of the cgroup v2 node suite, on a slot of its own beside the main node:
+
+  KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 tests/node-v2/run
+
+node.sh start (KOORD_V2_CGROUP_DRIVER=systemd) -> the README's install -> scenarios on the real
+.slice/.scope files -> kubectl delete -k -> node.sh stop -> node.sh check-clean. The output
+contract is the main suite's (PASS/FAIL/SKIP lines, figures, `N passed, M failed`).
+KOORD_V2_KUBELET_CGROUP_ROOT=/ runs the same scenarios on the production shape
+(`kubepods.slice/...`). Stdlib only; the harness and helpers are suite.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "tests" / "lib"))
+sys.path.insert(0, str(HERE))
+sys.dont_write_bytecode = True
+
+# The node this part runs on, before suite.py reads the environment.
+os.environ["KOORD_V2_CGROUP_DRIVER"] = "systemd"
+os.environ.setdefault("KOORD_V2_KUBELET_CGROUP_ROOT", "/kubelet")
+
+import protection  # noqa: E402
+import suite as v2  # noqa: E402  (the cgroupfs node's harness, install and helpers)
+from koordtest import Suite, set_log_tag  # noqa: E402
+from koordtest.checks import Check, check, wait_until  # noqa: E402
+from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path, log  # noqa: E402
+from koordtest.metrics import metric_sum  # noqa: E402
+
+CGROUP = v2.CGROUP
+NS_QOS = "v2sd-qos"
+NS_BATCH = v2.NS_BATCH
+# The overlay's --resync-seconds: the applier restores what it did not write by then.
+RESYNC = 20
+# What a restore may take beyond the resync period: one pass over the node's pods on this UML
+# guest (every fork+exec ~11 ms) and the sampling interval.
+SLACK = 8
+# The kubelet updates its QoS cgroups every minute (periodicQOSCgroupUpdateInterval); the
+# sampling window covers one such update and the applier's repair after it.
+SAMPLE_SECONDS = int(os.environ.get("KOORD_NODE_V2_SYSTEMD_SAMPLE_SECONDS", "90"))
+
+set_log_tag("node-v2-systemd")
+SUITE = Suite("KOORD_NODE_V2_ONLY", wall_time_figure=True, full_env="KOORD_NODE_V2_FULL")
+scenario = SUITE.scenario
+
+
+class Harness(v2.Harness):
+    """The node's cgroups as the systemd driver names them (below the kubelet's cgroupRoot)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.driver = "systemd"
+        self.root = os.environ["KOORD_V2_KUBELET_CGROUP_ROOT"]
+
+    def kubelet_dir(self, *names: str) -> str:
+        return f"{CGROUP}/{kubelet_cgroup(list(names), self.driver, self.root)}"
+
+    def pod_cgroup(self, ctrl: str | None, pod: dict) -> str:
+        check(ctrl is None, "cgroup v2 has one hierarchy")
+        return f"{CGROUP}/{kubepods_path(pod, self.driver, self.root)}"
+
+    def container_cgroup(self, ctrl: str | None, pod: dict, name: str) -> str:
+        return f"{self.pod_cgroup(ctrl, pod)}/{container_leaf(container_id(pod, name), self.driver)}"
+
+    def ancestors(self) -> list[str]:
+        """kubepods and the Burstable class: the cgroups whose protection caps an LS pod's."""
+        return [self.kubelet_dir(), self.kubelet_dir("burstable")]
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios
+# ---------------------------------------------------------------------------------------
+
+@scenario("node: systemd is the guest's PID 1 and runs the node's own units only; cgroup v2 "
+          "mounted by systemd (memory_recursiveprot); the 1.37 kubelet made its QoS slices "
+          "below its cgroupRoot's slice as systemd units")
+def s_node(h: Harness) -> None:
+    info = h.kjson("get", "node", h.env["NODE_NAME"])["status"]["nodeInfo"]
+    check(info["kubeletVersion"] == f"v{v2.K8S_VERSION}", f"kubeletVersion {info['kubeletVersion']}")
+    check(info["containerRuntimeVersion"].startswith("containerd://2."),
+          f"containerRuntimeVersion {info['containerRuntimeVersion']}")
+    check(h.env.get("CGROUP_DRIVER") == "systemd", f"node.env CGROUP_DRIVER {h.env.get('CGROUP_DRIVER')}")
+    pid1 = h.guest("cat /proc/1/comm").strip()
+    check(pid1 == "systemd", f"PID 1 is {pid1!r}")
+    version = h.guest("systemctl --version").splitlines()[0]
+    mount = h.guest("grep ' /sys/fs/cgroup ' /proc/self/mountinfo").strip()
+    check(" - cgroup2 " in mount and "memory_recursiveprot" in mount,
+          f"/sys/fs/cgroup not cgroup2 with memory_recursiveprot: {mount!r}")
+    services = [line.split()[0] for line in h.guest(
+        "systemctl list-units --type=service --state=active --plain --no-legend").splitlines()]
+    others = [u for u in services if not u.startswith("kv2-")]
+    check("kv2-kubelet.service" in services and not others,
+          f"services other than the node's run: {others} (all: {services})")
+    # PID 1's own view (guest/init.sh tells it this is no container).
+    virt = h.guest("systemctl show -p Virtualization --value").strip()
+    check(virt == "uml", f"systemd sees virtualization {virt!r}, not uml")
+    burst = h.kubelet_dir("burstable")
+    unit = burst.rsplit("/", 1)[1]
+    cg = h.guest(f"systemctl show -p ControlGroup --value {unit}; [ -d {burst} ] && echo dir; "
+                 f"[ -e {CGROUP}/kubepods ] && echo cgroupfs-tree || true").split()
+    check(cg[:2] == [burst.removeprefix(CGROUP), "dir"],
+          f"{unit}: systemd's ControlGroup {cg[:1]}, directory {burst}: {cg}")
+    check("cgroupfs-tree" not in cg, f"a cgroupfs kubepods directory exists beside {burst}")
+    h.figures.append(f"figure systemd node: kubelet {info['kubeletVersion']}, "
+                     f"{info['containerRuntimeVersion']}, {version} as PID 1 (virt uml), "
+                     f"cgroupDriver systemd, cgroupRoot {h.root}: {burst.removeprefix(CGROUP + '/')}")
+
+
+@scenario("install: the README's quickstart (kubectl apply -k) on the systemd node; webhook "
+          "Available, applier ready, a dry-run pod mutated")
+def s_install(h: Harness) -> None:
+    v2.install(h)
+
+
+@scenario("LS pod: memory.min/low/high of the REAL pod .slice and container .scope = the "
+          "annotation; kubepods and burstable slices hold at least the pod's; the applier "
+          "reports the systemd layout and warns about the cgroupRoot slice's own 0")
+def s_ls(h: Harness) -> None:
+    protection.set_slo(h, protection.SLO_PROTECT)
+    h.namespace(NS_QOS)
+    protection.wait_resolved(h, True, 100, NS_QOS)
+    h.apply_obj(v2.ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
+    pod = h.wait_running(NS_QOS, "ls-app")
+    ev = v2.applied_event(h, NS_QOS, pod)
+    seen = v2.knob_files(h, pod, ev["message"])
+    pc, c = h.pod_cgroup(None, pod), h.container_cgroup(None, pod, "app")
+    check(pc.endswith(".slice") and c.endswith(".scope"), f"not systemd units: {c}")
+    for want in ("pod memory.min=134217728", "container memory.min=134217728",
+                 "pod memory.low=134217728"):
+        check(want in seen, f"{want} not in {seen}")
+    check(any(s.startswith("container memory.high=") for s in seen), f"no memory.high: {seen}")
+    # The kubelet's own values (as systemd unit properties): the 512Mi limit, the 500m quota.
+    v = h.read_many([f"{c}/memory.max", f"{c}/cpu.max"])
+    check(v[f"{c}/memory.max"] == str(512 * 2**20), f"container memory.max {v[f'{c}/memory.max']}")
+    check(v[f"{c}/cpu.max"] == "50000 100000", f"container cpu.max {v[f'{c}/cpu.max']}")
+    # The ancestors: the applier's sums (systemd may have just reset them, see the next
+    # scenario: wait one resync at most).
+    anc = h.ancestors()
+    try:
+        got = wait_until("kubepods and burstable memory.min >= the pod's", lambda: (lambda r: r if all(
+            int(r[f"{a}/memory.min"]) >= 128 * 2**20 for a in anc) else None)(
+            h.read_many([f"{a}/memory.min" for a in anc])), RESYNC + SLACK, 0.5)
+    except Check as e:
+        raise Check(f"{e}: {h.read_many([f'{a}/memory.min' for a in anc])}") from None
+    m = h.applier_metrics()
+    info = [dict(l) for (n, l), val in m.items() if n == "koord_applier_cgroup_layout_info" and val == 1]
+    check(info == [{"driver": "systemd", "kubelet_cgroup_root": h.root, "version": "v2"}],
+          f"layout info {info}")
+    if h.root != "/":
+        top = h.kubelet_dir().rsplit("/", 1)[0]
+        check(h.read(f"{top}/memory.min") == "0", f"{top} memory.min is not 0")
+        logs = h.kubectl("-n", v2.SYSTEM_NS, "logs", h.applier_pod()["metadata"]["name"]).stdout
+        check("0 above kubepods" in logs, f"no warning about {top}'s own memory.min in the log")
+    h.carry["ls"] = pod
+    h.figures.append(f"figure LS pod on the systemd node: {', '.join(seen)}; "
+                     + ", ".join(f"{f.rsplit('/', 2)[-2]} memory.min {v}" for f, v in got.items())
+                     + f"; applier layout {info[0]}")
+
+
+@scenario("BE pod with batch resources: its pod .slice and container .scope hold the batch "
+          "values as cgroup v2 files (cpu.weight, cpu.max, memory.max); a hand edit of the "
+          "scope's cpu.max is repaired within one resync")
+def s_batch(h: Harness) -> None:
+    h.namespace(NS_BATCH)
+    v2.patch_slo_key(h, "colocation-config", {
+        "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
+        "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
+        "resourceDiffThreshold": 0.1})
+    try:
+        wait_until("batch-cpu/batch-memory on the Node", lambda: (lambda b: b[0] >= 100 and b[1] >= 64 * 2**20)(
+            v2.node_batch(h)), 180, 2)
+    except Check as e:
+        raise Check(f"{e}; Node has {v2.node_batch(h)}") from None
+    spec = v2.be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
+    wait_until("the webhook to resolve batch resources", lambda: "batch" in json.loads(json.loads(
+        h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(spec)).stdout)
+        ["metadata"]["annotations"][v2.RESOLVED]), 60, 1)
+    h.apply_obj(spec)
+    pod = h.wait_running(NS_BATCH, "be-batch")
+    check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
+    v2.applied_event(h, NS_BATCH, pod)
+    got = v2.batch_files(h, pod, "work")
+    h.carry["be"] = pod
+    f = f"{h.container_cgroup(None, pod, 'work')}/cpu.max"
+    want = h.read(f)
+    edited = h.guest(f"echo '90000 100000' > {f}; cat {f}").strip()
+    check(edited == "90000 100000", f"the hand edit did not take: {f} reads {edited!r}")
+    t0 = time.monotonic()
+    wait_until(f"{f} repaired", lambda: h.read(f) == want, RESYNC + SLACK + 7, 0.5)
+    took = time.monotonic() - t0
+    h.figures.append(f"figure BE batch pod on the systemd node: {got}; a hand edit of the "
+                     f"scope's cpu.max repaired after {took:.1f}s (resync {RESYNC}s)")
+
+
+SAMPLER = """
+import json, sys, time
+files, seconds, want = sys.argv[1].split(","), float(sys.argv[2]), int(sys.argv[3])
+t0, out = time.monotonic(), []
+while time.monotonic() - t0 < seconds:
+    row = [round(time.monotonic() - t0, 2)]
+    for f in files:
+        with open(f) as fh:
+            row.append(int(fh.read().strip()) >= want)
+    out.append(row)
+    time.sleep(0.5)
+print(json.dumps(out))
+"""
+
+
+def below_runs(rows: list[list], col: int) -> list[tuple[float, float]]:
+    """(start, seconds) of each run of samples where column `col` was below the wanted value;
+    a run still open at the end lasts to the last sample."""
+    runs, start = [], None
+    for row in rows:
+        t, ok = row[0], row[col]
+        if not ok and start is None:
+            start = t
+        elif ok and start is not None:
+            runs.append((start, t - start))
+            start = None
+    if start is not None:
+        runs.append((start, rows[-1][0] - start))
+    return runs
+
+
+@scenario("systemd rewrites the QoS slices: the kubelet's periodic QoS update (every minute, "
+          "through systemd) makes systemd re-apply its stored 0 to kubepods and burstable "
+          "memory.min; measured at 2 Hz, every reset is restored by the applier within one "
+          "resync")
+def s_systemd_rewrites(h: Harness) -> None:
+    sample_rewrites(h, RESYNC, SAMPLE_SECONDS)
+
+
+@scenario("systemd rewrites with the applier's default resync (60 s): the same sampling over "
+          "three of the kubelet's minutes, every reset restored within one resync",
+          full="4 more minutes; its figure is in tests/node-v2/README.md")
+def s_systemd_rewrites_default(h: Harness) -> None:
+    protection.applier_args(h, remove=f"--resync-seconds={RESYNC}")
+    try:
+        sample_rewrites(h, 60, 3 * 60 + 10)
+    finally:
+        protection.applier_args(h, add=f"--resync-seconds={RESYNC}")
+
+
+def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
+    """Samples the QoS slices' memory.min at 2 Hz inside the guest for `seconds`; asserts every
+    run below the LS pod's value ends within `resync` (plus slack)."""
+    check("ls" in h.carry, "needs the LS pod of the earlier scenario")
+    anc = h.ancestors()
+    files = [f"{a}/memory.min" for a in anc]
+    wait_until("the QoS slices at the applier's sums", lambda: all(
+        int(v) >= 128 * 2**20 for v in h.read_many(files).values()), resync + SLACK, 0.5)
+    out = h.guest(f"python3 -B -c '{SAMPLER}' {','.join(files)} {seconds} {128 * 2**20}",
+                  timeout=seconds + 30)
+    rows = json.loads(out)
+    check(len(rows) > seconds, f"{len(rows)} samples in {seconds}s")
+    lines, worst = [], 0.0
+    for i, a in enumerate(anc, start=1):
+        runs = below_runs(rows, i)
+        below = sum(d for _, d in runs)
+        worst = max([worst] + [d for _, d in runs])
+        lines.append(f"{a.rsplit('/', 1)[1]}: {len(runs)} resets, below the pod's {below:.1f}s "
+                     f"({100 * below / rows[-1][0]:.0f}%), longest {max([0] + [d for _, d in runs]):.1f}s")
+        check(rows[-1][i] or runs[-1][1] <= resync + SLACK,
+              f"{a}: below the pod's memory.min since {runs[-1][0]:.0f}s of {rows[-1][0]:.0f}s")
+    log("; ".join(lines))
+    h.figures.append(f"figure systemd re-applying the kubelet's QoS slices (applier resync "
+                     f"{resync}s, {len(rows)} samples over {rows[-1][0]:.0f}s): " + "; ".join(lines))
+    check(worst <= resync + SLACK, f"an ancestor stayed below the pod's value {worst:.1f}s "
+          f"(resync {resync}s): {lines}")
+
+
+@scenario("systemctl daemon-reload: systemd re-applies units' stored properties over what the "
+          "applier wrote (the LS pod's slice and scope, the QoS slices; the BE pod's batch "
+          "values are checked too); the applier restores every file within one resync")
+def s_daemon_reload(h: Harness) -> None:
+    ls, be = h.carry.get("ls"), h.carry.get("be")
+    check(ls and be, "needs the LS and BE pods of the earlier scenarios")
+    pc, c = h.pod_cgroup(None, ls), h.container_cgroup(None, ls, "app")
+    anc = [f"{a}/memory.min" for a in h.ancestors()]
+    files = [f"{pc}/memory.min", f"{pc}/memory.low", f"{c}/memory.min", f"{c}/memory.low",
+             f"{c}/memory.high"] + anc
+    # Between two of systemd's resets of the QoS slices (previous scenario).
+    wait_until("the QoS slices at the applier's sums", lambda: all(
+        int(v) >= 128 * 2**20 for v in h.read_many(anc).values()), RESYNC + SLACK, 0.5)
+    before = h.read_many(files)
+    v2.batch_files(h, be, "work")
+    w0 = metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total", outcome="written")
+    h.guest("systemctl daemon-reload")
+    t0 = time.monotonic()
+    after = h.read_many(files)
+    reset = [f"{f.rsplit('/', 2)[-2][-14:]}/{f.rsplit('/', 1)[1]}={after[f]}"
+             for f in files if after[f] != before[f]]
+    try:
+        v2.batch_files(h, be, "work")
+        be_reset = "kept"
+    except Check as e:
+        be_reset = f"reset ({e})"
+    log(f"daemon-reload: reset {reset}; BE batch values {be_reset}")
+    check(reset, f"daemon-reload changed none of {files}: does systemd still re-apply on reload?")
+
+    def restored():
+        if h.read_many(files) != before:
+            return False
+        v2.batch_files(h, be, "work")
+        return True
+    try:
+        wait_until("every file restored", restored, RESYNC + SLACK, 0.5)
+    except Check as e:
+        raise Check(f"{e}: {h.read_many(files)} (before {before})") from None
+    took = time.monotonic() - t0
+    w1 = metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total", outcome="written")
+    h.figures.append(f"figure systemctl daemon-reload on the systemd node: {len(reset)} of "
+                     f"{len(files)} LS protection files reset by systemd, BE batch values "
+                     f"{be_reset.split(' ')[0]}; all restored by the applier after {took:.1f}s "
+                     f"({w1 - w0:.0f} writes; resync {RESYNC}s)")
+
+
+@scenario("uninstall: kubectl delete -k removes the product; the node's pods keep running")
+def s_uninstall(h: Harness) -> None:
+    h.kubectl("delete", "-k", str(v2.OVERLAY), "--wait=true", timeout=300)
+    h.installed = False
+    left = h.kubectl("get", "namespace", v2.SYSTEM_NS, check_rc=False)
+    check(left.returncode != 0, f"{v2.SYSTEM_NS} still there: {left.stdout}")
+    pod = h.pod(NS_QOS, "ls-app")
+    check(pod["status"]["phase"] == "Running", f"ls-app {pod['status']['phase']} after uninstall")
+
+
+def main() -> int:
+    return SUITE.main(Harness(), v2.setup, v2.teardown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
