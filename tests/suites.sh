@@ -6,7 +6,9 @@
 #                      own fixed ports;
 #   v2 (background):   tests/node-v2/run, the cgroup v2 node in a User-Mode Linux guest (its own
 #                      kernel, tap, addresses and ports: slot 0; nothing shared with the host
-#                      lane but the cached Kubernetes build).
+#                      lane but the cached Kubernetes build);
+#   v2-systemd (background): its systemd part, a second such node with systemd as PID 1 and
+#                      the kubelet's systemd driver (slot 1).
 #
 # Each suite's log is printed when it ends, with its wall time. Exits non-zero if any suite
 # failed. KOORD_SUITES_LOG_DIR keeps the logs (default: tests/all.sh's, else a temp dir).
@@ -20,16 +22,18 @@ source "$here/lib/lanes.sh"
 # lanes would wait on the builders' locks anyway, and building first keeps their timings honest).
 step build "$here/build.sh" || { echo "suites: the builds failed" >&2; exit 1; }
 
-step node-v2 "$here/node-v2/run" &
+KOORD_V2_SLOT=0 step node-v2 "$here/node-v2/run" &
 v2=$!
+KOORD_V2_SLOT=1 KOORD_NODE_V2_PART=systemd step node-v2-systemd "$here/node-v2/run" &
+v2s=$!
 step e2e "$here/e2e/run"
 step node "$here/node/run"
 step numa env KOORD_APPLIER_PROFILE=release "$here/numa/run-two-node-guest.sh"
-wait "$v2"
+wait "$v2" "$v2s"
 
 failed=$(lanes_failed)
 if [[ -n $failed ]]; then
     echo "suites: FAILED: $failed(logs in $LANES_LOG_DIR)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa; node-v2 beside them)"
+echo "suites: all passed (e2e, node, numa; node-v2 and its systemd part beside them)"
