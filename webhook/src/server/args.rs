@@ -115,7 +115,15 @@ pub struct ServeArgs {
     /// it bounds the body bytes buffered for clients that send faster than they are served.
     #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 1024 * 1024)]
     pub h2_connection_window_bytes: u32,
-    /// Time given to in-flight requests on SIGTERM.
+    /// After SIGTERM, how long the server goes on answering with /readyz failing, before it
+    /// closes its listener: longer than the pod's removal from the Service's endpoints takes
+    /// to reach every kube-proxy (and the apiserver). Meanwhile each HTTP/1.1 answer carries
+    /// `Connection: close` and each HTTP/2 connection gets a GOAWAY after an answer, so the
+    /// apiserver moves to another replica without a request lost. A second signal ends the
+    /// delay at once.
+    #[arg(long, env = "KOORD_SHUTDOWN_DELAY", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// After the shutdown delay, the time in-flight requests get to finish.
     #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Tokio worker threads (default: one per CPU).
