@@ -5,9 +5,9 @@
 //!
 //! At the cap, who gives up a slot is decided by `cap_policy.rs`: a newcomer takes the slot
 //! of the oldest connection not yet answered once from the source holding the most of those
-//! (its own source on a tie), a connection that has been answered keeps its slot, and one
-//! source holds at most `--max-connections-per-source`. A newcomer with nothing to take is
-//! closed at once, before its TLS handshake costs anything.
+//! (from its own source only if that source has been answered before), a connection that has
+//! been answered keeps its slot, and one source holds at most `--max-connections-per-source`.
+//! A newcomer with nothing to take is closed at once, before its TLS handshake costs anything.
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
