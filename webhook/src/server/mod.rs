@@ -439,7 +439,7 @@ impl WebhookServer {
             settings.http2.max_connections,
             self.state.metrics.clone(),
         );
-        let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout);
+        let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout, MAX_HEADER_BYTES);
         let mut server = axum_server::from_tcp(self.listener)?
             .acceptor(acceptor)
             .handle(self.handle)
