@@ -10,5 +10,5 @@ pub mod tls;
 
 pub use event_dedup::EventDedup;
 pub use logging::{LogFormat, init_logging};
-pub use shutdown::shutdown_signal;
+pub use shutdown::{ShutdownSignals, shutdown_signal};
 pub use tls::install_crypto_provider;

@@ -71,13 +71,15 @@ pub struct ServeArgs {
     pub request_deadline: Duration,
     /// Connections open at once (an idle TLS connection costs ~21 KiB: 1,024 ~ 22 MiB). At the
     /// limit, a new connection closes the oldest connection not yet answered once of the
-    /// source address holding the most such connections (its own on a tie); a connection
-    /// that has been answered keeps its slot. With nothing to close, the new one is closed
-    /// (before its TLS handshake) and the open ones keep being served.
+    /// source address holding the most such connections; from that address itself, only if
+    /// the address has been answered before. A connection that has been answered keeps its
+    /// slot. With nothing to close, the new one is closed (before its TLS handshake) and the
+    /// open ones keep being served.
     #[arg(long, env = "KOORD_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
     /// Connections one source address may hold at once, answered or not (past it, a new one
-    /// from that address closes that address's oldest unanswered connection, or is closed):
+    /// from that address closes that address's oldest unanswered connection if the address
+    /// has been answered before, or is closed):
     /// no single client holds more, however it behaves. Keep it above what the apiservers
     /// open together when they reach the webhook through one address (a proxy or NAT).
     #[arg(long, env = "KOORD_MAX_CONNECTIONS_PER_SOURCE", default_value_t = 512)]
@@ -115,7 +117,15 @@ pub struct ServeArgs {
     /// it bounds the body bytes buffered for clients that send faster than they are served.
     #[arg(long, env = "KOORD_H2_CONNECTION_WINDOW_BYTES", default_value_t = 1024 * 1024)]
     pub h2_connection_window_bytes: u32,
-    /// Time given to in-flight requests on SIGTERM.
+    /// After SIGTERM, how long the server goes on answering with /readyz failing, before it
+    /// closes its listener: longer than the pod's removal from the Service's endpoints takes
+    /// to reach every kube-proxy (and the apiserver). Meanwhile each HTTP/1.1 answer carries
+    /// `Connection: close` and each HTTP/2 connection gets a GOAWAY after an answer, so the
+    /// apiserver moves to another replica without a request lost. A second signal ends the
+    /// delay at once.
+    #[arg(long, env = "KOORD_SHUTDOWN_DELAY", default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// After the shutdown delay, the time in-flight requests get to finish.
     #[arg(long, env = "KOORD_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
     /// Tokio worker threads (default: one per CPU).

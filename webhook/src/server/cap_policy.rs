@@ -10,16 +10,23 @@
 //!   silent" connections was not enough: a head sent by half is not silent, and 1,030 of them
 //!   held every slot of a cap of 1,024 (no newcomer got in at all).
 //! - **At the cap, a newcomer evicts the oldest fresh connection of the source holding the
-//!   most fresh connections**, its own source on a tie. One address flooding the server with
-//!   half-sent heads only ever evicts its own connections; a newcomer from any lighter source
-//!   (the apiserver's next connection) takes a slot from the heaviest. Fresh connections are
-//!   always evictable, so no capacity needs reserving for proven ones: they already hold
-//!   their slots, and a newcomer always finds a victim unless every slot is proven.
+//!   most fresh connections.** A newcomer from any lighter source (the apiserver's next
+//!   connection) takes a slot from the heaviest. Fresh connections are always evictable, so
+//!   no capacity needs reserving for proven ones: they already hold their slots, and a
+//!   newcomer from a lighter source always finds a victim unless every slot is proven.
+//! - **A newcomer of the heaviest source itself evicts its own oldest fresh connection only
+//!   if that source has been answered before** (holds a proven connection: a client that
+//!   shares its address with a flood, such as the apiserver behind a NAT, still gets new
+//!   connections in). A source never answered is shed, closed before its TLS handshake: one
+//!   address flooding the server gets nothing more while the cap is full, and each attempt
+//!   costs an accept and a close, not a handshake. (Letting every such newcomer evict its own
+//!   source's oldest cost a TLS handshake per attempt: 1,100 a second under the lock-out
+//!   test's attacker.)
 //! - **A source holds at most `per_source` connections**, fresh and proven together. Past it
-//!   the newcomer evicts its own source's oldest fresh connection, or is shed if the source
-//!   has none. This bounds a client that completes one cheap request per connection (to become
-//!   proven) and then holds it: however it behaves, the slots beyond `per_source` stay
-//!   with the other sources.
+//!   the newcomer evicts its own oldest fresh connection on the same terms (the source has
+//!   been answered before), or is shed. This bounds a client that completes one cheap request
+//!   per connection (to become proven) and then holds it: however it behaves, the slots beyond
+//!   `per_source` stay with the other sources.
 //!
 //! A source is an IP address (an IPv4-mapped IPv6 address counts as the IPv4 one).
 
@@ -61,19 +68,20 @@ pub enum Verdict {
 /// The decision for a newcomer whose source holds `newcomer`, with `open` connections in all
 /// and `heaviest_fresh` fresh ones at the source holding the most.
 pub fn verdict(limits: CapLimits, open: usize, newcomer: Load, heaviest_fresh: usize) -> Verdict {
+    // A fresh connection of its own to give up, from a source that has been answered before.
+    let own = newcomer.fresh > 0 && newcomer.open > newcomer.fresh;
     if newcomer.open >= limits.per_source {
-        return if newcomer.fresh > 0 {
+        if own {
             Verdict::EvictOwn
         } else {
             Verdict::Shed
-        };
-    }
-    if open < limits.max {
+        }
+    } else if open < limits.max {
         Verdict::Admit
-    } else if newcomer.fresh > 0 && newcomer.fresh >= heaviest_fresh {
-        Verdict::EvictOwn
     } else if heaviest_fresh > newcomer.fresh {
         Verdict::EvictHeaviest
+    } else if own {
+        Verdict::EvictOwn
     } else {
         Verdict::Shed
     }
@@ -278,14 +286,18 @@ mod tests {
             // At the cap: the heaviest source gives up its oldest fresh connection...
             (10, load(0, 0), 4, EvictHeaviest),
             (10, load(2, 1), 4, EvictHeaviest),
-            // ...unless the newcomer's own source is (one of) the heaviest.
-            (10, load(4, 4), 4, EvictOwn),
+            // ...unless the newcomer's own source is (one of) the heaviest: its own oldest
+            // if it has been answered before, else it is shed.
             (10, load(5, 3), 3, EvictOwn),
+            (10, load(4, 4), 4, Shed),
+            (10, load(4, 4), 2, Shed),
             // Every slot proven: nothing to take.
             (10, load(2, 0), 0, Shed),
             (10, load(0, 0), 0, Shed),
-            // At the per-source limit, only its own fresh connections, even with free slots.
+            // At the per-source limit, only its own fresh connections, even with free slots,
+            // and only for a source answered before.
             (7, load(6, 1), 1, EvictOwn),
+            (7, load(6, 6), 1, Shed),
             (7, load(6, 0), 1, Shed),
             (10, load(6, 0), 4, Shed),
             (10, load(6, 2), 4, EvictOwn),
@@ -324,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn a_flooding_source_only_evicts_its_own_connections() {
+    fn a_flooding_source_gets_nothing_more_at_the_cap() {
         let mut run = Run::new(4, 4);
         let (apiserver, attacker) = (ip(1), ip(2));
         let (served, _) = run.arrive(apiserver);
@@ -332,21 +344,23 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(run.arrive(attacker).1, Arrival::Admitted);
         }
-        // The attacker's next connections take the slots of its own oldest (2, 3, 4, ...).
-        for victim in 2..10 {
-            assert_eq!(run.arrive(attacker).1, Arrival::Replaces(victim));
+        // The cap is full: the attacker's next connections are shed, its own stay.
+        for _ in 0..5 {
+            assert_eq!(run.arrive(attacker).1, Arrival::Shed);
         }
         assert_eq!(run.table.load(apiserver), load(1, 0));
         assert_eq!(run.table.load(attacker), load(3, 3));
-        // A new apiserver connection takes the oldest of the attacker's (10, 11, 12 are
-        // left), and the attacker's next one evicts its own again, not the apiserver's fresh
-        // one.
+        // A new apiserver connection takes the oldest of the attacker's (2; 3 and 4 are
+        // left), and the attacker's next one is shed, not given the apiserver's fresh one.
         let (fresh, arrival) = run.arrive(apiserver);
-        assert_eq!(arrival, Arrival::Replaces(10));
-        assert_eq!(run.arrive(attacker).1, Arrival::Replaces(11));
+        assert_eq!(arrival, Arrival::Replaces(2));
+        assert_eq!(run.arrive(attacker).1, Arrival::Shed);
         assert_eq!(run.table.load(apiserver), load(2, 1));
         assert!(run.table.completed(fresh));
         assert_eq!(run.table.open(), 4);
+        // Two flooding sources at a tie shed each other's newcomers as well.
+        assert_eq!(run.arrive(ip(3)).1, Arrival::Replaces(3));
+        assert_eq!(run.arrive(ip(3)).1, Arrival::Shed, "1 fresh each: a tie");
     }
 
     #[test]
@@ -354,13 +368,39 @@ mod tests {
         // The table does not know what a fresh connection has sent: a head sent by half is
         // evicted as a silent connection is. Only an answer protects a connection.
         let mut run = Run::new(3, 3);
-        let source = ip(1);
+        let (source, other) = (ip(1), ip(2));
         let ids: Vec<_> = (0..3).map(|_| run.arrive(source).0).collect();
         assert!(run.table.completed(ids[1]));
-        assert_eq!(run.arrive(source).1, Arrival::Replaces(ids[0]));
-        assert_eq!(run.arrive(source).1, Arrival::Replaces(ids[2]));
-        assert_eq!(run.arrive(source).1, Arrival::Replaces(4));
-        assert_eq!(run.table.load(source), load(3, 2));
+        let (first, arrival) = run.arrive(other);
+        assert_eq!(arrival, Arrival::Replaces(ids[0]));
+        assert!(run.table.completed(first));
+        assert_eq!(
+            run.arrive(other).1,
+            Arrival::Replaces(ids[2]),
+            "not the answered one"
+        );
+        assert_eq!(
+            run.arrive(other).1,
+            Arrival::Replaces(5),
+            "its own oldest: it has been answered before"
+        );
+        assert_eq!(run.table.load(source), load(1, 0));
+        assert_eq!(run.table.load(other), load(2, 1));
+    }
+
+    #[test]
+    fn a_client_sharing_its_address_with_a_flood_still_gets_in() {
+        // The apiserver behind a NAT, and a flood from the same address: the address has
+        // been answered before, so its newcomer takes the oldest fresh slot of its own.
+        let mut run = Run::new(4, 4);
+        let shared = ip(1);
+        let (client, _) = run.arrive(shared);
+        assert!(run.table.completed(client));
+        for _ in 0..3 {
+            run.arrive(shared);
+        }
+        assert_eq!(run.arrive(shared).1, Arrival::Replaces(2));
+        assert_eq!(run.table.load(shared), load(4, 3));
     }
 
     #[test]
@@ -394,19 +434,24 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(run.arrive(other).1, Arrival::Admitted);
         }
-        // A fresh one of its own goes first when the source is at its limit.
+        // At its limit, a source answered before gives up a fresh one of its own first; one
+        // never answered is shed.
         let mut run = Run::new(6, 2);
         let (first, _) = run.arrive(greedy);
         let (second, _) = run.arrive(greedy);
         assert!(run.table.completed(second));
         assert_eq!(run.arrive(greedy).1, Arrival::Replaces(first));
+        run.arrive(other);
+        run.arrive(other);
+        assert_eq!(run.arrive(other).1, Arrival::Shed);
+        assert_eq!(run.table.load(other), load(2, 2));
     }
 
     #[test]
     fn an_evicted_connection_is_not_proven_by_a_late_answer() {
         let mut run = Run::new(1, 1);
         let (victim, _) = run.arrive(ip(1));
-        assert_eq!(run.arrive(ip(1)).1, Arrival::Replaces(victim));
+        assert_eq!(run.arrive(ip(2)).1, Arrival::Replaces(victim));
         assert!(!run.table.completed(victim), "gone: it is being closed");
         run.table.closed(victim);
         assert_eq!(

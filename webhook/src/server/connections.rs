@@ -5,9 +5,9 @@
 //!
 //! At the cap, who gives up a slot is decided by `cap_policy.rs`: a newcomer takes the slot
 //! of the oldest connection not yet answered once from the source holding the most of those
-//! (its own source on a tie), a connection that has been answered keeps its slot, and one
-//! source holds at most `--max-connections-per-source`. A newcomer with nothing to take is
-//! closed at once, before its TLS handshake costs anything.
+//! (from its own source only if that source has been answered before), a connection that has
+//! been answered keeps its slot, and one source holds at most `--max-connections-per-source`.
+//! A newcomer with nothing to take is closed at once, before its TLS handshake costs anything.
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
@@ -393,9 +393,12 @@ fn h2_preface(first: &[u8]) -> Preface {
 }
 
 /// The acceptor over TLS: after the handshake, waits (at most the header-read timeout) for the
-/// first bytes of a request before the connection gets its HTTP state. A connection that
-/// only holds a finished handshake then costs its TLS state and nothing else: hyper would
-/// otherwise allocate its 8 KiB read buffer at once, the largest part of an idle connection.
+/// first request's head before the connection gets its HTTP state: the whole head on HTTP/1.1,
+/// the first bytes on HTTP/2. Until then a connection costs its TLS state and the bytes it
+/// sent, and nothing else: hyper allocates its read and write buffers (8 KiB each, the read
+/// one grown to 16 KiB by a head arriving a byte at a time) as soon as it has the connection,
+/// and a head kept half-sent held them all until the timeout (~50 KiB a connection against
+/// ~18 KiB for a silent one; the cap full of such heads took the process past 64 MiB).
 ///
 /// It also closes a connection that did not negotiate `h2` and starts with the HTTP/2 preface
 /// anyway: the server detects the protocol from these bytes, so without this a client that
@@ -405,16 +408,38 @@ fn h2_preface(first: &[u8]) -> Preface {
 pub struct FirstBytesAcceptor<A> {
     inner: A,
     timeout: Duration,
+    max_head: usize,
 }
 
 impl<A> FirstBytesAcceptor<A> {
-    pub fn new(inner: A, timeout: Duration) -> Self {
-        FirstBytesAcceptor { inner, timeout }
+    /// `max_head`: past this many bytes without the end of the head, the connection is handed
+    /// over as it is (hyper then refuses the head for its size).
+    pub fn new(inner: A, timeout: Duration, max_head: usize) -> Self {
+        FirstBytesAcceptor {
+            inner,
+            timeout,
+            max_head,
+        }
     }
 }
 
-/// Bytes read ahead when the first request arrives (kept until hyper reads them).
+/// Read ahead at a time while the first head arrives: the head grows its buffer in steps of
+/// this (the rest of a larger TLS record stays in the TLS layer's buffer for hyper to read).
 const FIRST_READ: usize = 256;
+
+/// Whether `head` holds the end of an HTTP/1.1 head: an empty line after a request line
+/// (httparse takes a bare LF as a line end too, and skips empty lines before the request
+/// line, so those do not end anything), looking only at what `before` did not rule out.
+fn head_complete(head: &[u8], before: usize) -> bool {
+    let Some(start) = head.iter().position(|b| !matches!(b, b'\r' | b'\n')) else {
+        return false;
+    };
+    let from = before.saturating_sub(3).max(start);
+    head[from..].windows(2).enumerate().any(|(i, w)| {
+        let at = from + i;
+        w == b"\n\n" || (w == b"\r\n" && at > start && head[at - 1] == b'\n')
+    })
+}
 
 impl<A, I, S> Accept<I, S> for FirstBytesAcceptor<A>
 where
@@ -429,41 +454,50 @@ where
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
         let accepted = self.inner.accept(stream, service);
-        let timeout = self.timeout;
+        let (timeout, max_head) = (self.timeout, self.max_head);
         Box::pin(async move {
             let (mut stream, service) = accepted.await?;
-            // A small array in the (boxed) future while waiting: the rest of a larger first
-            // record stays in the TLS layer's buffer for hyper to read.
-            let mut first = [0u8; FIRST_READ];
-            let check_preface = !stream.negotiated_h2();
+            let h2 = stream.negotiated_h2();
             let read_first = async {
-                let mut n = stream.read(&mut first).await?;
-                // Until the bytes so far rule the preface out (the first byte, for any
-                // HTTP/1.1 request), read on: a client may send it a few bytes at a time.
-                while check_preface && h2_preface(&first[..n]) == Preface::Partial {
-                    match stream.read(&mut first[n..]).await? {
-                        0 => break,
-                        more => n += more,
+                let mut head = Vec::new();
+                loop {
+                    head.reserve(FIRST_READ);
+                    let before = head.len();
+                    if stream.read_buf(&mut head).await? == 0 {
+                        break;
+                    }
+                    // HTTP/2: its frames are hyper's to read from the first byte.
+                    if h2 {
+                        break;
+                    }
+                    // Until the bytes so far rule the preface out (the first byte, for any
+                    // HTTP/1.1 request), read on: a client may send it a few bytes at a time.
+                    match h2_preface(&head) {
+                        Preface::Partial => continue,
+                        Preface::Whole => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
+                            ));
+                        }
+                        Preface::Not => {}
+                    }
+                    if head_complete(&head, before) || head.len() >= max_head {
+                        break;
                     }
                 }
-                io::Result::Ok(n)
+                io::Result::Ok(head)
             };
-            let n = tokio::time::timeout(timeout, read_first)
+            let head = tokio::time::timeout(timeout, read_first)
                 .await
                 .map_err(|_| {
                     io::Error::new(
                         io::ErrorKind::TimedOut,
-                        "no request before the header-read timeout",
+                        "no request head before the header-read timeout",
                     )
                 })??;
-            if check_preface && h2_preface(&first[..n]) == Preface::Whole {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "HTTP/2 preface on a connection that did not negotiate h2 in ALPN",
-                ));
-            }
             let stream = Prefixed {
-                prefix: first[..n].to_vec(),
+                prefix: head,
                 at: 0,
                 inner: stream,
             };
@@ -534,6 +568,36 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_end_of_a_head_is_found_wherever_the_reads_split_it() {
+        let head = b"POST /mutate-pod HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
+        let end = head.len() - 2;
+        // Read in pieces of every size: complete exactly once the empty line is in.
+        for step in 1..=head.len() {
+            let mut before = 0;
+            let mut done_at = None;
+            while before < head.len() {
+                let now = (before + step).min(head.len());
+                if done_at.is_none() && head_complete(&head[..now], before) {
+                    done_at = Some(now);
+                }
+                before = now;
+            }
+            let done_at = done_at.expect("found");
+            assert!(
+                done_at >= end && done_at < end + step,
+                "step {step}: {done_at}"
+            );
+        }
+        assert!(head_complete(b"GET / HTTP/1.1\nhost: x\n\n", 0), "bare LF");
+        assert!(!head_complete(b"GET / HTTP/1.1\r\nhost: x\r\n", 0));
+        assert!(
+            !head_complete(b"\r\n\r\n", 0),
+            "empty lines before a request line"
+        );
+        assert!(head_complete(b"\r\n\r\nGET / HTTP/1.1\r\n\r\n", 0));
+    }
 
     #[test]
     fn the_http2_preface_and_nothing_else_is_recognised() {

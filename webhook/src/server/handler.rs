@@ -127,6 +127,7 @@ pub fn mutate_pod(
     // Only the body and its announced length go into the future: the head (headers, URI,
     // extensions) is dropped here, so the future the runtime moves and stores stays small.
     let declared = declared_length(&req);
+    let closing = state.readiness.draining().then(|| Closing::of(&req));
     let body = req.into_body();
     async move {
         let span = admission_span();
@@ -141,7 +142,45 @@ pub fn mutate_pod(
             .admission_duration
             .observe(start.elapsed().as_secs_f64());
         span.in_scope(|| log(&reviewed));
-        json(reviewed.body)
+        let mut resp = json(reviewed.body);
+        if let Some(closing) = closing {
+            closing.close_after(&mut resp);
+        }
+        resp
+    }
+}
+
+/// While the server drains (after SIGTERM), the connection an admission came on is closed
+/// once it is answered, so the client's next admission opens a new connection, which the
+/// Service sends to a replica that stays.
+struct Closing {
+    http1: bool,
+    connection: Option<axum_server::ConnectionShutdown>,
+}
+
+impl Closing {
+    fn of(req: &Request) -> Self {
+        Closing {
+            http1: req.version() <= axum::http::Version::HTTP_11,
+            connection: req
+                .extensions()
+                .get::<axum_server::ConnectionShutdown>()
+                .cloned(),
+        }
+    }
+
+    /// HTTP/1.1: `Connection: close` on this answer, so the client never sends another
+    /// request on the connection (closing it after an answer without saying so races with a
+    /// client that reuses it, and a POST that loses that race is not retried). HTTP/2: a
+    /// graceful GOAWAY; streams already open are answered, new ones go elsewhere.
+    fn close_after(self, resp: &mut Response) {
+        if self.http1 {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let Some(connection) = self.connection {
+            connection.graceful_shutdown();
+        }
     }
 }
 
@@ -387,6 +426,9 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.readiness.draining() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
     let pending = state.readiness.pending();
     if let (true, Some(problem)) = (pending.is_empty(), state.readiness.certificate_problem()) {
         return (StatusCode::SERVICE_UNAVAILABLE, problem).into_response();

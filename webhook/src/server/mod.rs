@@ -88,6 +88,9 @@ pub struct Config {
     pub require_namespace_opt_in: bool,
     pub limits: Limits,
     pub connections: ConnectionSettings,
+    /// After SIGTERM: answering with `/readyz` failing for this long, then the listener closes.
+    pub shutdown_delay: Duration,
+    /// Then: in-flight requests get this long to finish.
     pub shutdown_grace: Duration,
     /// The re-resolver (cluster mode only; `None` standalone or with `--reresolve=false`).
     pub reresolve: Option<ReresolveConfig>,
@@ -233,6 +236,7 @@ impl Config {
                     connection_window_bytes: args.h2_connection_window_bytes,
                 },
             },
+            shutdown_delay: args.shutdown_delay,
             shutdown_grace: args.shutdown_grace,
             reresolve,
             lease,
@@ -418,11 +422,13 @@ impl WebhookServer {
     /// runs in a span naming it: `config-watch`, `namespace-watch`, `leader-election`,
     /// `reresolve`, `reresolve-events`, `self-certs`, `tls-reload`, `probes`, `shutdown`.
     pub async fn run(mut self) -> Result<(), ServeError> {
+        // First: a SIGTERM from here on drains, however early it comes.
+        let signals = koord_runtime::ShutdownSignals::new();
         let router = self.router();
         let (mut tasks, reresolver, election) = self.spawn_watches().await?;
         tasks.extend(self.spawn_tls_reload());
         tasks.extend(self.spawn_probes()?);
-        tasks.push(self.spawn_shutdown());
+        tasks.push(self.spawn_shutdown(signals));
         let addr = self.listener.local_addr()?;
         tracing::info!(%addr, "serving /mutate-pod over TLS");
         let settings = self.config.connections;
@@ -433,7 +439,7 @@ impl WebhookServer {
             settings.http2.max_connections,
             self.state.metrics.clone(),
         );
-        let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout);
+        let acceptor = FirstBytesAcceptor::new(tls, settings.header_read_timeout, MAX_HEADER_BYTES);
         let mut server = axum_server::from_tcp(self.listener)?
             .acceptor(acceptor)
             .handle(self.handle)
@@ -566,12 +572,26 @@ impl WebhookServer {
         )))
     }
 
-    /// On SIGTERM/SIGINT: stop accepting, give in-flight requests the grace period.
-    fn spawn_shutdown(&self) -> JoinHandle<()> {
+    /// On SIGTERM/SIGINT: drain (not ready, still answering, connections closed after their
+    /// answer) for the shutdown delay or until a second signal, then stop accepting and give
+    /// in-flight requests the grace period (docs/operations.md, "Upgrades and drains").
+    fn spawn_shutdown(&self, mut signals: koord_runtime::ShutdownSignals) -> JoinHandle<()> {
         let handle = self.handle.clone();
-        let grace = self.config.shutdown_grace;
+        let state = self.state.clone();
+        let (delay, grace) = (self.config.shutdown_delay, self.config.shutdown_grace);
         let task = async move {
-            koord_runtime::shutdown_signal().await;
+            signals.recv().await;
+            state.readiness.start_draining();
+            tracing::info!(
+                delay_seconds = delay.as_secs_f64(),
+                "draining: /readyz fails, admissions are answered and their connections closed"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = signals.recv() => {
+                    tracing::info!("second signal: the rest of the shutdown delay skipped");
+                }
+            }
             tracing::info!(grace_seconds = grace.as_secs(), "shutting down");
             handle.graceful_shutdown(Some(grace));
         };

@@ -61,6 +61,8 @@ pub struct Readiness {
     namespaces: AtomicBool,
     /// Why the served certificate would not be accepted (`None`: it would, or not checked).
     certificate: std::sync::Mutex<Option<String>>,
+    /// SIGTERM came: not ready whatever else holds, while admissions are still answered.
+    draining: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -77,7 +79,19 @@ impl Readiness {
             namespace_config: AtomicBool::new(true),
             namespaces: AtomicBool::new(true),
             certificate: std::sync::Mutex::new(None),
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// The server is shutting down: `/readyz` fails from now on, so the pod leaves the
+    /// Service's endpoints while its listener still answers.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// One relaxed load: read on every admission.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Self-managed certificates: why kube-apiserver would refuse the served certificate.

@@ -121,6 +121,21 @@ impl Server {
     pub async fn tls(&self, connector: &TlsConnector) -> std::io::Result<TlsStream<TcpStream>> {
         tls_connect(self.addr, connector).await
     }
+
+    /// As [`Self::tls`], from the local address `from` (127.0.0.2, ...: another client than
+    /// one on 127.0.0.1, as a pod is on another address than the apiserver).
+    pub async fn tls_from(
+        &self,
+        connector: &TlsConnector,
+        from: std::net::IpAddr,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(from, 0))?;
+        let tcp = socket.connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        let name = ServerName::try_from("localhost").expect("name").to_owned();
+        connector.connect(name, tcp).await
+    }
 }
 
 pub async fn tls_connect(

@@ -1,10 +1,12 @@
 //! Abuse does not starve admissions: the real binary, loopback only, bounded in time and count.
 //!
 //! One server process (a child, so its RSS is its own) takes, at the same time: TLS
-//! connections that finish the handshake and then send nothing (more than the connection cap:
-//! the oldest silent ones are closed to admit newcomers), connections that send a request
-//! head one byte per second, and two clients posting bodies at the size limit; meanwhile a
-//! normal client, connecting after the flood, sends admissions over a kept-alive connection.
+//! connections from 127.0.0.2 that finish the handshake and then send nothing (more than the
+//! connection cap: once it is full, the flood's newcomers are shed before their handshake, and
+//! the oldest silent ones are closed to admit the other clients' connections), connections
+//! from 127.0.0.3 that send a request head one byte per second, and two clients posting
+//! bodies at the size limit; meanwhile a normal client, connecting after the flood, sends
+//! admissions over a kept-alive connection.
 //! Checked: every normal admission is answered (allowed, its uid echoed) within the deadline,
 //! the process's peak RSS stays under 64 MiB, no more connections than the cap are open, and
 //! the silent and the slow connections are closed by the header-read timeout. Then,
@@ -21,7 +23,7 @@
 
 use crate::server_support;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -148,7 +150,8 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
     let connector = server.connector(b"http/1.1");
     let (rss_idle_server, _) = server.rss_kib();
 
-    // Silent connections: TLS handshake, then nothing.
+    // Silent connections from their own address: TLS handshake, then nothing.
+    let (silent_from, slow_from) = (IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 3]));
     let opened = Instant::now();
     let mut idle = Vec::with_capacity(scale.idle);
     let mut pending = tokio::task::JoinSet::new();
@@ -156,7 +159,9 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
         let (s, c) = (server.addr, connector.clone());
         let name = ServerName::try_from("localhost").expect("name").to_owned();
         pending.spawn(async move {
-            let tcp = TcpStream::connect(s).await?;
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(silent_from, 0))?;
+            let tcp = socket.connect(s).await?;
             c.connect(name, tcp).await
         });
         while pending.len() >= 64 {
@@ -174,21 +179,26 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
     let (rss_with_idle, _) = server.rss_kib();
     let open_now = metric(metrics_port, "koord_webhook_connections_open");
     let evicted = metric(metrics_port, "koord_webhook_connections_evicted_total");
+    let shed = metric(metrics_port, "koord_webhook_connections_shed_total");
     assert!(
         open_now <= cap as f64,
         "{open_now} connections open, above the cap of {cap}"
     );
     assert!(
-        evicted >= scale.idle.saturating_sub(cap) as f64,
-        "{evicted} silent connections evicted for {} arrivals at a cap of {cap}",
+        evicted + shed >= scale.idle.saturating_sub(cap) as f64,
+        "{evicted} silent connections evicted and {shed} shed for {} arrivals at a cap of {cap}",
         scale.idle
     );
 
-    // Connections sending a request head one byte per second.
+    // Connections sending a request head one byte per second, from another address: they
+    // take the slots of the oldest silent ones.
     let stop = Arc::new(AtomicBool::new(false));
     let mut slow = tokio::task::JoinSet::new();
     for _ in 0..scale.slow {
-        let mut conn = server.tls(&connector).await.expect("slow connection");
+        let mut conn = server
+            .tls_from(&connector, slow_from)
+            .await
+            .expect("slow connection");
         let head = post_head(server.addr, 100);
         slow.spawn(async move {
             let started = Instant::now();
@@ -272,7 +282,7 @@ async fn idle_slow_and_large_clients_do_not_starve_admissions() {
     let (_, hwm) = server.rss_kib();
     println!(
         "ABUSE idle={} (handshakes completed {}, opened in {open_secs:.1}s, server held {open_now}, \
-         evicted {evicted}, cap {cap}) slow={} large_bodies_answered={large_answered} admissions={} \
+         evicted {evicted}, shed {shed}, cap {cap}) slow={} large_bodies_answered={large_answered} admissions={} \
          p50_ms={:.2} p99_ms={:.2} max_ms={:.2} rss_start_mib={:.1} rss_with_idle_mib={:.1} \
          rss_peak_mib={:.1} vmhwm_mib={:.1}",
         scale.idle,

@@ -507,7 +507,7 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
     let d: Deployment = round_trip(find(&objects, "Deployment", "koord-webhook"));
     let spec = d.spec.expect("spec");
     assert_eq!(spec.replicas, Some(2));
-    let pod = spec.template.spec.expect("pod spec");
+    let pod = spec.template.spec.clone().expect("pod spec");
     assert!(pod.affinity.and_then(|a| a.pod_anti_affinity).is_some());
     let psc = pod.security_context.expect("pod securityContext");
     assert_eq!(psc.run_as_non_root, Some(true));
@@ -522,6 +522,32 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
     let pdb: PodDisruptionBudget =
         round_trip(find(&objects, "PodDisruptionBudget", "koord-webhook"));
     assert!(pdb.spec.and_then(|s| s.min_available).is_some());
+
+    // Replacing a replica never leaves fewer ready ones (a new pod is ready before an old one
+    // goes), and a stopping replica has the time to drain: its shutdown delay, while its
+    // endpoint removal spreads, and then the grace of its in-flight admissions.
+    let rolling = spec
+        .strategy
+        .and_then(|s| s.rolling_update)
+        .expect("rolling update");
+    assert_eq!(
+        rolling.max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+    );
+    let serve = serve_defaults();
+    let needed = serve.shutdown_delay + serve.shutdown_grace;
+    let grace = pod
+        .termination_grace_period_seconds
+        .expect("termination grace");
+    assert!(
+        grace as u64 > needed.as_secs(),
+        "terminationGracePeriodSeconds {grace} does not cover --shutdown-delay + --shutdown-grace ({needed:?})"
+    );
+    assert!(
+        serve.shutdown_delay >= std::time::Duration::from_secs(5),
+        "a shutdown delay of {:?} is shorter than endpoint removal takes to spread",
+        serve.shutdown_delay
+    );
 
     let m: MutatingWebhookConfiguration = round_trip(find(
         &objects,
@@ -567,6 +593,32 @@ fn webhook_deployment_and_configuration_are_production_shaped() {
             .resource_names
             .as_ref()
             .is_some_and(|n| n.len() == 2)
+    );
+}
+
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn the_applier_is_the_last_pod_its_node_gives_up() {
+    // The agent that protects the node's memory must not be the first thing memory pressure
+    // takes: the kubelet evicts pods above their memory request first and by priority, and
+    // preemption picks lower priorities; the OOM killer scores a Guaranteed-like memory
+    // request = limit container low.
+    let objects = render("manifests");
+    let ds: DaemonSet = round_trip(find(&objects, "DaemonSet", "koord-applier"));
+    let pod = ds.spec.expect("spec").template.spec.expect("pod spec");
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    let res = pod.containers[0].resources.clone().expect("resources");
+    let (requests, limits) = (res.requests.expect("requests"), res.limits.expect("limits"));
+    assert_eq!(
+        requests["memory"], limits["memory"],
+        "memory request = limit"
+    );
+    assert!(
+        pod.tolerations
+            .is_some_and(|t| t.iter().any(|t| t.operator.as_deref() == Some("Exists")))
     );
 }
 

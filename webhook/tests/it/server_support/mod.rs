@@ -73,6 +73,7 @@ pub fn test_config(dir: &Path, policy: PolicySource) -> Config {
                 connection_window_bytes: 1024 * 1024,
             },
         },
+        shutdown_delay: Duration::ZERO,
         shutdown_grace: Duration::from_secs(1),
         reresolve: None,
         lease: None,
