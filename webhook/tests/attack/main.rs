@@ -14,4 +14,5 @@ mod server_support;
 
 mod server_abuse;
 mod server_abuse_h2;
+mod server_drain;
 mod server_lockout;

@@ -13,15 +13,13 @@
 //! The same on a real kube-apiserver: tests/e2e (`drain_e2e.py`) and tests/node (a rolling
 //! update and a drain of the Deployment).
 
-mod server_support;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
-use server_support::child::{Server, free_port};
-use server_support::fixture;
+use crate::child::{Server, free_port};
+use crate::server_support::fixture;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -166,7 +164,7 @@ async fn straddling_admission(
     connector: TlsConnector,
     rest: impl Future<Output = ()>,
 ) -> String {
-    let mut tls = server_support::child::tls_connect(addr, &connector)
+    let mut tls = crate::child::tls_connect(addr, &connector)
         .await
         .expect("tls");
     let body = review();
