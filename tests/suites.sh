@@ -2,9 +2,10 @@
 # The real-cluster suites of `make test`, two lanes at once (2 cores are enough: the cgroup v2
 # node's guest mostly waits on its kubelet):
 #
-#   lane 1 (foreground): tests/e2e/run, then tests/node/run, then the NUMA guest; one at a time,
-#                        because e2e and the v1 node both make host kubepods cgroups and bind
-#                        their own fixed ports;
+#   lane 1 (foreground): tests/e2e/run, then tests/node/run, then tests/scale/run (the short
+#                        size), then the NUMA guest; one at a time, because e2e and the v1 node
+#                        both make host kubepods cgroups and bind their own fixed ports, and the
+#                        scale suite loads both cores (it runs in a network namespace of its own);
 #   lane 2 (background, KOORD_SUITES_NODE_V2=1): tests/node-v2/run, the cgroup v2 node in a
 #                        User-Mode Linux guest (its
 #                        own kernel, ports and tap; nothing shared with lane 1 but the cached
@@ -32,7 +33,7 @@ run_suite() { # NAME COMMAND...
 
 # The Kubernetes build both lanes need, once, before they start (the lanes would wait on its
 # lock anyway; building first keeps the lanes' own timings honest).
-"$repo/tests/e2e/control-plane.sh" build kubelet kube-proxy kube-scheduler kube-controller-manager kubectl >/dev/null ||
+"$repo/tests/e2e/control-plane.sh" build kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kwok >/dev/null ||
     { echo "suites: the Kubernetes build failed" >&2; exit 1; }
 
 # The cgroup v2 node lane is opt-in for now (KOORD_SUITES_NODE_V2=1): with it a cold CI run is
@@ -43,10 +44,11 @@ if [[ ${KOORD_SUITES_NODE_V2:-0} == 1 ]]; then
     v2=$!
 fi
 failed=()
-for s in e2e node numa; do
+for s in e2e node scale numa; do
     case $s in
     e2e) run_suite e2e "$repo/tests/e2e/run" ;;
     node) run_suite node "$repo/tests/node/run" ;;
+    scale) run_suite scale "$repo/tests/scale/run" ;;
     numa) run_suite numa env KOORD_APPLIER_PROFILE=release "$repo/tests/numa/run-two-node-guest.sh" ;;
     esac || failed+=("$s")
     cat "$logs/$s.report"
@@ -59,4 +61,4 @@ if [[ ${#failed[@]} -gt 0 ]]; then
     echo "suites: FAILED: ${failed[*]} (logs in $logs)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa${v2:+; node-v2 alongside})"
+echo "suites: all passed (e2e, node, scale, numa${v2:+; node-v2 alongside})"
