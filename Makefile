@@ -1,7 +1,7 @@
 # The commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run check style test lint unit perf suites e2e numa node node-v2 images release-images bench
+.PHONY: run check style test lint unit perf suites e2e numa node node-v2 scale images release-images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
@@ -78,6 +78,13 @@ node:
 ## real pods (tests/node-v2/README.md).
 node-v2:
 	tests/node-v2/run
+
+## The issue's cluster: 1,000 kwok nodes, 10,000 pods, creation bursts at 50/100/200 pods/s
+## with and without the webhook, one ConfigMap edit re-resolving every pod, 100 appliers' cost
+## on the apiserver (~30 min; loads both cores). `make test` runs the short size (tests/suites.sh).
+## Figures: docs/benchmarks.md.
+scale:
+	KOORD_SCALE_SIZE=full tests/scale/run
 
 bench:
 	$(CARGO) bench -p koord-webhook --bench resolve

@@ -6,13 +6,31 @@
 //! without the message, so a changed message would be recorded as a repeat of the old text.
 
 use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
+/// How often [`EventDedup::expire`] scans at most: `admit` checks an entry's age itself, so a
+/// late scan only keeps memory a little longer, and a caller may call `expire` per Event.
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+
 /// Remembers what was posted per object so identical Events are posted once per window.
+///
+/// An entry is two 64-bit digests and a time, not the texts: the webhook's re-resolver posts
+/// one Event per pod it changes, tens of thousands in a large cluster's pass, each message a
+/// few hundred bytes, and all of them are remembered for the window. Two different Events with
+/// the same digests (odds about n²/2⁶⁴) would cost one Event not posted.
 #[derive(Debug)]
 pub struct EventDedup {
     window: Duration,
-    seen: HashMap<(String, &'static str, String), Instant>,
+    /// (digest of the object's uid, digest of reason and message) -> when posted.
+    seen: HashMap<(u64, u64), Instant>,
+    next_scan: Option<Instant>,
+}
+
+fn digest(value: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
 }
 
 impl EventDedup {
@@ -20,12 +38,13 @@ impl EventDedup {
         Self {
             window,
             seen: HashMap::new(),
+            next_scan: None,
         }
     }
 
     /// Whether the Event (`uid`, `reason`, `message`) should be posted now; records it if so.
     pub fn admit(&mut self, uid: &str, reason: &'static str, message: &str, now: Instant) -> bool {
-        let key = (uid.to_owned(), reason, message.to_owned());
+        let key = (digest(uid), digest((reason, message)));
         match self.seen.get(&key) {
             Some(at) if now.duration_since(*at) < self.window => false,
             _ => {
@@ -37,11 +56,16 @@ impl EventDedup {
 
     /// Drops everything about a deleted object.
     pub fn forget(&mut self, uid: &str) {
-        self.seen.retain(|(u, _, _), _| u != uid);
+        let uid = digest(uid);
+        self.seen.retain(|(u, _), _| *u != uid);
     }
 
-    /// Drops entries older than the window (bounded memory).
+    /// Drops entries older than the window (bounded memory); scans at most once a second.
     pub fn expire(&mut self, now: Instant) {
+        if self.next_scan.is_some_and(|at| now < at) {
+            return;
+        }
+        self.next_scan = Some(now + EXPIRE_EVERY);
         let window = self.window;
         self.seen.retain(|_, at| now.duration_since(*at) < window);
     }
@@ -85,5 +109,32 @@ mod tests {
         assert_eq!(d.len(), 1);
         d.expire(t0 + Duration::from_secs(10_000));
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn expiry_scans_at_most_once_a_second_and_admit_still_ages_entries() {
+        let mut d = EventDedup::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(d.admit("a", "R", "x", t0));
+        assert!(d.admit("b", "R", "x", at(500)));
+        d.expire(at(10_200));
+        assert_eq!(
+            d.len(),
+            1,
+            "the first call scans: a is past the window, b is not"
+        );
+        d.expire(at(11_000));
+        assert_eq!(
+            d.len(),
+            1,
+            "within a second of the last scan: b, now past, is kept"
+        );
+        assert!(
+            d.admit("b", "R", "x", at(11_000)),
+            "an entry past the window no longer suppresses its Event, scanned or not"
+        );
+        d.expire(at(21_500));
+        assert!(d.is_empty(), "scanned again after a second");
     }
 }

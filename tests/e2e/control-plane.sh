@@ -16,7 +16,10 @@
 #   control-plane.sh kubectl                print the kubectl binary to use (version-matched if present)
 #
 # Extra CMDs (kubelet, kube-proxy, kube-scheduler, kube-controller-manager, kubectl) come from the same
-# wrapper module, so every binary is the same k8s.io/kubernetes version.
+# wrapper module, so every binary is the same k8s.io/kubernetes version. `kwok` (sigs.k8s.io/kwok,
+# the kubelet simulator of tests/scale) is built in a copy of that wrapper module: it links the
+# same k8s.io packages at the same versions, so Go's build cache shares them with the k8s build;
+# its Stage files are copied next to it (DIR/stages/*.yaml).
 #
 # Node mode (KOORD_E2E_NODE_MODE=1, used by tests/node): the apiserver binds and advertises
 # KOORD_E2E_BIND_ADDRESS (pods cannot reach loopback, and Endpoints refuse it), keeps the
@@ -36,6 +39,9 @@
 #   KOORD_E2E_BIND_ADDRESS     kube-apiserver bind/advertise address (default 127.0.0.1)
 #   KOORD_E2E_SERVICE_CIDR     Service range           (default 10.0.0.0/24)
 #   KOORD_E2E_NODE_MODE        1: node mode, see above (default 0)
+#   KOORD_E2E_KWOK_VERSION     kwok version for `build kwok` (default below)
+#   KOORD_E2E_APISERVER_EXTRA_ARGS  more kube-apiserver flags, one per line (tests/scale)
+#   KOORD_E2E_EXTRA_TOKENS     more lines of the static token file (token,user,uid,"groups")
 #   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
 set -Eeuo pipefail
 
@@ -47,6 +53,8 @@ set -Eeuo pipefail
 # KOORD_E2E_K8S_VERSION=1.33.13 KOORD_E2E_ETCD_VERSION=3.5.35 (kubectl.1.33 is within skew).
 K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.37.2}
 ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.6.16}
+# kwok 0.8.0 (requires k8s.io 0.36) builds against the 1.37 libraries unchanged.
+KWOK_VERSION=${KOORD_E2E_KWOK_VERSION:-0.8.0}
 
 CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-qos-e2e}
 APISERVER_BIN=$CACHE/k8s-$K8S_VERSION/bin/kube-apiserver
@@ -60,6 +68,8 @@ READY_TIMEOUT=${KOORD_E2E_READY_TIMEOUT:-90}
 BIND_ADDRESS=${KOORD_E2E_BIND_ADDRESS:-127.0.0.1}
 SERVICE_CIDR=${KOORD_E2E_SERVICE_CIDR:-10.0.0.0/24}
 NODE_MODE=${KOORD_E2E_NODE_MODE:-0}
+APISERVER_EXTRA_ARGS=${KOORD_E2E_APISERVER_EXTRA_ARGS:-}
+EXTRA_TOKENS=${KOORD_E2E_EXTRA_TOKENS:-}
 
 PROG=${0##*/}
 # shellcheck source=tests/lib/cluster.sh
@@ -92,21 +102,19 @@ go_mod_init() { # MODULE
     out=$(go mod init "$1" 2>&1) || die "go mod init $1 failed in $PWD: $out"
 }
 
-# Binaries of k8s.io/kubernetes/cmd/* built (or to build) into the version's bin/.
-k8s_bin() { echo "$CACHE/k8s-$K8S_VERSION/bin/$1"; }
+# Binaries of k8s.io/kubernetes/cmd/* built (or to build) into the version's bin/; kwok into its
+# own directory, keyed by both versions (it links this Kubernetes version's libraries).
+k8s_bin() {
+    if [[ $1 == kwok ]]; then echo "$(kwok_dir)/bin/kwok"; else echo "$CACHE/k8s-$K8S_VERSION/bin/$1"; fi
+}
+kwok_dir() { echo "$CACHE/kwok-$KWOK_VERSION-k8s-$K8S_VERSION"; }
 
-build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
-    local dir=$CACHE/k8s-$K8S_VERSION
-    local minor=${K8S_VERSION#1.}
-    minor=${minor%%.*}
-    mkdir -p "$dir/src" "$dir/bin"
-    cd "$dir/src"
-    local t0=$SECONDS
-    log "building $* v$K8S_VERSION in $dir/src (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
-
-    # Fresh wrapper module each time, so a half-finished earlier attempt cannot poison it.
+# The wrapper module of k8s.io/kubernetes@v$K8S_VERSION in the current directory: staging
+# modules pinned, k8s's godebug line; prints the path of k8s's go.mod.
+k8s_wrapper_module() { # MODULE-NAME
+    # Fresh each time, so a half-finished earlier attempt cannot poison it.
     rm -f go.mod go.sum
-    go_mod_init koord-qos-e2e/kube-apiserver
+    go_mod_init "$1"
 
     # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
     # ./staging/... ; those replaces are ignored for a dependency, so pin each staging
@@ -123,32 +131,77 @@ build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
     [[ -n $staging ]] || die "no staging replaces found in $gomod"
     local m
     for m in $staging; do
-        go mod edit "-replace=$m=$m@v0.${K8S_VERSION#1.}"
+        go mod edit "-replace=$m=$m@v0.${K8S_VERSION#1.}" >&2
     done
     # Same GODEBUG defaults as an upstream build (k8s's godebug line only applies when
     # it is the main module).
     local godebug
     godebug=$(sed -n 's/^godebug[[:space:]]\{1,\}\(.*\)$/\1/p' "$gomod")
-    if [[ -n $godebug ]]; then go mod edit "-godebug=$godebug"; fi
+    if [[ -n $godebug ]]; then go mod edit "-godebug=$godebug" >&2; fi
+    echo "$gomod"
+}
+
+# Version stamps as hack/lib/version.sh sets them. /version must report the real version: the
+# compatibility-version check and kubectl skew warnings read it.
+k8s_version_ldflags() {
+    local minor=${K8S_VERSION#1.} ld="" p
+    minor=${minor%%.*}
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    done
+    echo "$ld"
+}
+
+build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
+    local dir=$CACHE/k8s-$K8S_VERSION
+    mkdir -p "$dir/src" "$dir/bin"
+    cd "$dir/src"
+    local t0=$SECONDS
+    log "building $* v$K8S_VERSION in $dir/src (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
+    k8s_wrapper_module koord-qos-e2e/kube-apiserver >/dev/null
 
     local cmd pkgs=()
     for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd@v$K8S_VERSION"); done
     go get "${pkgs[@]}" ||
         die "go get ${pkgs[*]} failed (a module not served by the proxy, or a Go toolchain too old?)"
 
-    # Version stamps as hack/lib/version.sh sets them. /version must report the real
-    # version: the compatibility-version check and kubectl skew warnings read it.
-    local ld="" p
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ld+=" -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
-        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    done
+    local ld
+    ld=$(k8s_version_ldflags)
     for cmd in "$@"; do
         local t1=$SECONDS
         go_build "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" "$ld"
         log "built $dir/bin/$cmd in $((SECONDS - t1))s"
     done
     log "k8s binaries done in $((SECONDS - t0))s"
+}
+
+# kwok in the Kubernetes wrapper module: k8s's requirements are the base (kwok's own, older
+# k8s.io and third-party requirements are raised to them by minimal version selection), so kwok
+# compiles against the very packages the k8s binaries were built from and Go's build cache
+# serves them (measured: 27 s of CPU after the k8s build, tests/scale/README.md). The Stage
+# files kwok needs (nodes Ready with a Lease, pods Running, deletions honoured) come from its
+# module.
+build_kwok() {
+    local dir
+    dir=$(kwok_dir)
+    mkdir -p "$dir/src" "$dir/bin" "$dir/stages"
+    cd "$dir/src"
+    local t0=$SECONDS
+    log "building kwok v$KWOK_VERSION against Kubernetes v$K8S_VERSION in $dir/src (~30 s of CPU once Kubernetes is built)"
+    k8s_wrapper_module koord-qos-e2e/kwok >/dev/null
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" ||
+        die "go get sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION failed"
+    local src
+    src=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) || die "sigs.k8s.io/kwok is not in the module cache"
+    local stage
+    for stage in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+        pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+        [[ -f $src/kustomize/stage/$stage.yaml ]] || die "kwok v$KWOK_VERSION has no stage $stage"
+        install -m 0644 "$src/kustomize/stage/$stage.yaml" "$dir/stages/${stage##*/}.yaml"
+    done
+    go_build "$dir/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
+    log "built $dir/bin/kwok in $((SECONDS - t0))s"
 }
 
 build_etcd() {
@@ -167,7 +220,7 @@ build_etcd() {
     log "built $dir/bin/etcd in $((SECONDS - t0))s"
 }
 
-KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl "
+KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kwok "
 
 ensure_built() { # [EXTRA CMD...]
     local cmd missing=()
@@ -190,7 +243,13 @@ ensure_built() { # [EXTRA CMD...]
     for cmd in kube-apiserver "$@"; do
         [[ -x $(k8s_bin "$cmd") ]] || missing+=("$cmd")
     done
-    if [[ ${#missing[@]} -gt 0 ]]; then build_k8s "${missing[@]}"; fi
+    local want_kwok=0 k8s_missing=()
+    for cmd in "${missing[@]}"; do
+        if [[ $cmd == kwok ]]; then want_kwok=1; else k8s_missing+=("$cmd"); fi
+    done
+    if [[ ${#k8s_missing[@]} -gt 0 ]]; then build_k8s "${k8s_missing[@]}"; fi
+    # After the k8s binaries: kwok then compiles little more than itself.
+    if [[ $want_kwok == 1 ]]; then build_kwok; fi
     exec {lockfd}>&-
     cd "$oldpwd"
     for cmd in kube-apiserver "$@"; do
@@ -399,6 +458,10 @@ cmd_start() {
     # Token auth: one static admin in system:masters, simpler than client certs.
     (umask 077 && openssl rand -hex 24 >"$dir/token")
     (umask 077 && echo "$(cat "$dir/token"),admin,admin,\"system:masters\"" >"$dir/pki/tokens.csv")
+    # More users of the caller's (tests/scale: one per applier, named as its ServiceAccount).
+    if [[ -n $EXTRA_TOKENS ]]; then
+        (umask 077 && grep -v '^[[:space:]]*$' <<<"$EXTRA_TOKENS" >>"$dir/pki/tokens.csv") || true
+    fi
     # Service-account signing key: mandatory flag; the key-file flag accepts the private key.
     (umask 077 && openssl genrsa -out "$dir/pki/sa.key" 2048 2>/dev/null)
     if [[ $NODE_MODE == 1 ]]; then node_pki "$dir"; fi
@@ -458,6 +521,10 @@ EOF
 --disable-admission-plugins=ServiceAccount
 --endpoint-reconciler-type=none
 EOF
+    fi
+    # The caller's own (tests/scale: aggregator routing for Service webhooks, an audit log).
+    if [[ -n $APISERVER_EXTRA_ARGS ]]; then
+        grep -v '^[[:space:]]*$' <<<"$APISERVER_EXTRA_ARGS" >>"$dir/kube-apiserver.args" || true
     fi
     start_apiserver "$dir"
     write_kubeconfig "$dir"

@@ -14,14 +14,12 @@ Each scenario prints `PASS <name>` or `FAIL <name>: <reason>` on stdout; the las
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -46,6 +44,7 @@ from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402,F401
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import parse_metrics  # noqa: E402
+from koordtest.procs import Proc, impersonating_kubeconfig  # noqa: E402
 
 CONTROL_PLANE = E2E / "control-plane.sh"
 HELM_SH = E2E / "helm.sh"
@@ -143,47 +142,6 @@ def resolved(pod: dict) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-class Proc:
-    """A process this suite started, stopped by PID."""
-
-    def __init__(self, name: str, argv: list[str], env: dict, logfile: Path):
-        self.name, self.argv, self.env, self.logfile = name, argv, env, logfile
-        self.popen: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.logfile, "ab") as f:
-            f.write(f"----- start {time.strftime('%FT%T')}: {' '.join(self.argv)}\n".encode())
-            f.flush()
-            # Own session: a terminal Ctrl-C reaches only this suite, which then stops the
-            # children in order instead of racing them.
-            self.popen = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL,
-                                          stdout=f, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
-        log(f"started {self.name} (pid {self.popen.pid}), log {self.logfile}")
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, timeout: float = 25.0) -> None:
-        p = self.popen
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log(f"{self.name} (pid {p.pid}) ignored SIGTERM for {timeout:.0f}s; SIGKILL")
-            p.kill()
-            p.wait(10)
-        log(f"stopped {self.name} (pid {p.pid}, exit {p.returncode})")
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
-
-
 class Harness(koordtest.Harness):
     KUBECTL_TIMEOUT = 60
     SA_TIMEOUT = None  # no controller-manager: ServiceAccount admission is off instead
@@ -239,27 +197,12 @@ class Harness(koordtest.Harness):
         return env
 
     def impersonating_kubeconfig(self, name: str, namespace: str, sa: str) -> Path:
-        """A kubeconfig that acts as the ServiceAccount the manifests give the component:
-        the process gets exactly the RBAC that manifests/ grants (token auth has no SA
-        tokens here, so the admin token impersonates it)."""
+        """A kubeconfig acting as the ServiceAccount `sa` (koordtest.procs)."""
         port = self.cp_state()["APISERVER_PORT"]
-        ca = base64.b64encode((self.cp_dir / "pki" / "apiserver.crt").read_bytes()).decode()
-        token = (self.cp_dir / "token").read_text().strip()
-        cfg = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
-            "clusters": [{"name": "e2e", "cluster": {
-                "server": f"https://127.0.0.1:{port}", "certificate-authority-data": ca}}],
-            "users": [{"name": sa, "user": {
-                "token": token,
-                "as": f"system:serviceaccount:{namespace}:{sa}",
-                "as-groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
-                              "system:authenticated"]}}],
-            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa}}],
-        }
-        path = self.dir / f"{name}.kubeconfig"
-        path.write_text(json.dumps(cfg, indent=1))
-        path.chmod(0o600)
-        return path
+        return impersonating_kubeconfig(
+            self.dir / f"{name}.kubeconfig", f"https://127.0.0.1:{port}",
+            (self.cp_dir / "pki" / "apiserver.crt").read_bytes(),
+            (self.cp_dir / "token").read_text().strip(), namespace, sa)
 
     # -- processes -----------------------------------------------------------------------
 

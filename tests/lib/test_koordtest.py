@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
-from koordtest.metrics import metric_sum, parse_metrics, percentile  # noqa: E402
+from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 
 
 class FakeHarness:
@@ -199,6 +199,27 @@ class Metrics(unittest.TestCase):
         v = [float(i) for i in range(1, 101)]
         self.assertEqual((percentile(v, 50), percentile(v, 99), percentile(v, 100)),
                          (50.0, 99.0, 100.0))
+
+    def test_histogram_quantile_between_scrapes(self):
+        def scrape(counts, other=0):
+            lines = [f'd_bucket{{name="w",le="{le}"}} {c}'
+                     for le, c in zip(("0.005", "0.025", "0.1", "+Inf"), counts)]
+            lines.append(f'd_bucket{{name="other",le="0.005"}} {other}')
+            return parse_metrics("\n".join(lines))
+        before = scrape((10, 10, 10, 10), other=7)
+        # (case, after, q, want)
+        cases = [
+            ("all in the first bucket: halfway into it", (110, 110, 110, 110), 0.5, 0.0025),
+            ("rank in the second bucket", (60, 110, 110, 110), 0.99, 0.005 + 0.02 * 0.98),
+            ("rank in +Inf: its lower bound", (10, 10, 20, 110), 0.99, 0.1),
+            ("nothing observed", (10, 10, 10, 10), 0.5, None),
+        ]
+        for case, after, q, want in cases:
+            got = histogram_quantile(scrape(after, other=99), before, "d", q, name="w")
+            if want is None:
+                self.assertIsNone(got, case)
+            else:
+                self.assertAlmostEqual(got, want, places=9, msg=case)
 
 
 if __name__ == "__main__":

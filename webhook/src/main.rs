@@ -7,10 +7,16 @@ use koord_webhook::cli::{Cli, Command};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Before the allocator has touched much: a few MiB of heap must not cost 2 MiB pages
+    // (docs/benchmarks.md, re-resolver memory).
+    let thp = koord_runtime::disable_transparent_huge_pages();
     // One rustls provider for the whole process (ring), before anything touches TLS.
     koord_runtime::install_crypto_provider();
     let cli = Cli::parse();
     koord_runtime::init_logging(cli.log_format, &cli.log_level);
+    if let Err(e) = thp {
+        tracing::warn!(error = %e, "could not turn transparent huge pages off; RSS will be higher");
+    }
     let result = match cli.command {
         Command::Serve(args) => koord_webhook::server::run(*args),
         Command::Resolve(args) => return koord_webhook::resolve_cmd::run(args),

@@ -17,7 +17,8 @@ pub struct ReadError {
 #[derive(Debug, thiserror::Error)]
 #[error("not valid YAML or JSON: {source}")]
 pub struct ManifestError {
-    pub source: serde_saphyr::Error,
+    /// Boxed: the parser's error is large and this travels up through every `Result`.
+    pub source: Box<serde_saphyr::Error>,
 }
 
 /// The text of a manifest file; `-` reads stdin.
@@ -36,8 +37,9 @@ pub fn read_file(path: &Path) -> Result<String, ReadError> {
 /// Every object in a YAML/JSON stream, `List` items expanded, empty documents skipped.
 pub fn read_objects(text: &str) -> Result<Vec<Value>, ManifestError> {
     let mut out = Vec::new();
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|source| ManifestError { source })?;
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|source| ManifestError {
+        source: Box::new(source),
+    })?;
     for value in docs {
         match value {
             Value::Null => {}

@@ -17,7 +17,7 @@ pub enum ManifestError {
     Parse {
         path: String,
         #[source]
-        source: serde_saphyr::Error,
+        source: Box<serde_saphyr::Error>,
     },
     #[error("{path} is not a Pod manifest: {source}")]
     Shape {
@@ -37,7 +37,7 @@ fn read(path: &Path) -> Result<String, ManifestError> {
 fn parse_error(path: &Path) -> impl Fn(serde_saphyr::Error) -> ManifestError + '_ {
     move |source| ManifestError::Parse {
         path: path.display().to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 

@@ -30,3 +30,37 @@ def percentile(values: list[float], p: float) -> float:
     """Nearest rank."""
     v = sorted(values)
     return v[max(0, min(len(v) - 1, -(-int(p * len(v)) // 100) - 1))]
+
+
+def histogram_quantile(after: Metrics, before: Metrics, metric: str, q: float,
+                       **want: str) -> float | None:
+    """The q-quantile (0..1) of what a Prometheus histogram observed between two scrapes, as
+    PromQL's histogram_quantile computes it: the bucket the rank falls in, interpolated
+    linearly within it (the +Inf bucket answers its lower bound). Every series of
+    `metric`_bucket whose labels include `want` is summed. None when nothing was observed."""
+    buckets: dict[float, float] = {}
+    for snapshot, sign in ((after, 1), (before, -1)):
+        for (n, labs), v in snapshot.items():
+            if n != f"{metric}_bucket" or not all((k, w) in labs for k, w in want.items()):
+                continue
+            le = dict(labs).get("le")
+            if le is None:
+                continue
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0.0) + sign * v
+    if not buckets:
+        return None
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for b in bounds:
+        if buckets[b] >= rank:
+            if b == float("inf"):
+                return lower
+            inside = buckets[b] - below
+            return lower + (b - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = b, buckets[b]
+    return lower

@@ -46,22 +46,32 @@ pub enum Seen {
     Changed,
 }
 
-/// Per pod UID, the digest last seen.
+/// Per pod, the digest last seen. Keyed by a digest of the UID, not the UID: the holder keeps
+/// one entry per pod of the cluster (16 bytes, not ~90 with the UID's `String`); two pods with
+/// the same UID digest (odds about n²/2⁶⁴) would share an entry and could miss one resize until
+/// the next pass.
 #[derive(Debug, Default)]
 pub struct ResizeTracker {
-    seen: HashMap<String, u64>,
+    seen: HashMap<u64, u64>,
+}
+
+fn uid_key(uid: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    uid.hash(&mut h);
+    h.finish()
 }
 
 impl ResizeTracker {
     pub fn observe(&mut self, uid: &str, digest: u64) -> Seen {
-        match self.seen.get_mut(uid) {
+        let key = uid_key(uid);
+        match self.seen.get_mut(&key) {
             Some(d) if *d == digest => Seen::Same,
             Some(d) => {
                 *d = digest;
                 Seen::Changed
             }
             None => {
-                self.seen.insert(uid.to_owned(), digest);
+                self.seen.insert(key, digest);
                 Seen::First
             }
         }
@@ -69,7 +79,7 @@ impl ResizeTracker {
 
     /// The pod was deleted.
     pub fn forget(&mut self, uid: &str) {
-        self.seen.remove(uid);
+        self.seen.remove(&uid_key(uid));
     }
 
     pub fn len(&self) -> usize {

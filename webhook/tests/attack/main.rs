@@ -11,7 +11,12 @@ mod h2_attacker;
 #[allow(dead_code)]
 #[path = "../it/server_support/mod.rs"]
 mod server_support;
+// The fake API server of the `it` binary, for the re-resolver's memory test.
+#[allow(dead_code)]
+#[path = "../it/fake_apiserver/mod.rs"]
+mod fake_apiserver;
 
+mod reresolve_memory;
 mod server_abuse;
 mod server_abuse_h2;
 mod server_drain;

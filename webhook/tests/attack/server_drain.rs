@@ -16,10 +16,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
 use crate::child::{Server, free_port};
 use crate::server_support::fixture;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;

@@ -28,7 +28,10 @@ pub async fn run(ctx: Arc<PassContext>) {
         tracing::info!("watching pods for in-place resizes");
         let mut tracker = ResizeTracker::default();
         let api: kube::Api<Pod> = kube::Api::all(ctx.client.clone());
-        let mut events = watcher(api, watcher::Config::default()).boxed();
+        // Listed a pass's page at a time: kube's default of 500 decoded pods held at once was
+        // the holder's peak (docs/benchmarks.md, re-resolver memory).
+        let config = watcher::Config::default().page_size(super::pods::PAGE_SIZE);
+        let mut events = watcher(api, config).boxed();
         loop {
             tokio::select! {
                 changed = leader.changed() => {
