@@ -79,10 +79,9 @@ node:
 node-v2:
 	tests/node-v2/run
 
-## The issue's cluster: 1,000 kwok nodes, 10,000 pods, creation bursts at 50/100/200 pods/s
+## A cluster of 1,000 kwok nodes, 10,000 pods, creation bursts at 50/100/200 pods/s
 ## with and without the webhook, one ConfigMap edit re-resolving every pod, 100 appliers' cost
-## on the apiserver (~30 min; loads both cores). `make test` runs the short size (tests/suites.sh).
-## Figures: docs/benchmarks.md.
+## on the apiserver (~30 min; loads both cores). Not in `make test`.
 scale:
 	KOORD_SCALE_SIZE=full tests/scale/run
 

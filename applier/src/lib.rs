@@ -21,6 +21,7 @@ pub mod colocation;
 pub mod cpu_list;
 pub mod event_sink;
 pub mod events;
+pub mod fd_limit;
 pub mod feature;
 pub mod go_flags;
 pub mod knob_map;

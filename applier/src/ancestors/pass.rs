@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use rustix::io::Errno;
+
 use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
 use crate::cgroup::file;
@@ -294,7 +296,9 @@ fn read_children(
                 },
                 Ok(None) => vals.push(Protection::ZERO),
                 // A cgroup removed between the listing and the read answers ENODEV.
-                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => vals.push(Protection::ZERO),
+                Err(e) if Errno::from_io_error(&e) == Some(Errno::NODEV) => {
+                    vals.push(Protection::ZERO)
+                }
                 Err(e) => {
                     *slot = Err(format!("read {}: {e}", path.join(file.name()).display()));
                 }

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use rustix::io::Errno;
+
 use super::file;
 use super::outcome::Outcome;
 use super::readback::{Expect, matches};
@@ -80,17 +82,6 @@ pub enum KeptRead {
 static KEPT: AtomicUsize = AtomicUsize::new(0);
 static KEPT_MAX: OnceLock<usize> = OnceLock::new();
 
-/// The soft `RLIMIT_NOFILE` from `/proc/self/limits` (no `unsafe`), 1024 when unreadable.
-fn nofile_soft_limit() -> usize {
-    use procfs_core::FromRead as _;
-    use procfs_core::process::{LimitValue, Limits};
-    match Limits::from_file("/proc/self/limits").map(|l| l.max_open_files.soft_limit) {
-        Ok(LimitValue::Unlimited) => usize::MAX,
-        Ok(LimitValue::Value(v)) => usize::try_from(v).unwrap_or(usize::MAX),
-        Err(_) => 1024,
-    }
-}
-
 /// Fds left for everything but kept knobs under a soft limit of `soft`: 1024, or half of a
 /// limit of 2048 or less (the watch, writes, the metrics endpoint's connections).
 pub fn reserved_fds(soft: usize) -> usize {
@@ -100,7 +91,7 @@ pub fn reserved_fds(soft: usize) -> usize {
 /// Fds the applier may keep open: the limit minus [`reserved_fds`].
 fn kept_max() -> usize {
     *KEPT_MAX.get_or_init(|| {
-        let soft = nofile_soft_limit();
+        let soft = crate::fd_limit::soft_limit();
         soft - reserved_fds(soft)
     })
 }
@@ -128,8 +119,8 @@ impl KeptKnob {
             }
             Err(e)
                 if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENODEV | libc::ESTALE | libc::ENOENT)
+                    Errno::from_io_error(&e),
+                    Some(Errno::NODEV | Errno::STALE | Errno::NOENT)
                 ) =>
             {
                 Ok(KeptRead::Stale)

@@ -61,7 +61,9 @@ pub async fn run_with_client(
     client: kube::Client,
 ) -> Result<(), RunError> {
     let layout = config.layout()?;
-    let nofile = raise_nofile_limit();
+    // Before anything opens a file: the kept knob files and the metrics endpoint's connection
+    // cap are sized from the limit.
+    let nofile = crate::fd_limit::raise_to_hard();
     server::check_cap(run.endpoint.max_connections, nofile)?;
     tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, kubelet_cgroup_root = %layout.kubelet_root, node = %run.node_name, "starting");
     // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
@@ -220,17 +222,4 @@ async fn serve_metrics(
             .instrument(tracing::info_span!("metrics_server")),
     );
     Ok(())
-}
-
-/// Raises the soft open-file limit to the hard one before anything opens a file: the kept knob
-/// files and the metrics endpoint's connection cap are sized from it. Returns the soft limit
-/// in force (the old one if raising failed).
-fn raise_nofile_limit() -> usize {
-    match crate::collectors::perf_sys::raise_nofile_limit() {
-        Ok(soft) => usize::try_from(soft).unwrap_or(usize::MAX),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read or raise RLIMIT_NOFILE; assuming 1024");
-            1024
-        }
-    }
 }

@@ -15,7 +15,7 @@ use super::args::CollectorConfig;
 use super::cpi::{self, ContainerCounters, PmuStatus};
 use super::exposition::{CpiSeries, Identity, PsiSeries};
 use super::metrics::CollectorMetrics;
-use super::perf_sys::{self, Event, PerfError};
+use super::perf_sys::{Event, PerfError};
 use super::psi::{self, PsiReadError, Resource};
 use crate::cgroup::file as cgroup_file;
 use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
@@ -156,15 +156,12 @@ impl Collector {
         if config.cpi {
             c.probe_cpi();
             let per_container = c.cpus.len().max(1) * c.cpi_events.len();
-            c.cpi_batch = match perf_sys::raise_nofile_limit() {
-                // Keep a reserve for sockets, cgroup files and the API connection.
-                Ok(limit) => usize::try_from(limit.saturating_sub(256))
-                    .unwrap_or(usize::MAX)
-                    .checked_div(per_container)
-                    .unwrap_or(1)
-                    .max(1),
-                Err(_) => 1024 / per_container + 1,
-            };
+            // Keep a reserve for sockets, cgroup files and the API connection.
+            c.cpi_batch = crate::fd_limit::raise_to_hard()
+                .saturating_sub(256)
+                .checked_div(per_container)
+                .unwrap_or(1)
+                .max(1);
         }
         c
     }

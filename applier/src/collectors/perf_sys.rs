@@ -1,15 +1,21 @@
 //! `perf_event_open(2)` counter groups behind a safe API.
 //!
 //! The workspace denies `unsafe_code`; this module is the one exception in the collectors,
-//! because neither `libc` nor `rustix` wraps `perf_event_open` or the perf ioctls, and the
-//! high-level crates either cannot build a cgroup-scoped per-CPU group (`perf-event`) or pull in
-//! bindgen output for three calls (`perf-event2`). Every `unsafe` block is a single syscall
-//! whose arguments are checked here; file descriptors leave this module only as [`OwnedFd`], so
-//! they close on drop.
+//! because no safe wrapper of `perf_event_open` exists: glibc has none and rustix does not bind
+//! it, so it goes through `libc::syscall` (this module's only use of `libc`). Its ioctls take
+//! rustix's generic `ioctl`, which is `unsafe` because the kernel cannot check an argument's
+//! type; reads are rustix's safe `read`. The high-level crates either
+//! cannot build a cgroup-scoped per-CPU group (`perf-event`) or pull in bindgen output for
+//! three calls (`perf-event2`). Every `unsafe` block is a single syscall whose arguments are
+//! checked here; file descriptors leave this module only as [`OwnedFd`], so they close on drop.
 #![allow(unsafe_code)]
 
+use std::ffi::{c_int, c_ulong};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use rustix::io::Errno;
+use rustix::ioctl::{IntegerSetter, Opcode, opcode};
 
 /// `perf_event_attr.type`.
 const PERF_TYPE_HARDWARE: u32 = 0;
@@ -29,13 +35,13 @@ const ATTR_DISABLED: u64 = 1 << 0;
 const ATTR_EXCLUDE_KERNEL: u64 = 1 << 5;
 const ATTR_EXCLUDE_HV: u64 = 1 << 6;
 /// `perf_event_open` flags.
-const PERF_FLAG_PID_CGROUP: libc::c_ulong = 1 << 2;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+const PERF_FLAG_PID_CGROUP: c_ulong = 1 << 2;
+const PERF_FLAG_FD_CLOEXEC: c_ulong = 1 << 3;
 /// `_IO('$', n)` ioctls and their argument.
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
-const PERF_IOC_FLAG_GROUP: libc::c_ulong = 1;
+const PERF_EVENT_IOC_ENABLE: Opcode = opcode::none(b'$', 0);
+const PERF_EVENT_IOC_DISABLE: Opcode = opcode::none(b'$', 1);
+const PERF_EVENT_IOC_RESET: Opcode = opcode::none(b'$', 3);
+const PERF_IOC_FLAG_GROUP: usize = 1;
 
 /// The most events one group holds (a CPI group has two).
 pub const MAX_EVENTS: usize = 4;
@@ -114,12 +120,12 @@ pub enum PerfError {
 
 impl PerfError {
     fn classify(e: io::Error) -> Self {
-        match e.raw_os_error() {
-            Some(libc::ENOENT | libc::ENODEV | libc::ENXIO | libc::EOPNOTSUPP) => {
+        match Errno::from_io_error(&e) {
+            Some(Errno::NOENT | Errno::NODEV | Errno::NXIO | Errno::OPNOTSUPP) => {
                 PerfError::Unsupported(e)
             }
-            Some(libc::EACCES | libc::EPERM) => PerfError::Permission(e),
-            Some(libc::EMFILE | libc::ENFILE) => PerfError::FdLimit(e),
+            Some(Errno::ACCESS | Errno::PERM) => PerfError::Permission(e),
+            Some(Errno::MFILE | Errno::NFILE) => PerfError::FdLimit(e),
             _ => PerfError::Other(e),
         }
     }
@@ -173,10 +179,10 @@ fn attr_for(event: Event, leader: bool, exclude_kernel: bool) -> PerfEventAttr {
 
 fn open_one(
     attr: &PerfEventAttr,
-    pid: libc::pid_t,
-    cpu: libc::c_int,
+    pid: c_int,
+    cpu: c_int,
     group: Option<RawFd>,
-    flags: libc::c_ulong,
+    flags: c_ulong,
 ) -> Result<OwnedFd, PerfError> {
     // SAFETY: `attr` is a live, fully initialised `perf_event_attr` of the size it declares
     // (checked at compile time); the kernel only reads it. `pid`, `cpu`, `group` and `flags`
@@ -199,23 +205,21 @@ fn open_one(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn ioctl_group(fd: &OwnedFd, request: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: the perf ioctls used here take an integer argument (PERF_IOC_FLAG_GROUP), no
-    // pointer; `fd` is an open perf event descriptor owned by the group.
-    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, PERF_IOC_FLAG_GROUP) };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+/// One of the group ioctls (`PERF_EVENT_IOC_ENABLE`, `_DISABLE`, `_RESET`) on the leader.
+fn ioctl_group<const REQUEST: Opcode>(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: the three perf ioctls used here are `_IO` requests whose argument is an integer
+    // (PERF_IOC_FLAG_GROUP), never a pointer; `fd` is an open perf event descriptor owned by
+    // the group.
+    unsafe { rustix::ioctl::ioctl(fd, IntegerSetter::<REQUEST>::new_usize(PERF_IOC_FLAG_GROUP)) }?;
+    Ok(())
 }
 
 impl CounterGroup {
     fn open(
-        pid: libc::pid_t,
-        cpu: libc::c_int,
+        pid: c_int,
+        cpu: c_int,
         events: &[Event],
-        flags: libc::c_ulong,
+        flags: c_ulong,
         exclude_kernel: bool,
     ) -> Result<Self, PerfError> {
         if events.is_empty() || events.len() > MAX_EVENTS {
@@ -253,8 +257,7 @@ impl CounterGroup {
         cpu: u32,
         events: &[Event],
     ) -> Result<Self, PerfError> {
-        let cpu = libc::c_int::try_from(cpu)
-            .map_err(|_| PerfError::Other(io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let cpu = c_int::try_from(cpu).map_err(|_| PerfError::Other(Errno::INVAL.into()))?;
         Self::open(
             cgroup_dir.as_raw_fd(),
             cpu,
@@ -272,26 +275,28 @@ impl CounterGroup {
 
     /// Zeroes and starts every counter of the group.
     pub fn reset_and_enable(&self) -> io::Result<()> {
-        ioctl_group(&self.leader, PERF_EVENT_IOC_RESET)?;
-        ioctl_group(&self.leader, PERF_EVENT_IOC_ENABLE)
+        ioctl_group::<PERF_EVENT_IOC_RESET>(&self.leader)?;
+        ioctl_group::<PERF_EVENT_IOC_ENABLE>(&self.leader)
     }
 
     /// Stops every counter of the group (the counts stay readable).
     pub fn disable(&self) -> io::Result<()> {
-        ioctl_group(&self.leader, PERF_EVENT_IOC_DISABLE)
+        ioctl_group::<PERF_EVENT_IOC_DISABLE>(&self.leader)
     }
 
     /// Reads `{nr, time_enabled, time_running, value[nr]}` from the leader.
     pub fn read(&self) -> io::Result<GroupReading> {
+        const WORD: usize = std::mem::size_of::<u64>();
+        let mut bytes = [0u8; (3 + MAX_EVENTS) * WORD];
+        let want = (3 + self.len) * WORD;
+        let n = rustix::io::read(&self.leader, &mut bytes[..want])?;
         let mut buf = [0u64; 3 + MAX_EVENTS];
-        let want = (3 + self.len) * std::mem::size_of::<u64>();
-        // SAFETY: `buf` is a live, writable array of at least `want` bytes (len <= MAX_EVENTS)
-        // and the kernel writes at most the count passed.
-        let n = unsafe { libc::read(self.leader.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+        for (word, chunk) in buf.iter_mut().zip(bytes.chunks_exact(WORD)) {
+            let mut w = [0u8; WORD];
+            w.copy_from_slice(chunk);
+            *word = u64::from_ne_bytes(w);
         }
-        parse_group_read(&buf, usize::try_from(n).unwrap_or(0), self.len)
+        parse_group_read(&buf, n, self.len)
     }
 }
 
@@ -314,30 +319,6 @@ fn parse_group_read(buf: &[u64], bytes: usize, len: usize) -> io::Result<GroupRe
     Ok(r)
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (counter groups take one descriptor per
-/// event per CPU per container) and returns the soft limit now in force.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a live, writable rlimit the kernel fills in.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: `raised` is a live, initialised rlimit the kernel only reads.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } == 0 {
-            lim = raised;
-        }
-    }
-    Ok(lim.rlim_cur)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,13 +335,13 @@ mod tests {
 
     #[test]
     fn errno_classes() {
-        let c = |n| PerfError::classify(io::Error::from_raw_os_error(n));
-        assert!(matches!(c(libc::ENOENT), PerfError::Unsupported(_)));
-        assert!(matches!(c(libc::EOPNOTSUPP), PerfError::Unsupported(_)));
-        assert!(matches!(c(libc::ENODEV), PerfError::Unsupported(_)));
-        assert!(matches!(c(libc::EACCES), PerfError::Permission(_)));
-        assert!(matches!(c(libc::EMFILE), PerfError::FdLimit(_)));
-        assert!(matches!(c(libc::EINVAL), PerfError::Other(_)));
+        let c = |n: Errno| PerfError::classify(n.into());
+        assert!(matches!(c(Errno::NOENT), PerfError::Unsupported(_)));
+        assert!(matches!(c(Errno::OPNOTSUPP), PerfError::Unsupported(_)));
+        assert!(matches!(c(Errno::NODEV), PerfError::Unsupported(_)));
+        assert!(matches!(c(Errno::ACCESS), PerfError::Permission(_)));
+        assert!(matches!(c(Errno::MFILE), PerfError::FdLimit(_)));
+        assert!(matches!(c(Errno::INVAL), PerfError::Other(_)));
     }
 
     #[test]

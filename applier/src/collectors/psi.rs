@@ -172,7 +172,7 @@ pub fn read_resource(dir: impl AsFd, resource: Resource) -> Result<Psi, PsiReadE
     let len = match cgroup_file::read_at_into(dir, file, &mut buf) {
         Ok(Some(len)) => len,
         Ok(None) => return Err(PsiReadError::Missing { file }),
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::OPNOTSUPP.raw_os_error()) => {
+        Err(e) if rustix::io::Errno::from_io_error(&e) == Some(rustix::io::Errno::OPNOTSUPP) => {
             return Err(PsiReadError::Disabled { file, source: e });
         }
         Err(source) => return Err(PsiReadError::Io { file, source }),

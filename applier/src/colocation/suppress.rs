@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use rustix::io::Errno;
+
 use crate::cgroup::file;
 use crate::cgroup::layout::{KubeQos, Layout, LayoutError};
 use crate::cgroup::{CgroupVersion, Controller};
@@ -168,7 +170,7 @@ impl BeParent {
                 }
                 let mut lowered = Vec::new();
                 match file::write(&file, &want) {
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) && quota >= 0 => {
+                    Err(e) if Errno::from_io_error(&e) == Some(Errno::INVAL) && quota >= 0 => {
                         for d in descendants(&self.cpu_dir)?.iter().rev() {
                             let f = d.join("cpu.cfs_quota_us");
                             let child =

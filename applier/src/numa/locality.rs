@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use koord_api::{LocalityPolicy, ResolvedMemoryLocality, ResolvedQos};
 use procfs_core::FromRead as _;
 use procfs_core::process::Status;
+use rustix::io::Errno;
 
 use super::LocalityConfig;
 use super::migrate_sys::{self, MPOL_MF_MOVE, SysError};
@@ -348,7 +349,7 @@ impl Migrator {
                     // An exiting process answers EINVAL (no mm left) before it is reaped:
                     // that is the same "exited mid-migration" as ESRCH.
                     let e = if !e.is_gone() && self.has_exited(*pid) {
-                        SysError(libc::ESRCH)
+                        SysError(Errno::SRCH)
                     } else {
                         e
                     };
@@ -373,15 +374,15 @@ impl Migrator {
     ) -> Result<u64, SysError> {
         let gone = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                SysError(libc::ESRCH)
+                SysError(Errno::SRCH)
             } else {
-                SysError(e.raw_os_error().unwrap_or(libc::EIO))
+                SysError(Errno::from_io_error(&e).unwrap_or(Errno::IO))
             }
         };
         let numa_maps = std::fs::read(self.proc_file(pid, "numa_maps")).map_err(gone)?;
         let maps = std::fs::read_to_string(self.proc_file(pid, "maps")).map_err(gone)?;
         let ends = vma_ends(&maps);
-        let vmas: Vec<VmaNodes> = parse_vmas(&numa_maps).map_err(|_| SysError(libc::EINVAL))?;
+        let vmas: Vec<VmaNodes> = parse_vmas(&numa_maps).map_err(|_| SysError(Errno::INVAL))?;
         let targets: Vec<i32> = local.iter().map(|n| *n as i32).collect();
         let batch = (rate / 20).clamp(1, MAX_BATCH) as usize;
         let started = Instant::now();
@@ -483,7 +484,7 @@ fn settle_failures(c: &mut ContainerLocality) {
     if c.failed_pids.is_empty() {
         return;
     }
-    let exited = SysError(libc::ESRCH).to_string();
+    let exited = SysError(Errno::SRCH).to_string();
     if c.failed_pids.iter().any(|f| f.error != exited) {
         c.status = ContainerStatus::Failed;
         c.reason = Some(

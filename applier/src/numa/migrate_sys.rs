@@ -1,11 +1,14 @@
 //! The NUMA syscalls, `migrate_pages(2)` and `move_pages(2)`, behind a safe API. One of the
 //! crate's two syscall modules allowed `unsafe` (the other is `collectors::perf_sys`): glibc
-//! has no wrappers and neither nix nor rustix binds them, so they are called through
-//! `libc::syscall` with buffers this module owns.
+//! has no wrappers and neither nix nor rustix binds them (rustix lists both as not yet
+//! implemented), so they are called through `libc::syscall` with buffers this module owns.
+//! The two calls are the crate's only use of `libc` besides `perf_event_open`.
 
 #![allow(unsafe_code)]
 
 use std::ffi::{c_int, c_ulong, c_void};
+
+use rustix::io::Errno;
 
 use super::topology::IdSet;
 
@@ -19,19 +22,19 @@ pub const MAX_NODE: u32 = 1023;
 
 /// An errno from one of the calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SysError(pub i32);
+pub struct SysError(pub Errno);
 
 impl SysError {
     /// The target process does not exist (it exited).
     pub fn is_gone(self) -> bool {
-        self.0 == libc::ESRCH
+        self.0 == Errno::SRCH
     }
 }
 
 impl std::fmt::Display for SysError {
     /// `strerror` text without Rust's " (os error N)" suffix: `No such process`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let full = std::io::Error::from_raw_os_error(self.0).to_string();
+        let full = std::io::Error::from(self.0).to_string();
         let text = full
             .find(" (os error")
             .map_or(full.as_str(), |i| &full[..i]);
@@ -42,11 +45,7 @@ impl std::fmt::Display for SysError {
 impl std::error::Error for SysError {}
 
 fn last_error() -> SysError {
-    SysError(
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO),
-    )
+    SysError(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO))
 }
 
 /// A node bitmask as the kernel reads it: an array of `unsigned long`.
@@ -66,7 +65,7 @@ fn node_mask(nodes: &IdSet, words: usize) -> Vec<c_ulong> {
 pub fn migrate_pages(pid: u32, from: &IdSet, to: &IdSet) -> Result<u64, SysError> {
     let highest = from.iter().chain(to).copied().max().unwrap_or(0);
     if highest > MAX_NODE || pid == 0 || pid > i32::MAX as u32 {
-        return Err(SysError(libc::EINVAL));
+        return Err(SysError(Errno::INVAL));
     }
     let bits = c_ulong::BITS as usize;
     let words = highest as usize / bits + 1;
@@ -100,12 +99,12 @@ fn move_pages_raw(
     flags: c_int,
 ) -> Result<(u64, Vec<c_int>), SysError> {
     if pid == 0 || pid > i32::MAX as u32 {
-        return Err(SysError(libc::EINVAL));
+        return Err(SysError(Errno::INVAL));
     }
     if let Some(n) = nodes
         && n.len() != addrs.len()
     {
-        return Err(SysError(libc::EINVAL));
+        return Err(SysError(Errno::INVAL));
     }
     if addrs.is_empty() {
         return Ok((0, Vec::new()));
@@ -162,17 +161,17 @@ mod tests {
         if c_ulong::BITS == 64 {
             assert_eq!(m, vec![0b1001, 0b11]);
         }
-        assert_eq!(SysError(libc::ESRCH).to_string(), "No such process");
-        assert!(SysError(libc::ESRCH).is_gone());
-        assert!(!SysError(libc::EPERM).is_gone());
+        assert_eq!(SysError(Errno::SRCH).to_string(), "No such process");
+        assert!(SysError(Errno::SRCH).is_gone());
+        assert!(!SysError(Errno::PERM).is_gone());
         let too_high: IdSet = [MAX_NODE + 1].into_iter().collect();
         assert_eq!(
             migrate_pages(1, &too_high, &IdSet::new()),
-            Err(SysError(libc::EINVAL))
+            Err(SysError(Errno::INVAL))
         );
         assert_eq!(
             move_pages(1, &[0x1000], &[], MPOL_MF_MOVE),
-            Err(SysError(libc::EINVAL))
+            Err(SysError(Errno::INVAL))
         );
     }
 }

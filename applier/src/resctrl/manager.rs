@@ -7,6 +7,8 @@ use std::fs;
 use std::io::{ErrorKind, Write as _};
 use std::path::{Path, PathBuf};
 
+use rustix::io::Errno;
+
 use koord_api::{QosClass, ResolvedResctrlQos};
 
 use super::schemata::{
@@ -172,7 +174,7 @@ fn move_task(tasks: &Path, pid: u32) -> Result<bool, ResctrlError> {
         .map_err(io(tasks))?;
     match f.write_all(format!("{pid}\n").as_bytes()) {
         Ok(()) => Ok(true),
-        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+        Err(e) if Errno::from_io_error(&e) == Some(Errno::SRCH) => Ok(false),
         Err(e) => Err(io(tasks)(e)),
     }
 }

@@ -7,6 +7,8 @@
 use std::io;
 use std::time::Duration;
 
+use rustix::io::Errno;
+
 /// The first pause after a resource failure.
 pub const FIRST: Duration = Duration::from_millis(10);
 /// The longest pause: an exhausted limit is retried at least once a second.
@@ -31,16 +33,16 @@ fn is_per_connection(error: &io::Error) -> bool {
             | io::ErrorKind::Interrupted
             | io::ErrorKind::WouldBlock
     ) || matches!(
-        error.raw_os_error(),
+        Errno::from_io_error(error),
         // accept(2): a pending network error of the new socket (Linux passes these on).
         Some(
-            libc::EPROTO
-                | libc::ENETDOWN
-                | libc::ENONET
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::EHOSTDOWN
-                | libc::EOPNOTSUPP
+            Errno::PROTO
+                | Errno::NETDOWN
+                | Errno::NONET
+                | Errno::HOSTUNREACH
+                | Errno::NETUNREACH
+                | Errno::HOSTDOWN
+                | Errno::OPNOTSUPP
         )
     )
 }
@@ -49,29 +51,29 @@ fn is_per_connection(error: &io::Error) -> bool {
 mod tests {
     use super::*;
 
-    fn os(code: i32) -> io::Error {
-        io::Error::from_raw_os_error(code)
+    fn os(code: Errno) -> io::Error {
+        code.into()
     }
 
     #[test]
     fn resource_failures_back_off_doubling_to_a_second() {
         let ms = Duration::from_millis;
         let table = [
-            (None, libc::EMFILE, Some(ms(10))),
-            (Some(ms(10)), libc::EMFILE, Some(ms(20))),
-            (Some(ms(20)), libc::ENFILE, Some(ms(40))),
-            (Some(ms(640)), libc::ENOBUFS, Some(ms(1000))),
-            (Some(ms(1000)), libc::ENOMEM, Some(ms(1000))),
+            (None, Errno::MFILE, Some(ms(10))),
+            (Some(ms(10)), Errno::MFILE, Some(ms(20))),
+            (Some(ms(20)), Errno::NFILE, Some(ms(40))),
+            (Some(ms(640)), Errno::NOBUFS, Some(ms(1000))),
+            (Some(ms(1000)), Errno::NOMEM, Some(ms(1000))),
             // A peer's failure neither pauses nor counts.
-            (Some(ms(640)), libc::ECONNABORTED, None),
-            (None, libc::EPROTO, None),
-            (None, libc::EINTR, None),
+            (Some(ms(640)), Errno::CONNABORTED, None),
+            (None, Errno::PROTO, None),
+            (None, Errno::INTR, None),
         ];
         for (previous, code, want) in table {
             assert_eq!(
                 after_error(previous, &os(code)),
                 want,
-                "{previous:?} {code}"
+                "{previous:?} {code:?}"
             );
         }
     }
@@ -80,7 +82,7 @@ mod tests {
     fn the_pause_is_never_zero_nor_above_the_maximum() {
         let mut pause = None;
         for _ in 0..64 {
-            pause = after_error(pause, &os(libc::EMFILE));
+            pause = after_error(pause, &os(Errno::MFILE));
             let p = pause.expect("a pause");
             assert!((FIRST..=MAX).contains(&p), "{p:?}");
         }

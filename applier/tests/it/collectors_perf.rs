@@ -226,10 +226,13 @@ fn cpi_round_split_into_windows_covers_every_container() {
     let mut tree = RealTree::new();
     let ids: Vec<String> = (1..=3).map(cid).collect();
     let pod_rel = Path::new("kubepods/burstable").join(format!("pod{UID}"));
-    for id in &ids {
-        let dir = tree.mkdir(&pod_rel.join(id));
-        tree.spawn_busy(&dir);
-    }
+    let spinners: Vec<u32> = ids
+        .iter()
+        .map(|id| {
+            let dir = tree.mkdir(&pod_rel.join(id));
+            tree.spawn_busy(&dir)
+        })
+        .collect();
     let registry = Registry::new();
     let m = CollectorMetrics::register(&registry, false, true).expect("register");
     let layout = Layout::new(&tree.root, CgroupVersion::V2, CgroupDriver::Cgroupfs);
@@ -243,11 +246,34 @@ fn cpi_round_split_into_windows_covers_every_container() {
         ("c", ids[2].as_str()),
     ];
     c.sync([&pod(UID, "p", &names, "1")]);
+    // Each window stays open until every spinner has had 50 ms on a CPU by the scheduler's
+    // account (however little a loaded machine gives them), not for a fixed wall time.
+    const ON_CPU: u64 = 50_000_000;
     let mut remaining = Vec::new();
+    // Per window: each spinner's on-CPU time while the window's counters were surely
+    // enabled (after `start_cpi`, before `finish_cpi`).
+    let mut spent: Vec<Vec<u64>> = Vec::new();
     while let Some(w) = c.start_cpi() {
         assert_eq!(w.containers(), 1);
         remaining.push(w.remaining);
-        std::thread::sleep(Duration::from_millis(300));
+        let before: Vec<u64> = spinners.iter().map(|&p| on_cpu_ns(p)).collect();
+        let opened = std::time::Instant::now();
+        let ran = loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let ran: Vec<u64> = spinners
+                .iter()
+                .zip(&before)
+                .map(|(&p, b)| on_cpu_ns(p).saturating_sub(*b))
+                .collect();
+            if ran.iter().all(|&r| r >= ON_CPU) {
+                break ran;
+            }
+            assert!(
+                opened.elapsed() < Duration::from_secs(60),
+                "the spinners got {ran:?} ns on a CPU in 60 s: the machine is too loaded to measure"
+            );
+        };
+        spent.push(ran);
         c.finish_cpi(w);
         if remaining.last() == Some(&0) {
             break;
@@ -255,7 +281,7 @@ fn cpi_round_split_into_windows_covers_every_container() {
     }
     assert_eq!(remaining, [2, 1, 0], "three consecutive windows");
     let text = scrape(&registry, &c);
-    for (name, _) in names {
+    for (i, (name, _)) in names.iter().enumerate() {
         let line = series(&text, "koordlet_container_cpi{")
             .into_iter()
             .find(|l| l.contains(&format!("container_name=\"{name}\",cpi_field=\"cycles\"")))
@@ -265,7 +291,14 @@ fn cpi_round_split_into_windows_covers_every_container() {
             .next()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0.0);
-        assert!(v > 1e7, "{name} busy for 0.3 s: {v} ns");
+        // The container's task-clock is its spinner's CPU time in the window that counted it
+        // (the counters run a little longer than the span measured, hence the margins): at
+        // least 2/3 of >= 50 ms, so a container left out or counted as idle fails.
+        let ran: Vec<f64> = spent.iter().map(|w| w[i] as f64).collect();
+        assert!(
+            ran.iter().any(|&r| v >= r * 0.66 && v <= r * 1.5 + 5e7),
+            "{name}: task-clock {v} ns; its spinner's ns on a CPU in each window: {ran:?}"
+        );
     }
 }
 

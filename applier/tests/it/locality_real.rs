@@ -12,6 +12,7 @@ use koord_applier::numa::migrate_sys::{
 };
 use koord_applier::numa::numa_maps::NodeUsage;
 use koord_applier::numa::topology::Topology;
+use rustix::io::Errno;
 
 fn require_numa_kernel() {
     assert!(
@@ -78,14 +79,14 @@ fn syscalls_move_nothing_when_pages_are_already_there() {
     child.kill().expect("kill");
     child.wait().expect("reap");
     // Reaped: the kernel no longer knows the pid.
-    assert_eq!(migrate_pages(pid, &same, &same), Err(SysError(libc::ESRCH)));
+    assert_eq!(migrate_pages(pid, &same, &same), Err(SysError(Errno::SRCH)));
     assert_eq!(
         migrate_pages(pid, &same, &same)
             .expect_err("gone")
             .to_string(),
         "No such process"
     );
-    assert_eq!(query_pages(pid, &[0x1000]), Err(SysError(libc::ESRCH)));
+    assert_eq!(query_pages(pid, &[0x1000]), Err(SysError(Errno::SRCH)));
 }
 
 #[test]
@@ -200,11 +201,11 @@ fn a_zombie_answers_einval_which_the_pass_reports_as_exited() {
     // No mm left: EINVAL, not ESRCH (kernel_migrate_pages, get_task_mm == NULL).
     assert_eq!(
         migrate_pages(pid, &node0, &node0),
-        Err(SysError(libc::EINVAL))
+        Err(SysError(Errno::INVAL))
     );
     child.wait().expect("reap");
     assert_eq!(
         migrate_pages(pid, &node0, &node0),
-        Err(SysError(libc::ESRCH))
+        Err(SysError(Errno::SRCH))
     );
 }

@@ -3,8 +3,6 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use base64::Engine as _;
-
 use super::generate::{CertBundle, GenerateError, generate_bundle, service_dns_names};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -81,7 +79,7 @@ pub fn write_certs(args: &CertsArgs) -> Result<(CertBundle, String), CertsError>
     write(&args.out, "ca.key", &bundle.ca_key_pem, true)?;
     write(&args.out, "tls.crt", &bundle.cert_pem, false)?;
     write(&args.out, "tls.key", &bundle.key_pem, true)?;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(&bundle.ca_cert_pem);
+    let ca_bundle = base64_simd::STANDARD.encode_to_string(&bundle.ca_cert_pem);
     Ok((bundle, ca_bundle))
 }
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier as _;
 use rustls::pki_types::pem::PemObject;
@@ -69,11 +68,10 @@ pub fn inspect_pem(pem: &[u8]) -> Result<Vec<CertInfo>, InspectError> {
 
 /// PEM text of DER certificates (what a caBundle holds).
 pub fn to_pem(ders: &[Vec<u8>]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD;
     let mut out = String::new();
     for der in ders {
         out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let text = b64.encode(der);
+        let text = base64_simd::STANDARD.encode_to_string(der);
         for line in text.as_bytes().chunks(64) {
             out.push_str(&String::from_utf8_lossy(line));
             out.push('\n');

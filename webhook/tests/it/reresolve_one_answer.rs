@@ -8,6 +8,7 @@
 //! `disabledNamespaces`), then re-resolved under every configuration.
 
 use crate::common::examples;
+use crate::server_support::apply_response_patch;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use koord_webhook::manifest;
 use koord_webhook::policy::{
@@ -137,16 +138,7 @@ fn admit(
         Decision::Error { message } => panic!("admission error: {message}"),
         _ => {}
     }
-    let mut out = object.clone();
-    if let Some(patch) = body["response"]["patch"].as_str() {
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(patch)
-            .expect("base64");
-        let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch");
-        json_patch::patch(&mut out, &patch).expect("admission patch applies");
-    }
-    Some(out)
+    Some(apply_response_patch(&body["response"], object))
 }
 
 /// The pod as the API server stores it: a namespace, an identity, a resourceVersion.

@@ -169,8 +169,7 @@ async fn annotations_follow_in_place_resizes_within_seconds() {
         fake.put(running_pod(i, 512));
     }
     let addr = fake.serve().await;
-    let uri: http::Uri = format!("http://{addr}").parse().expect("uri");
-    let client = kube::Client::try_from(kube::Config::new(uri)).expect("client");
+    let client = fake_apiserver::client(addr);
     let (namespaces, _writer) = namespace_store();
     let config = config();
     let st = state();

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::routing::get;
 use axum_server::tls_rustls::RustlsConfig;
-use base64::Engine as _;
 use fake_apiserver::client;
 use fake_apiserver::objects::{FakeObjects, SECRETS, WEBHOOKS};
 use koord_webhook::certs::rotation::RotationPolicy;
@@ -70,22 +69,14 @@ fn published(fake: &FakeObjects) -> Vec<u8> {
                 .as_str()
                 .map(str::to_owned)
         })
-        .map(|b| {
-            base64::engine::general_purpose::STANDARD
-                .decode(b)
-                .expect("base64")
-        })
+        .map(|b| base64_simd::STANDARD.decode_to_vec(b).expect("base64"))
         .unwrap_or_default()
 }
 
 fn secret_key(fake: &FakeObjects, key: &str) -> Option<Vec<u8>> {
     let s = fake.get(SECRETS, SECRET)?;
     let b = s["data"][key].as_str()?;
-    Some(
-        base64::engine::general_purpose::STANDARD
-            .decode(b)
-            .expect("base64"),
-    )
+    Some(base64_simd::STANDARD.decode_to_vec(b).expect("base64"))
 }
 
 struct Replica {

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::server_support::{apply_response_patch, response_patch};
 use koord_api::DecisionSource;
 use koord_api::keys::{
     ANNOTATION_LEGACY_MEMORY_QOS, ANNOTATION_MEMORY_LOCALITY, ANNOTATION_MEMORY_QOS,
@@ -191,13 +192,8 @@ fn assert_well_formed(body: &[u8], ctx: &ReviewContext<'_>) {
     assert_eq!(v["kind"], "AdmissionReview");
     assert!(v["response"]["allowed"].is_boolean());
     assert!(v["response"]["uid"].is_string());
-    if let Some(p) = v["response"].get("patch") {
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(p.as_str().expect("str"))
-            .expect("b64");
-        let _: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch parses");
-    }
+    // A patch, when there is one, is base64 of an RFC 6902 patch.
+    let _ = response_patch(&v["response"]);
 }
 
 fn with_ctx(f: impl FnOnce(&ReviewContext<'_>)) {
@@ -233,12 +229,8 @@ proptest! {
             // `metadata` and `spec` always arrive as objects; only then must the patch apply.
             let structural = v["request"]["object"]["metadata"].is_object()
                 && v["request"]["object"]["spec"].is_object();
-            if let Some(p) = resp["response"].get("patch").and_then(Value::as_str).filter(|_| structural) {
-                use base64::Engine as _;
-                let bytes = base64::engine::general_purpose::STANDARD.decode(p).expect("b64");
-                let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("patch");
-                let mut object = v["request"]["object"].clone();
-                json_patch::patch(&mut object, &patch).expect("patch applies to the object");
+            if structural {
+                apply_response_patch(&resp["response"], &v["request"]["object"]);
             }
         });
     }

@@ -147,10 +147,9 @@ fn certs_command_writes_ca_and_serving_cert_with_service_names() {
         ca_days: 60,
     };
     let (bundle, ca_bundle) = koord_webhook::certs::write_certs(&args).expect("certs");
-    use base64::Engine as _;
     use rustls::client::danger::ServerCertVerifier as _;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(&ca_bundle)
+    let decoded = base64_simd::STANDARD
+        .decode_to_vec(&ca_bundle)
         .expect("caBundle is base64");
     assert_eq!(decoded, bundle.ca_cert_pem.as_bytes());
     for f in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {

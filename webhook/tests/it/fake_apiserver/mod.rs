@@ -1,6 +1,10 @@
-//! A tiny in-process fake of kube-apiserver's list/watch endpoints for ConfigMaps (in one
-//! namespace) and Namespaces (metadata-only), enough for kube's reflectors.
+//! Tiny in-process fakes of kube-apiserver: here the list/watch endpoints for ConfigMaps (in
+//! one namespace) and Namespaces (metadata-only), enough for kube's reflectors; [`objects`]
+//! (Secrets, webhook configurations), [`pods`] (the re-resolver's pods and Events) and
+//! [`lease`] (one Lease) beside it. The helpers every fake shares (query parsing, the watch
+//! stream, Status failures, a client) are at the bottom of this file.
 
+pub mod lease;
 pub mod objects;
 pub mod pods;
 
@@ -131,7 +135,7 @@ impl FakeApiServer {
 
     /// Like the real apiserver, a watch from resourceVersion N first replays what changed
     /// after N (here: the current objects newer than N), then streams live changes.
-    fn watch_response(&self, resource: &'static str, name: Option<String>, since: u64) -> Response {
+    fn watch(&self, resource: &'static str, name: Option<String>, since: u64) -> Response {
         let rx = self.events.subscribe();
         let replay: Vec<(String, Value)> = {
             let o = self.objects.lock().expect("lock");
@@ -141,42 +145,56 @@ impl FakeApiServer {
                 &o.namespaces
             };
             map.values()
-                .filter(|obj| {
-                    obj["metadata"]["resourceVersion"]
-                        .as_str()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .is_some_and(|v| v > since)
-                })
+                .filter(|obj| newer_than(obj, since))
                 .map(|obj| (resource.to_owned(), obj.clone()))
                 .collect()
         };
-        let stream = futures::stream::iter(replay)
-            .chain(tokio_stream_from(rx))
-            .filter_map(move |(kind, obj)| {
+        watch_response(futures::stream::iter(replay).chain(changes(rx)).filter_map(
+            move |(kind, obj)| {
                 let keep = kind == resource
                     && name
                         .as_ref()
                         .is_none_or(|n| obj["metadata"]["name"].as_str() == Some(n.as_str()));
-                async move {
-                    keep.then(|| {
-                        let mut line =
-                            serde_json::to_vec(&json!({"type": "MODIFIED", "object": obj}))
-                                .expect("json");
-                        line.push(b'\n');
-                        Ok::<_, Infallible>(Bytes::from(line))
-                    })
-                }
-            });
-        Response::builder()
-            .header("content-type", "application/json")
-            .body(Body::from_stream(stream))
-            .expect("response")
+                async move { keep.then_some(("MODIFIED", obj)) }
+            },
+        ))
     }
 }
 
-fn tokio_stream_from(
-    rx: broadcast::Receiver<(String, Value)>,
-) -> impl futures::Stream<Item = (String, Value)> {
+/// Query parameters; kube only percent-encodes `=` and `,` in the selectors we use.
+pub fn query(raw: Option<String>) -> BTreeMap<String, String> {
+    raw.unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=").replace("%2C", ",")))
+        .collect()
+}
+
+/// The `resourceVersion` a list or watch starts from (0 when absent).
+pub fn since(q: &BTreeMap<String, String>) -> u64 {
+    q.get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether the query asks for a watch.
+pub fn is_watch(q: &BTreeMap<String, String>) -> bool {
+    q.get("watch").is_some_and(|w| w == "true" || w == "1")
+}
+
+/// Whether `obj` changed after resourceVersion `since` (what a watch from `since` replays).
+pub fn newer_than(obj: &Value, since: u64) -> bool {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|v| v > since)
+}
+
+/// The live changes of a fake, skipping what a slow watcher missed (as a real watch would
+/// have to relist for).
+pub fn changes<T: Clone + Send + 'static>(
+    rx: broadcast::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move {
         loop {
             match rx.recv().await {
@@ -188,19 +206,31 @@ fn tokio_stream_from(
     })
 }
 
-/// Query parameters; kube only percent-encodes `=` and `,` in the selectors we use.
-fn query(raw: Option<String>) -> BTreeMap<String, String> {
-    raw.unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=").replace("%2C", ",")))
-        .collect()
+/// A watch answer: one `{"type": ..., "object": ...}` line per event, as long as the stream.
+pub fn watch_response(
+    events: impl futures::Stream<Item = (&'static str, Value)> + Send + 'static,
+) -> Response {
+    let lines = events.map(|(kind, obj)| {
+        let mut line = serde_json::to_vec(&json!({"type": kind, "object": obj})).expect("json");
+        line.push(b'\n');
+        Ok::<_, Infallible>(Bytes::from(line))
+    });
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from_stream(lines))
+        .expect("response")
 }
 
-fn since(q: &BTreeMap<String, String>) -> u64 {
-    q.get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// Serves `router` on a loopback port for the rest of the test.
+pub async fn serve_router(router: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
 }
 
 /// A JSON answer with `status`.
@@ -221,17 +251,13 @@ pub fn failure(code: u16, reason: &str) -> Response {
     )
 }
 
-fn is_watch(q: &BTreeMap<String, String>) -> bool {
-    q.get("watch").is_some_and(|w| w == "true" || w == "1")
-}
-
-fn list(kind: &str, api_version: &str, version: u64, items: Vec<Value>) -> Response {
-    let body = json!({"apiVersion": api_version, "kind": kind,
-                      "metadata": {"resourceVersion": version.to_string()}, "items": items});
-    Response::builder()
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("response")
+/// A list answer at resourceVersion `version`.
+pub fn list(kind: &str, api_version: &str, version: u64, items: Vec<Value>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"resourceVersion": version.to_string()}, "items": items}),
+    )
 }
 
 async fn configmaps(
@@ -245,7 +271,7 @@ async fn configmaps(
         .and_then(|f| f.strip_prefix("metadata.name="))
         .map(str::to_owned);
     if is_watch(&q) {
-        return fake.watch_response("configmaps", name, since(&q));
+        return fake.watch("configmaps", name, since(&q));
     }
     fake.wait_open().await;
     let o = fake.objects.lock().expect("lock");
@@ -265,7 +291,7 @@ async fn configmaps(
 async fn namespaces(State(fake): State<FakeApiServer>, RawQuery(q): RawQuery) -> Response {
     let q = query(q);
     if is_watch(&q) {
-        return fake.watch_response("namespaces", None, since(&q));
+        return fake.watch("namespaces", None, since(&q));
     }
     fake.wait_open().await;
     let o = fake.objects.lock().expect("lock");
@@ -281,19 +307,8 @@ async fn namespaces(State(fake): State<FakeApiServer>, RawQuery(q): RawQuery) ->
 async fn namespace(State(fake): State<FakeApiServer>, Path(name): Path<String>) -> Response {
     let o = fake.objects.lock().expect("lock");
     match o.namespaces.get(&name) {
-        Some(ns) => Response::builder()
-            .header("content-type", "application/json")
-            .body(Body::from(ns.to_string()))
-            .expect("response"),
-        None => Response::builder()
-            .status(404)
-            .header("content-type", "application/json")
-            .body(Body::from(
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "NotFound", "code": 404, "message": "not found"})
-                .to_string(),
-            ))
-            .expect("response"),
+        Some(ns) => json_response(StatusCode::OK, ns),
+        None => failure(404, "NotFound"),
     }
 }
 

@@ -3,19 +3,20 @@
 //! get, create and resourceVersion-checked replace, like the real one.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use super::{failure, json_response};
+use super::{
+    changes, failure, is_watch, json_response, list, newer_than, query, since, watch_response,
+};
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::get;
 use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::broadcast;
 
 pub const SECRETS: &str = "secrets";
@@ -135,54 +136,22 @@ impl FakeObjects {
                 .collect();
             (o.version, items)
         };
-        if !q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-            return json_response(
-                StatusCode::OK,
-                &json!({"apiVersion": "v1", "kind": "List",
-                        "metadata": {"resourceVersion": version.to_string()}, "items": items}),
-            );
+        if !is_watch(&q) {
+            return list("List", "v1", version, items);
         }
-        let since: u64 = q
-            .get("resourceVersion")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let since = since(&q);
         let replay: Vec<(String, &'static str, Value)> = items
             .into_iter()
-            .filter(|obj| {
-                obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .is_some_and(|v| v > since)
-            })
+            .filter(|obj| newer_than(obj, since))
             .map(|obj| (resource.to_owned(), "MODIFIED", obj))
             .collect();
         let rx = self.events.subscribe();
-        let live = futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(item) => return Some((item, rx)),
-                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
-            }
-        });
-        let stream = futures::stream::iter(replay)
-            .chain(live)
-            .filter_map(move |(r, kind, obj)| {
+        watch_response(futures::stream::iter(replay).chain(changes(rx)).filter_map(
+            move |(r, kind, obj)| {
                 let keep = r == resource && matches(&obj);
-                async move {
-                    keep.then(|| {
-                        let mut line = serde_json::to_vec(&json!({"type": kind, "object": obj}))
-                            .expect("json");
-                        line.push(b'\n');
-                        Ok::<_, Infallible>(Bytes::from(line))
-                    })
-                }
-            });
-        Response::builder()
-            .header("content-type", "application/json")
-            .body(Body::from_stream(stream))
-            .expect("response")
+                async move { keep.then_some((kind, obj)) }
+            },
+        ))
     }
 
     fn get_one(&self, resource: &str, name: &str) -> Response {
@@ -215,14 +184,6 @@ impl FakeObjects {
         let stored = self.put(resource, obj);
         json_response(StatusCode::OK, &stored)
     }
-}
-
-fn query(raw: Option<String>) -> BTreeMap<String, String> {
-    raw.unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.replace("%3D", "=").replace("%2C", ",")))
-        .collect()
 }
 
 async fn list_secrets(

@@ -1,6 +1,6 @@
 //! A fake of what the re-resolver talks to: pods (list in pages, watch, get, JSON patch with
-//! the resourceVersion precondition the real API server enforces), one Lease (get, create,
-//! resourceVersion-checked update) and Events (accepted and counted). No admission runs: a
+//! the resourceVersion precondition the real API server enforces), one Lease
+//! ([`super::lease`]) and Events (accepted and counted). No admission runs: a
 //! patch is stored as sent. `resize` plays the API server and the kubelet of an in-place
 //! resize: the spec first, then (unless pending) the status the kubelet reports.
 //!
@@ -12,6 +12,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use super::lease::FakeLease;
 use super::{failure, json_response};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -27,7 +28,6 @@ use tokio::sync::broadcast;
 struct Objects {
     version: u64,
     pods: BTreeMap<(String, String), Bytes>,
-    lease: Option<Value>,
     patches: u64,
     events: Vec<Value>,
     /// Only counted: the memory tests post tens of thousands.
@@ -50,6 +50,7 @@ pub struct Requests {
 pub struct FakePods {
     objects: Arc<Mutex<Objects>>,
     changes: broadcast::Sender<(&'static str, Bytes)>,
+    lease: FakeLease,
 }
 
 impl Default for FakePods {
@@ -63,6 +64,7 @@ impl FakePods {
         let fake = FakePods {
             objects: Arc::default(),
             changes: broadcast::channel(1024).0,
+            lease: FakeLease::default(),
         };
         fake.objects.lock().expect("lock").keep_events = true;
         fake
@@ -149,18 +151,11 @@ impl FakePods {
                 get(one_pod).patch(patch_pod),
             )
             .route(
-                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
-                get(get_lease).put(put_lease),
-            )
-            .route(
-                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
-                post(post_lease),
-            )
-            .route(
                 "/apis/events.k8s.io/v1/namespaces/{ns}/events",
                 post(post_event),
             )
-            .with_state(self.clone());
+            .with_state(self.clone())
+            .merge(self.lease.router());
         let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move {
@@ -338,41 +333,6 @@ async fn patch_pod(
         .header("content-type", "application/json")
         .body(Body::from(stored))
         .expect("response")
-}
-
-async fn get_lease(State(fake): State<FakePods>) -> Response {
-    match &fake.objects.lock().expect("lock").lease {
-        Some(l) => json_response(StatusCode::OK, l),
-        None => failure(404, "NotFound"),
-    }
-}
-
-async fn put_lease(State(fake): State<FakePods>, body: Bytes) -> Response {
-    let mut new: Value = serde_json::from_slice(&body).expect("lease");
-    let mut o = fake.objects.lock().expect("lock");
-    let current = o
-        .lease
-        .as_ref()
-        .map(|l| l["metadata"]["resourceVersion"].clone());
-    if current != Some(new["metadata"]["resourceVersion"].clone()) {
-        return failure(409, "Conflict");
-    }
-    o.version += 1;
-    new["metadata"]["resourceVersion"] = o.version.to_string().into();
-    o.lease = Some(new.clone());
-    json_response(StatusCode::OK, &new)
-}
-
-async fn post_lease(State(fake): State<FakePods>, body: Bytes) -> Response {
-    let mut new: Value = serde_json::from_slice(&body).expect("lease");
-    let mut o = fake.objects.lock().expect("lock");
-    if o.lease.is_some() {
-        return failure(409, "AlreadyExists");
-    }
-    o.version += 1;
-    new["metadata"]["resourceVersion"] = o.version.to_string().into();
-    o.lease = Some(new.clone());
-    json_response(StatusCode::CREATED, &new)
 }
 
 async fn post_event(State(fake): State<FakePods>, body: Bytes) -> Response {

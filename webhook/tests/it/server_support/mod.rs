@@ -237,16 +237,20 @@ pub fn response_of(reply: &Reply) -> Value {
     v["response"].clone()
 }
 
+/// The response's base64 JSONPatch, decoded and parsed; `None` when it carries no patch.
+pub fn response_patch(response: &Value) -> Option<json_patch::Patch> {
+    let p = response.get("patch")?;
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes = base64_simd::STANDARD
+        .decode_to_vec(p.as_str().expect("patch is a string"))
+        .expect("patch is base64");
+    Some(serde_json::from_slice(&bytes).expect("RFC 6902 patch"))
+}
+
 /// Applies the response's base64 JSONPatch to `object` with the json-patch crate.
 pub fn apply_response_patch(response: &Value, object: &Value) -> Value {
-    use base64::Engine as _;
     let mut out = object.clone();
-    if let Some(p) = response.get("patch").and_then(Value::as_str) {
-        assert_eq!(response["patchType"], "JSONPatch");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(p)
-            .expect("patch is base64");
-        let patch: json_patch::Patch = serde_json::from_slice(&bytes).expect("RFC 6902 patch");
+    if let Some(patch) = response_patch(response) {
         json_patch::patch(&mut out, &patch).expect("patch applies");
     }
     out
