@@ -35,6 +35,8 @@ import subprocess
 import threading
 import time
 
+from koordtest.procs import vm_status
+
 NS_FLIP = "e2e-flip"
 NS_SCALE = "e2e-scale"
 NS_MEM = "e2e-mem"
@@ -596,16 +598,6 @@ def resize(h, s) -> None:
         h.kubectl("delete", "pods", "--all", "-n", NS_RESIZE, "--force", "--grace-period=0",
                   "--wait=false", timeout=120)
         s.restore_configmaps(h)
-
-
-def vm_status(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0])
-    return out
 
 
 def realistic_pod(s, name: str, ns: str) -> dict:

@@ -37,6 +37,7 @@ sys.path.insert(0, str(E2E))
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.dont_write_bytecode = True  # no __pycache__ in the repo
 
+import drain_e2e  # noqa: E402
 import reresolve_e2e  # noqa: E402
 import koordtest  # noqa: E402
 from koordtest import webhookcfg  # noqa: E402
@@ -415,9 +416,11 @@ def start_webhook(h: Harness, name: str = "webhook", identity: str = WEBHOOK_ID,
         h.webhook_kubeconfig = h.impersonating_kubeconfig(
             "webhook", dep["metadata"]["namespace"], sa)
     port, metrics_port = ports or (h.webhook_port, h.webhook_metrics_port)
+    # No Service in front of these replicas: nothing to wait for when one is stopped, so no
+    # shutdown delay (drain_e2e.py puts replicas behind one and sets it).
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", **workload_env(dep),
            "KUBECONFIG": str(h.webhook_kubeconfig), "KOORD_POD_NAME": identity,
-           **(extra_env or {})}
+           "KOORD_SHUTDOWN_DELAY": "0s", **(extra_env or {})}
     certs = h.dir / "certs"
     argv = [h.webhook_bin, "serve",
             "--listen", f"127.0.0.1:{port}",
@@ -980,6 +983,12 @@ if os.environ.get("KOORD_E2E_MEMORY") == "1":
         reresolve_e2e.memory(h, sys.modules[__name__])
 
 
+@scenario("replicas stopped with SIGTERM one at a time behind a Service, pods created at 20/s: "
+          "none admitted without its annotation or batch translation (drain_e2e.py)")
+def s_drain(h: Harness) -> None:
+    drain_e2e.rolling_restart(h, sys.modules[__name__])
+
+
 @scenario("kube-apiserver restarted under a running webhook: watches recover, the next config "
           "change is seen")
 def s_apiserver_restart(h: Harness) -> None:
@@ -1224,7 +1233,7 @@ def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool
               f"without webhook {h.figures.get('without_webhook')}, "
               f"with webhook {h.figures.get('with_webhook')}", flush=True)
     for key in ("reresolve_down_s", "reresolve_flip", "reresolve_takeover_s",
-                "reresolve_scale", "reresolve_memory", "resize"):
+                "reresolve_scale", "reresolve_memory", "resize", "drain"):
         if key in h.figures:
             print(f"{key} ({h.figures.get('profile')} build): {json.dumps(h.figures[key])}",
                   flush=True)

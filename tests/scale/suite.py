@@ -36,7 +36,7 @@ from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, wait_until  # noqa: E402
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
-from koordtest.procs import Proc, impersonating_kubeconfig  # noqa: E402
+from koordtest.procs import Proc, ProcTable, impersonating_kubeconfig, vm_status  # noqa: E402
 from load import Api, PodWatch, burst  # noqa: E402
 from relay import Relays  # noqa: E402
 
@@ -138,7 +138,7 @@ def what_is_wrong(pod: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
-class Harness(koordtest.Harness):
+class Harness(koordtest.Harness, ProcTable):
     KUBECTL_TIMEOUT = 120
     SA_TIMEOUT = None  # no controller-manager: ServiceAccount admission is off instead
 
@@ -166,15 +166,6 @@ class Harness(koordtest.Harness):
 
     def apiserver_metrics(self) -> dict:
         return parse_metrics(self.kubectl("get", "--raw", "/metrics").stdout)
-
-    def start_proc(self, name: str, argv: list[str], env: dict) -> Proc:
-        old = self.procs.get(name)
-        if old and old.alive():
-            raise Fatal(f"{name} already running")
-        p = Proc(name, argv, env, self.dir / f"{name}.log")
-        self.procs[name] = p
-        p.start()
-        return p
 
     def stop_proc(self, name: str) -> None:
         p = self.procs.pop(name, None)
@@ -221,16 +212,6 @@ def cp_env(h: Harness) -> dict:
             "KOORD_E2E_ETCD_PEER_PORT": str(ETCD_PEER_PORT),
             "KOORD_E2E_APISERVER_PORT": str(APISERVER_PORT),
             "KOORD_E2E_APISERVER_EXTRA_ARGS": extra, "KOORD_E2E_EXTRA_TOKENS": tokens}
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            if k in ("VmRSS", "VmHWM"):
-                out[k] = int(v.split()[0])
-    return out
 
 
 def cpu_seconds(pid: int) -> float:
@@ -485,8 +466,8 @@ def s_population(h: Harness) -> None:
         api, "/api/v1/pods", "status.phase!=Running") == 0, 120 + len(pods) / 20, 5)
     h.results["population"]["running_after_s"] = round(time.monotonic() - t0, 1)
     h.results["apiserver_after_population"] = {
-        "kube_apiserver_rss_mib": round(proc_status(pid_of(h, "kube-apiserver"))["VmRSS"] / 1024),
-        "etcd_rss_mib": round(proc_status(pid_of(h, "etcd"))["VmRSS"] / 1024)}
+        "kube_apiserver_rss_mib": round(vm_status(pid_of(h, "kube-apiserver"))["VmRSS"] / 1024),
+        "etcd_rss_mib": round(vm_status(pid_of(h, "etcd"))["VmRSS"] / 1024)}
 
 
 def mutated_anyway(pod: dict) -> list[str]:
@@ -627,12 +608,12 @@ def s_reresolve(h: Harness) -> None:
 
     def sample() -> None:
         while not stop.is_set():
-            peak["rss"] = max(peak["rss"], proc_status(pid)["VmRSS"])
+            peak["rss"] = max(peak["rss"], vm_status(pid)["VmRSS"])
             time.sleep(0.25)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    rss_before = proc_status(pid)["VmRSS"]
+    rss_before = vm_status(pid)["VmRSS"]
     t0 = time.monotonic()
     cfg = {"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": True, "wmarkRatio": 90}},
                                "beClass": {"memoryQOS": {"enable": True, "wmarkRatio": 90}}}}
@@ -674,7 +655,7 @@ def s_reresolve(h: Harness) -> None:
            "failed": delta("koord_webhook_reresolve_pods_failed_total"),
            "holder_rss_before_mib": round(rss_before / 1024, 1),
            "holder_rss_peak_mib": round(peak["rss"] / 1024, 1),
-           "holder_hwm_mib": round(proc_status(pid)["VmHWM"] / 1024, 1)}
+           "holder_hwm_mib": round(vm_status(pid)["VmHWM"] / 1024, 1)}
     h.results["reresolve"] = fig
     log(f"re-resolution: {fig}")
     check(fig["patches"] == n, f"{fig['patches']} patches for {n} pods")

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .checks import Fatal
 from .harness import log
 
 
@@ -52,6 +53,34 @@ class Proc:
             return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
+
+
+class ProcTable:
+    """The processes a harness started, by name (a mixin: the harness sets `self.procs` and
+    `self.dir`, where the logs go)."""
+
+    procs: dict[str, Proc]
+    dir: Path
+
+    def start_proc(self, name: str, argv: list[str], env: dict) -> Proc:
+        old = self.procs.get(name)
+        if old and old.alive():
+            raise Fatal(f"{name} already running")
+        p = Proc(name, argv, env, self.dir / f"{name}.log")
+        self.procs[name] = p
+        p.start()
+        return p
+
+
+def vm_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0])
+    return out
 
 
 def impersonating_kubeconfig(path: Path, server: str, ca_pem: bytes, token: str,

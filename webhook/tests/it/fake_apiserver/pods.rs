@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use super::lease::FakeLease;
-use super::{failure, json_response};
+use super::{changes, failure, is_watch, json_response, query, since};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
@@ -170,14 +170,6 @@ fn key_of(pod: &Value) -> (String, String) {
     (s("namespace"), s("name"))
 }
 
-fn query(raw: Option<String>) -> BTreeMap<String, String> {
-    raw.unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
 /// A list, `limit` items a page; the continue token is the offset of the next item (the
 /// real one is opaque too).
 fn pod_list(o: &mut Objects, namespace: Option<&str>, q: &BTreeMap<String, String>) -> Response {
@@ -219,13 +211,10 @@ fn pod_list(o: &mut Objects, namespace: Option<&str>, q: &BTreeMap<String, Strin
 
 async fn all_pods(State(fake): State<FakePods>, RawQuery(q): RawQuery) -> Response {
     let q = query(q);
-    if !q.get("watch").is_some_and(|w| w == "true" || w == "1") {
+    if !is_watch(&q) {
         return pod_list(&mut fake.objects.lock().expect("lock"), None, &q);
     }
-    let since: u64 = q
-        .get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let since = since(&q);
     let rx = fake.changes.subscribe();
     let replay: Vec<(&'static str, Bytes)> = {
         let mut o = fake.objects.lock().expect("lock");
@@ -236,15 +225,7 @@ async fn all_pods(State(fake): State<FakePods>, RawQuery(q): RawQuery) -> Respon
             .map(|text| ("MODIFIED", text.clone()))
             .collect()
     };
-    let live = futures::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(item) => return Some((item, rx)),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    });
+    let live = changes(rx);
     let stream = futures::stream::iter(replay)
         .chain(live)
         .map(|(kind, text)| {
