@@ -45,7 +45,7 @@ from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402,F401
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import parse_metrics  # noqa: E402
-from koordtest.procs import Proc, impersonating_kubeconfig  # noqa: E402
+from koordtest.procs import Proc, ProcTable, impersonating_kubeconfig  # noqa: E402
 
 CONTROL_PLANE = E2E / "control-plane.sh"
 HELM_SH = E2E / "helm.sh"
@@ -143,7 +143,7 @@ def resolved(pod: dict) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-class Harness(koordtest.Harness):
+class Harness(koordtest.Harness, ProcTable):
     KUBECTL_TIMEOUT = 60
     SA_TIMEOUT = None  # no controller-manager: ServiceAccount admission is off instead
 
@@ -206,15 +206,6 @@ class Harness(koordtest.Harness):
             (self.cp_dir / "token").read_text().strip(), namespace, sa)
 
     # -- processes -----------------------------------------------------------------------
-
-    def start_proc(self, name: str, argv: list[str], env: dict) -> Proc:
-        old = self.procs.get(name)
-        if old and old.alive():
-            raise Fatal(f"{name} already running")
-        p = Proc(name, argv, env, self.dir / f"{name}.log")
-        self.procs[name] = p
-        p.start()
-        return p
 
     def http_get(self, port: int, path: str) -> tuple[int, str]:
         try:
