@@ -156,11 +156,18 @@ def apply_probes(h, names: list[str], batch: int = 10) -> None:
         wait_until(f"probe pods {part[0]}..{part[-1]} Running", running, 600, 2)
 
 
+def blames_nri(event: dict) -> bool:
+    """A Warning whose message names NRI as a word (a plugin's error fails the creation with
+    one); "nri" inside a name (this namespace, a pod called be-alloc-nri) is not that."""
+    words = re.findall(r"[A-Za-z0-9_./:-]+", event.get("message") or "")
+    return event.get("type") == "Warning" and any(w.strip(".:").lower() == "nri" for w in words)
+
+
 def nri_failures(h) -> list[str]:
-    """Events in the namespace that blame NRI (a plugin's error fails the creation)."""
+    """Events in the namespace that blame NRI."""
     evs = h.kjson("-n", NS, "get", "events")["items"]
     return [f"{e['involvedObject'].get('name')}: {e.get('reason')} {e.get('message', '')[:200]}"
-            for e in evs if "nri" in (e.get("message") or "").lower()]
+            for e in evs if blames_nri(e)]
 
 
 class ColocationOff:
