@@ -24,7 +24,9 @@ export LANES_LOG_DIR=${KOORD_TEST_LOG_DIR:-$(mktemp -d /tmp/koord-test.XXXXXX)}
 source "$here/lib/lanes.sh"
 MAKE=${MAKE:-make}
 
-step builds "$here/build.sh" &
+# Niced: the Rust lane runs tests that hold servers to latency bounds (tests/attack) and the
+# soak; the builds take the cycles those leave.
+step builds nice -n 10 "$here/build.sh" &
 builds=$!
 
 step unit "$MAKE" --no-print-directory unit

@@ -9,7 +9,8 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 pub struct EndpointArgs {
     /// Connections the metrics endpoint holds open at once. At the cap a new connection
-    /// closes the oldest one whose request has not arrived yet; at most a quarter of the
+    /// closes the oldest one whose request has not arrived yet, of the source address holding
+    /// the most such connections; at most a quarter of the
     /// file descriptors the applier keeps in reserve (256 with a limit above 2048).
     #[arg(long, env = "KOORD_METRICS_MAX_CONNECTIONS", default_value_t = 64)]
     pub metrics_max_connections: usize,

@@ -56,10 +56,10 @@ pub async fn serve(
     let http = builder(&settings);
     let mut pause = None;
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
                 pause = None;
-                stream
+                accepted
             }
             Err(e) => {
                 pause = backoff::after_error(pause, &e);
@@ -72,7 +72,7 @@ pub async fn serve(
         };
         // In the accept loop itself: a flood waits in the kernel's backlog, where it costs
         // no descriptor, rather than in tasks of ours.
-        let (slot, conn) = match slots.take().await {
+        let (slot, conn) = match slots.take(peer.ip()).await {
             Ok(taken) => taken,
             Err(why) => {
                 tracing::debug!(?why, "connection limit reached; closing a new connection");

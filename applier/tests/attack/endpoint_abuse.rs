@@ -1,6 +1,6 @@
-//! The metrics endpoint under a client that holds connections open: 3,000 connections, half
-//! silent, half sending a request head a byte a second, each reopened a second after the
-//! applier closes it. `koord-applier run` (the binary, its open-file limit at 512 as in the
+//! The metrics endpoint under a client that holds connections open: 3,000 connections from one
+//! address (a pod's), half silent, half sending a request head a byte a second, each reopened
+//! a second after the applier closes it; the normal client comes from another address. `koord-applier run` (the binary, its open-file limit at 512 as in the
 //! reported failure) runs against an in-process fake API server and a temporary cgroup tree.
 //! While the attack lasts a normal client must get `/metrics` and `/healthz`, a hand edit of a
 //! managed cgroup file must be repaired within the resync bound, and the applier must stay
@@ -217,6 +217,14 @@ fn cpu_ticks(pid: u32) -> u64 {
     tick(14) + tick(15)
 }
 
+/// A connection from 127.0.0.2: the attacking pod's address, not the one the kubelet's probe
+/// and Prometheus come from (127.0.0.1 here).
+async fn connect_from_pod(addr: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind("127.0.0.2:0".parse().expect("address"))?;
+    socket.connect(addr).await
+}
+
 /// One attacker connection after another: opens, holds (silent, or a head a byte a second)
 /// until the applier closes it, waits a second, opens again.
 async fn attacker(
@@ -227,7 +235,7 @@ async fn attacker(
 ) {
     let head = b"GET /metrics HTTP/1.1\r\nHost: applier\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(mut s) = TcpStream::connect(addr).await {
+        if let Ok(mut s) = connect_from_pod(addr).await {
             opened.fetch_add(1, Ordering::Relaxed);
             if drip {
                 for b in head.iter().take(head.len() - 1) {
@@ -355,7 +363,16 @@ async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
     for i in 0..NORMAL_REQUESTS {
         let path = if i % 2 == 0 { "/metrics" } else { "/healthz" };
         let t = Instant::now();
-        match tokio::time::timeout(NORMAL_BOUND, get(metrics_addr, path)).await {
+        // On a thread of its own: the attack's 3,000 tasks share this runtime, and the
+        // normal client is another process on a real node, not queued behind them.
+        let normal = tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(tokio::time::timeout(NORMAL_BOUND, get(metrics_addr, path)))
+        });
+        match normal.await.expect("the normal client's thread") {
             Ok(Ok((status, body)))
                 if status == "HTTP/1.1 200 OK"
                     && (path == "/healthz" && body == "ok\n"
