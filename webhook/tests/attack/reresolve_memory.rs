@@ -20,9 +20,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use koord_webhook::policy::{ClusterQosConfig, PolicyConfig};
 use koord_webhook::reresolve::lease::LeaseTiming;
 use koord_webhook::reresolve::scope::{Scope, Trigger};
-use koord_webhook::server::metrics::Metrics;
 use koord_webhook::server::reresolver::{self, LeaseConfig, ReresolveConfig};
-use koord_webhook::server::state::{AppState, Limits, NamespaceGate, Readiness};
+use koord_webhook::server::state::AppState;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
@@ -154,23 +153,6 @@ fn policy(min_limit_percent: u32) -> PolicyConfig {
     }
 }
 
-fn state() -> Arc<AppState> {
-    AppState::new(
-        policy(100),
-        NamespaceGate {
-            exempt: Vec::new(),
-            opt_in: None,
-        },
-        Readiness::all_ready(),
-        Metrics::new().expect("metrics"),
-        Limits {
-            max_body_bytes: 1 << 20,
-            max_concurrent: 4,
-            deadline: Duration::from_secs(5),
-        },
-    )
-}
-
 /// The defaults of `serve` but the rate: the holder's memory does not depend on it, the
 /// test's time does.
 fn config() -> ReresolveConfig {
@@ -270,7 +252,7 @@ async fn holder_memory_is_flat_across_passes() {
     let uri: http::Uri = format!("http://{addr}").parse().expect("uri");
     let client = kube::Client::try_from(kube::Config::new(uri)).expect("client");
     let (store, _writer) = namespace_store(namespaces);
-    let st = state();
+    let st = crate::fake_apiserver::reresolver_state(100);
     let config = config();
     let (triggers, rx) = reresolver::triggers();
     let before = vm();

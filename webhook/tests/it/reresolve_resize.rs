@@ -7,18 +7,14 @@
 use crate::fake_apiserver;
 use crate::server_support::percentile;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fake_apiserver::pods::FakePods;
 use k8s_openapi::api::core::v1::Namespace;
 use koord_api::ResolvedQos;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
-use koord_webhook::policy::{ClusterQosConfig, PolicyConfig};
 use koord_webhook::reresolve::lease::LeaseTiming;
-use koord_webhook::server::metrics::Metrics;
 use koord_webhook::server::reresolver::{self, LeaseConfig, ReresolveConfig};
-use koord_webhook::server::state::{AppState, Limits, NamespaceGate, Readiness};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
@@ -26,17 +22,6 @@ use serde_json::{Value, json};
 const MI: i64 = 1024 * 1024;
 const NS: &str = "apps";
 const PODS: usize = 20;
-
-fn policy() -> PolicyConfig {
-    PolicyConfig {
-        cluster: ClusterQosConfig::parse(
-            r#"{"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": true, "minLimitPercent": 100}}}}"#,
-        )
-        .expect("cluster")
-        .config,
-        ..PolicyConfig::default()
-    }
-}
 
 fn resources(cpu: &str, mi: i64) -> Value {
     json!({"requests": {"cpu": cpu, "memory": format!("{mi}Mi")}, "limits": {"memory": format!("{}Mi", 2 * mi)}})
@@ -58,23 +43,6 @@ fn min_of(pod: &Value) -> Option<i64> {
     let text = pod["metadata"]["annotations"][ANNOTATION_RESOLVED_QOS].as_str()?;
     let q = ResolvedQos::from_annotation(text).ok()?;
     Some(q.memory_qos.containers.get("app")?.min)
-}
-
-fn state() -> Arc<AppState> {
-    AppState::new(
-        policy(),
-        NamespaceGate {
-            exempt: Vec::new(),
-            opt_in: None,
-        },
-        Readiness::all_ready(),
-        Metrics::new().expect("metrics"),
-        Limits {
-            max_body_bytes: 1 << 20,
-            max_concurrent: 4,
-            deadline: Duration::from_secs(5),
-        },
-    )
 }
 
 fn config() -> ReresolveConfig {
@@ -172,7 +140,7 @@ async fn annotations_follow_in_place_resizes_within_seconds() {
     let client = fake_apiserver::client(addr);
     let (namespaces, _writer) = namespace_store();
     let config = config();
-    let st = state();
+    let st = crate::fake_apiserver::reresolver_state(100);
     let election = reresolver::Election::spawn(
         client.clone(),
         config.lease.clone(),

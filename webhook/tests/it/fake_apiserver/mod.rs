@@ -319,3 +319,32 @@ pub fn client(addr: SocketAddr) -> kube::Client {
     config.default_namespace = "default".into();
     kube::Client::try_from(config).expect("kube client")
 }
+
+/// The admission state a re-resolver under test resolves with: `min_limit_percent` for LS
+/// memory QoS (enabled), no namespace gate, everything ready.
+pub fn reresolver_state(min_limit_percent: u32) -> Arc<koord_webhook::server::state::AppState> {
+    use koord_webhook::policy::{ClusterQosConfig, PolicyConfig};
+    use koord_webhook::server::state::{AppState, Limits, NamespaceGate, Readiness};
+    let cluster = ClusterQosConfig::parse(&format!(
+        r#"{{"clusterStrategy": {{"lsClass": {{"memoryQOS": {{"enable": true, "minLimitPercent": {min_limit_percent}}}}}}}}}"#
+    ))
+    .expect("cluster")
+    .config;
+    AppState::new(
+        PolicyConfig {
+            cluster,
+            ..PolicyConfig::default()
+        },
+        NamespaceGate {
+            exempt: Vec::new(),
+            opt_in: None,
+        },
+        Readiness::all_ready(),
+        koord_webhook::server::metrics::Metrics::new().expect("metrics"),
+        Limits {
+            max_body_bytes: 1 << 20,
+            max_concurrent: 4,
+            deadline: std::time::Duration::from_secs(5),
+        },
+    )
+}
