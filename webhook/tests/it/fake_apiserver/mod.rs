@@ -223,9 +223,12 @@ pub fn watch_response(
 
 /// Serves `router` on a loopback port for the rest of the test.
 pub async fn serve_router(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    serve_router_on(router, "127.0.0.1:0").await
+}
+
+/// Serves `router` on `addr` for the rest of the test.
+pub async fn serve_router_on(router: Router, addr: &str) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).await;

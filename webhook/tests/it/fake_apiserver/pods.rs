@@ -156,12 +156,7 @@ impl FakePods {
             )
             .with_state(self.clone())
             .merge(self.lease.router());
-        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        addr
+        super::serve_router_on(app, addr).await
     }
 }
 
