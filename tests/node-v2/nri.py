@@ -113,13 +113,16 @@ def create_latencies(h, since: int) -> list[float]:
     ts = re.compile(r'time="([^"]+)"')
     start: dict[str, float] = {}
     took = []
+    # containerd 2 prints the CRI metadata as protobuf text: `for container name:\"c\"` and
+    # `for name:\"c\" returns container id ...`, with ` attempt:N` only when N > 0.
+    meta = re.compile(r'CreateContainer within sandbox \\"(\w+)\\" for (container )?'
+                      r'name:\\"c\\"(?:\s+attempt:(\d+))?')
     for line in lines:
-        m = re.search(r'CreateContainer within sandbox \\"(\w+)\\" for (container )?'
-                      r'&ContainerMetadata\{Name:c,Attempt:(\d+)', line)
+        m = meta.search(line)
         t = ts.search(line)
         if not m or not t:
             continue
-        key = f"{m.group(1)}/{m.group(3)}"
+        key = f"{m.group(1)}/{m.group(3) or 0}"
         when = parse_ts(t.group(1))
         if m.group(2):
             start[key] = when

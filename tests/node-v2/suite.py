@@ -103,6 +103,29 @@ class Harness(NodeHarness):
         check(len(vals) == len(paths), f"read {len(vals)} of {len(paths)} files")
         return {p: (None if v == "\1" else v.strip()) for p, v in zip(paths, vals)}
 
+    def after_failure(self, name: str) -> None:
+        """Says whether the node itself is still alive after a failed scenario (a kubelet or
+        containerd that died or hangs fails every later scenario too): the guest's processes,
+        memory and load, and the last lines of the kubelet's and containerd's logs."""
+        if not self.node_started:
+            return
+        try:
+            state = self.guest("for p in kubelet containerd koord-applier; do "
+                               "printf '%s: %s\\n' $p \"$(pgrep -x $p | tr '\\n' ' ')\"; done; "
+                               "cat /proc/loadavg; free -m; "
+                               "cat /sys/fs/cgroup/kubepods/memory.events 2>/dev/null",
+                               timeout=20, check_rc=False)
+        except (OSError, ValueError) as e:
+            state = f"the guest agent did not answer: {e}"
+        print(f"----- the node after {name!r} failed -----\n{state.rstrip()}", file=sys.stderr)
+        for f, n in (("logs/linux.uml.log", 10), ("guest/logs/kubelet.log", 25),
+                     ("guest/logs/containerd.log", 25)):
+            p = self.node_dir / f
+            if p.exists():
+                lines = p.read_text(errors="replace").splitlines()[-n:]
+                print(f"----- last lines of {f} -----\n" + "\n".join(l[:400] for l in lines),
+                      file=sys.stderr)
+
     # -- cgroups (cgroup v2, cgroupfs driver: kubepods[/qos]/pod<uid>/<id>; systemd.py has the
     # systemd driver's node, with cgroupRoot /kubelet) ----------------------------------------
 
@@ -854,8 +877,13 @@ def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool
         t0 = time.monotonic()
         if h.installed and not interrupted:
             # Uninstall as a user would, before the node goes.
-            h.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true",
-                      check_rc=False, timeout=300)
+            try:
+                h.kubectl("delete", "-k", str(OVERLAY), "--ignore-not-found", "--wait=true",
+                          check_rc=False, timeout=300)
+            except subprocess.TimeoutExpired:
+                # A node that no longer deletes pods must still be stopped and checked.
+                print("teardown: `kubectl delete -k` did not finish in 300 s; stopping the node",
+                      file=sys.stderr, flush=True)
         r = h.node_sh("stop", str(h.node_dir), timeout=600)
         ok = r.returncode == 0 and h.node_sh("check-clean", str(h.node_dir)).returncode == 0
         if ok:

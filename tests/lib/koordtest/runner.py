@@ -89,6 +89,12 @@ class Suite:
                 print(f"FAIL {name}: {e}", flush=True)
                 if not isinstance(e, (Check, Fatal)):
                     traceback.print_exc(file=sys.stderr)
+                diagnose = getattr(h, "after_failure", None)
+                if diagnose:
+                    try:
+                        diagnose(name)
+                    except Exception as d:  # noqa: BLE001 - a diagnosis is best effort
+                        print(f"(the diagnosis after {name} failed too: {d})", file=sys.stderr)
                 continue
             passed.append(name)
             print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
