@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The real-cluster suites of `make test`, in two lanes at once:
 #
-#   host (foreground): tests/e2e/run, then tests/node/run, then the NUMA guest; one at a time,
-#                      because e2e and the v1 node both make host kubepods cgroups and bind their
-#                      own fixed ports;
+#   host (foreground): tests/e2e/run, then tests/node/run, then the NUMA guest, then the scale
+#                      suite's short size (100 kwok nodes); one at a time, because e2e and the v1
+#                      node both make host kubepods cgroups and bind their own fixed ports, and
+#                      the scale suite loads both cores (it ends about when node-v2 does);
 #   v2 (background):   tests/node-v2/run, the cgroup v2 node in a User-Mode Linux guest (its own
 #                      kernel, tap, addresses and ports: slot 0; nothing shared with the host
 #                      lane but the cached Kubernetes build);
@@ -29,6 +30,7 @@ v2s=$!
 step e2e "$here/e2e/run"
 step node "$here/node/run"
 step numa env KOORD_APPLIER_PROFILE=release "$here/numa/run-two-node-guest.sh"
+step scale "$here/scale/run"
 wait "$v2" "$v2s"
 
 failed=$(lanes_failed)
@@ -36,4 +38,4 @@ if [[ -n $failed ]]; then
     echo "suites: FAILED: $failed(logs in $LANES_LOG_DIR)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa; node-v2 and its systemd part beside them)"
+echo "suites: all passed (e2e, node, numa, scale; node-v2 and its systemd part beside them)"

@@ -35,6 +35,7 @@ import time
 
 from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
+from koordtest.metrics import metric_sum
 
 NS = "v2-protect"
 LS_FILE_MIB = 160
@@ -88,6 +89,42 @@ def be_pod(image: str) -> dict:
                                      "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                                      "resources": {"requests": {"cpu": "10m", "memory": "64Mi"},
                                                    "limits": {"cpu": "1", "memory": "1600Mi"}}}]}}
+
+
+PRESSURE_REQUEST = 32 * 2**20
+
+
+def pressure_pod(image: str) -> dict:
+    """A small LS pod created while the BE flood fills the node."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ls-under-pressure", "labels": {"koordinator.sh/qosClass": "LS"}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "c", "image": image, "command": ["pause"],
+                                     "resources": {"requests": {"memory": "32Mi"},
+                                                   "limits": {"memory": "64Mi"}}}]}}
+
+
+def applier_restarts(h) -> int:
+    return sum(c.get("restartCount", 0)
+               for c in h.applier_pod()["status"].get("containerStatuses") or [])
+
+
+def keeps_applying(h, restarts_before: int) -> None:
+    """During the flood: the pod created under pressure holds its memory.min, the applier
+    answers /metrics, its container was neither restarted nor OOM-killed."""
+    pod = h.wait_running(NS, "ls-under-pressure")
+    cg = h.pod_cgroup(None, pod)
+    wait_until("the applier to protect the pod created under memory pressure", lambda: h.read(
+        f"{cg}/memory.min") == str(PRESSURE_REQUEST), 30, 0.5)
+    applier = h.applier_pod()
+    ev = kv(h.read(f"{h.container_cgroup(None, applier, 'applier')}/memory.events"))
+    node = kv(h.read("/sys/fs/cgroup/kubepods/besteffort/memory.events"))
+    passes = metric_sum(h.applier_metrics(applier), "koord_applier_cgroup_writes_total")
+    log(f"under pressure: ls-under-pressure memory.min {PRESSURE_REQUEST}; applier memory.events "
+        f"{ev}; BE class memory.events high {node.get('high', 0)}; applier writes {passes:.0f}")
+    check(applier_restarts(h) == restarts_before, "the applier restarted during the flood")
+    check(ev.get("oom_kill", 0) == 0, f"the applier's cgroup saw OOM kills: {ev}")
+    h.delete_pods(NS, "ls-under-pressure")
 
 
 def set_slo(h, cfg: dict) -> None:
@@ -190,8 +227,15 @@ def run_config(h, name: str) -> None:
     h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
+    if name == "C":
+        # The node under the flood's memory pressure: the applier, which protects the node,
+        # must keep working through it (not be reclaimed into uselessness or OOM-killed).
+        applier0 = applier_restarts(h)
+        h.apply_obj(pressure_pod(h.env["WORKLOAD_IMAGE"]), NS)
     t0 = time.monotonic()
     bench = h.guest(f"redis-benchmark -h {ip} -t get -n 40000 -r 20000 -c 8 --csv", timeout=600)
+    if name == "C":
+        keeps_applying(h, applier0)
     wait_until("the BE flood to finish", lambda: h.guest(
         f"[ -f {be_ed}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
     flood_s = time.monotonic() - t0
