@@ -140,6 +140,16 @@ def parse_ts(s: str) -> float:
     return int(h_) * 3600 + int(m_) * 60 + float(sec)
 
 
+def plugin_closures(h, since: int) -> int:
+    """How often containerd dropped the plugin after byte `since` of its log: an answer (or a
+    synchronisation) later than its NRI request timeout closes the connection, and until the
+    applier registers again new containers start without it."""
+    with open(h.node_dir / "guest" / "logs" / "containerd.log", "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    return len(re.findall(r"closing plugin \S+, failed to handle|failed to synchronize plugin", text))
+
+
 def containerd_log_size(h) -> int:
     return (h.node_dir / "guest" / "logs" / "containerd.log").stat().st_size
 
@@ -409,17 +419,19 @@ def register(scenario, applied_event) -> None:
                 windows = [probe_output(h, name)[1] for name in names]
                 lat = create_latencies(h, since)
                 check(len(lat) >= n, f"{len(lat)} CreateContainer pairs in containerd's log")
-                per_mode[applier_mode] = (windows, lat, took)
+                per_mode[applier_mode] = (windows, lat, took, plugin_closures(h, since))
                 h.kubectl("-n", NS, "delete", "pods", "-l", "nri-probe=1", "--wait=true",
                           "--grace-period=1", timeout=600)
         finally:
             set_applier_nri(h, "auto")
         m = h.applier_metrics()
-        for applier_mode, (w, lat, took) in per_mode.items():
+        for applier_mode, (w, lat, took, closed) in per_mode.items():
             line = (f"figure NRI figures, {applier_mode} mode, {len(w)} LS pods in batches of 10 "
                     f"({took:.0f} s): unprotected window p50 {percentile(w, 50):.2f} s, p99 "
-                    f"{percentile(w, 99):.2f} s, max {max(w):.2f} s; CRI CreateContainer p50 "
-                    f"{percentile(lat, 50) * 1000:.0f} ms, p99 {percentile(lat, 99) * 1000:.0f} ms")
+                    f"{percentile(w, 99):.2f} s, max {max(w):.2f} s, {sum(1 for x in w if x)} "
+                    f"above 0; CRI CreateContainer p50 {percentile(lat, 50) * 1000:.0f} ms, p99 "
+                    f"{percentile(lat, 99) * 1000:.0f} ms; containerd closed the plugin "
+                    f"{closed} times (its request timeout)")
             h.figures.append(line)
             log(line)
         answered = metric_sum(m, "koord_applier_nri_answer_duration_seconds_count",
