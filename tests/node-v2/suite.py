@@ -118,6 +118,14 @@ class Harness(NodeHarness):
         except (OSError, ValueError) as e:
             state = f"the guest agent did not answer: {e}"
         print(f"----- the node after {name!r} failed -----\n{state.rstrip()}", file=sys.stderr)
+        if self.installed:
+            # The applier's last lines without the per-cgroup collector notices (its watch,
+            # NRI link, Event posts are what a stalled scenario usually needs).
+            r = self.kubectl("-n", SYSTEM_NS, "logs", "-l", "app.kubernetes.io/name=koord-applier",
+                             "--tail=200", check_rc=False, timeout=30)
+            lines = [l for l in r.stdout.splitlines() if "collectors" not in l][-15:]
+            print("----- last lines of the applier's log -----\n"
+                  + "\n".join(l[:300] for l in lines), file=sys.stderr)
         for f, n in (("logs/linux.uml.log", 10), ("guest/logs/kubelet.log", 25),
                      ("guest/logs/containerd.log", 25)):
             p = self.node_dir / f
