@@ -106,12 +106,29 @@ def restart_containerd(h, nri_enabled: bool | None = None) -> None:
     h.guest(f"{HERE / 'guest' / 'restart-containerd.sh'} {h.node_dir / 'guest'}", timeout=90)
 
 
-def create_latencies(h, since: int) -> list[float]:
-    """CRI CreateContainer durations (containerd's own log lines, NRI hooks included) for
-    the probe containers created after byte `since` of containerd.log."""
-    with open(h.node_dir / "guest" / "logs" / "containerd.log", "rb") as f:
+def protected_namespace(h) -> None:
+    """The probes' namespace under the protecting ack-slo-config, in force at the webhook: a
+    probe that never sees its value polls for 2 minutes."""
+    h.namespace(NS)
+    protection.set_slo(h, protection.SLO_PROTECT)
+    protection.wait_resolved(h, True, 100, NS)
+
+
+def containerd_log(h):
+    return h.node_dir / "guest" / "logs" / "containerd.log"
+
+
+def containerd_log_since(h, since: int) -> str:
+    """containerd's log after byte `since` (containerd_log_size before the step)."""
+    with open(containerd_log(h), "rb") as f:
         f.seek(since)
-        lines = f.read().decode(errors="replace").splitlines()
+        return f.read().decode(errors="replace")
+
+
+def create_latencies(log_text: str) -> list[float]:
+    """CRI CreateContainer durations (containerd's own log lines, NRI hooks included) of the
+    probe containers in `log_text`."""
+    lines = log_text.splitlines()
     ts = re.compile(r'time="([^"]+)"')
     start: dict[str, float] = {}
     took = []
@@ -140,18 +157,16 @@ def parse_ts(s: str) -> float:
     return int(h_) * 3600 + int(m_) * 60 + float(sec)
 
 
-def plugin_closures(h, since: int) -> int:
-    """How often containerd dropped the plugin after byte `since` of its log: an answer (or a
-    synchronisation) later than its NRI request timeout closes the connection, and until the
-    applier registers again new containers start without it."""
-    with open(h.node_dir / "guest" / "logs" / "containerd.log", "rb") as f:
-        f.seek(since)
-        text = f.read().decode(errors="replace")
-    return len(re.findall(r"closing plugin \S+, failed to handle|failed to synchronize plugin", text))
+def plugin_closures(log_text: str) -> int:
+    """How often containerd dropped the plugin in `log_text`: an answer (or a synchronisation)
+    later than its NRI request timeout closes the connection, and until the applier registers
+    again new containers start without it."""
+    return len(re.findall(r"closing plugin \S+, failed to handle|failed to synchronize plugin",
+                          log_text))
 
 
 def containerd_log_size(h) -> int:
-    return (h.node_dir / "guest" / "logs" / "containerd.log").stat().st_size
+    return containerd_log(h).stat().st_size
 
 
 def apply_probes(h, names: list[str], batch: int = 10) -> None:
@@ -322,10 +337,7 @@ def register(scenario, applied_event) -> None:
               "mode and still applies a new pod's values (after its start); NRI enabled again "
               "-> the applier registers by itself and the next pod has them at creation")
     def s_nri_fallback(h) -> None:
-        h.namespace(NS)
-        # Its own configuration: a probe that never sees its value polls (forks) for 2 min.
-        protection.set_slo(h, protection.SLO_PROTECT)
-        protection.wait_resolved(h, True, 100, NS)
+        protected_namespace(h)
         image = h.env["WORKLOAD_IMAGE"]
         try:
             restart_containerd(h, nri_enabled=False)
@@ -356,10 +368,7 @@ def register(scenario, applied_event) -> None:
               "pods start: no container fails to start and every container ends with the "
               "annotation's memory.min")
     def s_nri_restarts(h) -> None:
-        h.namespace(NS)
-        # Its own configuration: a probe that never sees its value polls (forks) for 2 min.
-        protection.set_slo(h, protection.SLO_PROTECT)
-        protection.wait_resolved(h, True, 100, NS)
+        protected_namespace(h)
         names = [f"restart-{i:02d}" for i in range(10)]
         image = h.env["WORKLOAD_IMAGE"]
         h.kubectl("apply", "-f", "-", input=json.dumps(
@@ -400,10 +409,7 @@ def register(scenario, applied_event) -> None:
               "watch mode (KOORD_NRI=off); the plugin's own answer time",
               full="2 x 50 pods, about 10 more minutes on this UML node")
     def s_nri_figures(h) -> None:
-        h.namespace(NS)
-        # Its own configuration: a probe that never sees its value polls (forks) for 2 min.
-        protection.set_slo(h, protection.SLO_PROTECT)
-        protection.wait_resolved(h, True, 100, NS)
+        protected_namespace(h)
         n = 50
         per_mode = {}
         try:
@@ -417,9 +423,10 @@ def register(scenario, applied_event) -> None:
                 apply_probes(h, names)
                 took = time.monotonic() - t0
                 windows = [probe_output(h, name)[1] for name in names]
-                lat = create_latencies(h, since)
+                text = containerd_log_since(h, since)
+                lat = create_latencies(text)
                 check(len(lat) >= n, f"{len(lat)} CreateContainer pairs in containerd's log")
-                per_mode[applier_mode] = (windows, lat, took, plugin_closures(h, since))
+                per_mode[applier_mode] = (windows, lat, took, plugin_closures(text))
                 h.kubectl("-n", NS, "delete", "pods", "-l", "nri-probe=1", "--wait=true",
                           "--grace-period=1", timeout=600)
         finally:

@@ -126,12 +126,16 @@ class Harness(NodeHarness):
             lines = [l for l in r.stdout.splitlines() if "collectors" not in l][-15:]
             print("----- last lines of the applier's log -----\n"
                   + "\n".join(l[:300] for l in lines), file=sys.stderr)
-        for f, n in (("logs/linux.uml.log", 10), ("guest/logs/kubelet.log", 25),
-                     ("guest/logs/containerd.log", 25)):
+        self.print_log_tails((("logs/linux.uml.log", 10), ("guest/logs/kubelet.log", 25),
+                              ("guest/logs/containerd.log", 25)))
+
+    def print_log_tails(self, files) -> None:
+        """The last `n` lines of each (path under the node's dir, n), to stderr."""
+        for f, n in files:
             p = self.node_dir / f
             if p.exists():
                 lines = p.read_text(errors="replace").splitlines()[-n:]
-                print(f"----- last lines of {f} -----\n" + "\n".join(l[:400] for l in lines),
+                print(f"----- last lines of {p} -----\n" + "\n".join(l[:400] for l in lines),
                       file=sys.stderr)
 
     # -- cgroups (cgroup v2, cgroupfs driver: kubepods[/qos]/pod<uid>/<id>; systemd.py has the
@@ -874,13 +878,8 @@ def setup(h: Harness) -> None:
 
 def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
     if failed and h.node_started:
-        for f in ("logs/linux.uml.log", "guest/logs/init.log", "guest/logs/kubelet.log",
-                  "guest/logs/containerd.log"):
-            p = h.node_dir / f
-            if p.exists():
-                print(f"----- last lines of {p} -----\n"
-                      + "\n".join(p.read_text(errors="replace").splitlines()[-15:]),
-                      file=sys.stderr)
+        h.print_log_tails((f, 15) for f in ("logs/linux.uml.log", "guest/logs/init.log",
+                                             "guest/logs/kubelet.log", "guest/logs/containerd.log"))
     keep = bool(failed) or os.environ.get("KOORD_NODE_V2_KEEP") == "1"
     if h.node_started:
         t0 = time.monotonic()
