@@ -372,3 +372,21 @@ impl Watch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pod_watch_is_this_nodes_and_renewed_every_minute() {
+        let c = watcher_config("node-1");
+        assert_eq!(c.field_selector.as_deref(), Some("spec.nodeName=node-1"));
+        assert_eq!(c.timeout, Some(POD_WATCH_TIMEOUT_SECS));
+        const {
+            assert!(
+                POD_WATCH_TIMEOUT_SECS < 290,
+                "shorter than the apiserver default"
+            )
+        };
+    }
+}

@@ -30,6 +30,20 @@ use crate::policy::{
 };
 use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
 
+/// How long one watch request may last before kube's watcher renews it from the last
+/// resourceVersion (the apiserver's default is about 5 minutes). A watch connection that stops
+/// delivering without closing (a proxy or an apiserver replica gone quiet) would otherwise
+/// leave a policy edit or a namespace's opt-in unseen for that long; a minute bounds it, for
+/// one cheap request a minute per watch. The same reason as the applier's pod watch.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+
+/// A watch of one object by name, renewed every [`WATCH_TIMEOUT_SECS`].
+pub fn named_watch_config(name: &str) -> watcher::Config {
+    watcher::Config::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(WATCH_TIMEOUT_SECS)
+}
+
 /// Where the two ConfigMaps live.
 #[derive(Debug, Clone)]
 pub struct ConfigMapNames {
@@ -113,7 +127,7 @@ async fn watch_configmap(
     triggers: Triggers,
 ) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let config = named_watch_config(&name);
     let (reader, writer) = reflector::store();
     let mut stream = std::pin::pin!(reflector(writer, watcher(api, config)).default_backoff());
     // The resourceVersion last applied, so a re-list after a reconnect re-applies nothing.
@@ -205,7 +219,7 @@ pub fn spawn_watches(
         namespace_writer,
         watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-            watcher::Config::default(),
+            watcher::Config::default().timeout(WATCH_TIMEOUT_SECS),
         ),
     )
     .default_backoff();
@@ -241,4 +255,25 @@ pub fn spawn_watches(
                 .instrument(tracing::info_span!("namespace-watch")),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_watches_are_renewed_every_minute() {
+        let c = named_watch_config("ack-slo-config");
+        assert_eq!(
+            c.field_selector.as_deref(),
+            Some("metadata.name=ack-slo-config")
+        );
+        assert_eq!(c.timeout, Some(WATCH_TIMEOUT_SECS));
+        const {
+            assert!(
+                WATCH_TIMEOUT_SECS < 290,
+                "shorter than the apiserver default"
+            )
+        };
+    }
 }

@@ -30,7 +30,9 @@ pub async fn run(ctx: Arc<PassContext>) {
         let api: kube::Api<Pod> = kube::Api::all(ctx.client.clone());
         // Listed a pass's page at a time: kube's default of 500 decoded pods held at once was
         // the holder's peak (docs/benchmarks.md, re-resolver memory).
-        let config = watcher::Config::default().page_size(super::pods::PAGE_SIZE);
+        let config = watcher::Config::default()
+            .page_size(super::pods::PAGE_SIZE)
+            .timeout(crate::server::watch::WATCH_TIMEOUT_SECS);
         let mut events = watcher(api, config).boxed();
         loop {
             tokio::select! {

@@ -24,7 +24,7 @@ use kube::Resource;
 use kube::api::PostParams;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, reflector};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher::watcher;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -83,7 +83,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let config = super::watch::named_watch_config(name);
     let stream = reflector(writer, watcher(api, config)).default_backoff();
     let name = name.to_owned();
     let task = tokio::spawn(async move {
