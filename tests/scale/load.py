@@ -34,16 +34,26 @@ class Api:
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = content_type
-        try:
-            conn = self._conn()
-            conn.request(method, path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except (OSError, http.client.HTTPException):
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
-            raise
+        # The apiserver may close a kept-alive connection between two requests (its idle
+        # timeout, a GOAWAY under load): a read-only request is then sent again once on a new
+        # connection. A POST is not, so a create is never counted twice.
+        attempts = 2 if method in ("GET", "DELETE") else 1
+        for attempt in range(attempts):
+            reused = self.conn is not None
+            try:
+                conn = self._conn()
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
+                return resp.status, resp.read()
+            except (OSError, http.client.HTTPException) as e:
+                if self.conn is not None:
+                    self.conn.close()
+                self.conn = None
+                closed = isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError,
+                                        BrokenPipeError))
+                if not (reused and closed and attempt + 1 < attempts):
+                    raise
+        raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, obj: object | None = None,
              content_type: str = "application/json") -> dict:

@@ -14,6 +14,7 @@ Prints PASS/FAIL per scenario, `figure scale ...` JSON lines, and `N passed, M f
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import subprocess
@@ -49,6 +50,9 @@ CONTROL_PLANE = REPO / "tests" / "e2e" / "control-plane.sh"
 # it never meets the other suites' listeners.
 ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT = 29790, 29800, 29443
 KWOK_ADDRESS = "127.0.0.1:29250"
+# The appliers' /metrics ports: base + index, below the kernel's ephemeral range (32768 and
+# up), where a client socket of this namespace (a relay's upstream connection) could hold one.
+APPLIER_METRICS_PORT = 28300
 # The two webhook replicas: addresses on this namespace's loopback interface that are not in
 # 127.0.0.0/8 (EndpointSlices refuse loopback addresses), as two pods' IPs would be.
 REPLICAS = {"koord-webhook-a": "10.253.0.1", "koord-webhook-b": "10.253.0.2"}
@@ -519,11 +523,24 @@ def apiserver_view(before: dict, after: dict) -> dict:
 
 
 def delete_namespace_pods(h: Harness, ns: str) -> None:
+    """Every pod of `ns` deleted, and gone before the next scenario counts pods. A collection
+    of 12,000 pods outlasts the apiserver's 60 s request timeout, which closes the connection
+    without an answer: the delete is then sent again until nothing is left."""
     api = h.api()
-    api.json("DELETE", f"/api/v1/namespaces/{ns}/pods",
-             {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
-    wait_until(f"the pods of {ns} gone", lambda: not api.json(
-        "GET", f"/api/v1/namespaces/{ns}/pods?limit=1").get("items"), 120, 1)
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    last_sent = [0.0]
+
+    def gone() -> bool:
+        if not api.json("GET", f"/api/v1/namespaces/{ns}/pods?limit=1").get("items"):
+            return True
+        if time.monotonic() - last_sent[0] >= 30:
+            last_sent[0] = time.monotonic()
+            try:
+                api.json("DELETE", f"/api/v1/namespaces/{ns}/pods", options)
+            except (OSError, http.client.HTTPException, RuntimeError) as e:
+                log(f"deleting the pods of {ns}: {type(e).__name__}: {e}; sending it again")
+        return False
+    wait_until(f"the pods of {ns} gone", gone, 900, 1)
 
 
 @scenario("bursts: pod creations at 50, 100 and 200 pods/s, without and with the webhook "
@@ -750,7 +767,7 @@ def run_appliers(h: Harness, count: int) -> dict:
                "KUBECONFIG": str(kc), "NODE_NAME": node_name(i)}
         h.start_proc(uid, [h.applier_bin, "--cgroup-root", str(root), "--cgroup-version", "v2",
                            "--cgroup-driver", "cgroupfs", "--dry-run", "run",
-                           "--metrics-addr", f"127.0.0.1:{39300 + i}"], env)
+                           "--metrics-addr", f"127.0.0.1:{APPLIER_METRICS_PORT + i}"], env)
         names.append(uid)
     try:
         def ready(i: int) -> bool:
@@ -758,7 +775,7 @@ def run_appliers(h: Harness, count: int) -> dict:
             if not p.alive():
                 raise Fatal(f"{names[i]} exited:\n{p.tail()}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{39300 + i}/readyz",
+                with urllib.request.urlopen(f"http://127.0.0.1:{APPLIER_METRICS_PORT + i}/readyz",
                                             timeout=3) as r:
                     return r.status == 200
             except OSError:
