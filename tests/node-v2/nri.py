@@ -165,6 +165,21 @@ def plugin_closures(log_text: str) -> int:
                           log_text))
 
 
+def create_outcomes(h) -> dict[str, float]:
+    """The applier's CreateContainer answers by outcome (adjusted, unknown_pod, deadline...),
+    since it started; empty when it is not in NRI mode."""
+    out: dict[str, float] = {}
+    for (name, labels), v in h.applier_metrics().items():
+        lab = dict(labels)
+        if name == "koord_applier_nri_requests_total" and lab.get("event") == "CreateContainer":
+            out[lab.get("outcome", "")] = v
+    return out
+
+
+def outcome_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    return {k: int(v - before.get(k, 0)) for k, v in after.items() if v - before.get(k, 0)}
+
+
 def containerd_log_size(h) -> int:
     return containerd_log(h).stat().st_size
 
@@ -419,14 +434,20 @@ def register(scenario, applied_event) -> None:
                 wait_mode(h, applier_mode)
                 names = [f"{applier_mode}-{i:03d}" for i in range(n)]
                 since = containerd_log_size(h)
+                answers = create_outcomes(h)
                 t0 = time.monotonic()
                 apply_probes(h, names)
                 took = time.monotonic() - t0
+                load = h.guest("cat /proc/loadavg").split()[:3]
                 windows = [probe_output(h, name)[1] for name in names]
                 text = containerd_log_since(h, since)
                 lat = create_latencies(text)
                 check(len(lat) >= n, f"{len(lat)} CreateContainer pairs in containerd's log")
                 per_mode[applier_mode] = (windows, lat, took, plugin_closures(text))
+                late = [f"{name} {w:.2f}s" for name, w in zip(names, windows) if w]
+                log(f"{applier_mode} mode: guest load {' '.join(load)}; the plugin's "
+                    f"CreateContainer answers {outcome_delta(answers, create_outcomes(h))}; "
+                    f"containers with a window above 0: {late or 'none'}")
                 h.kubectl("-n", NS, "delete", "pods", "-l", "nri-probe=1", "--wait=true",
                           "--grace-period=1", timeout=600)
         finally:
