@@ -35,19 +35,14 @@ use crate::report::PodReport;
 /// rather than at the next resync.
 pub const ANCESTORS_DELAY: Duration = Duration::from_secs(2);
 
-/// How long the API server holds one pod watch before the watcher renews it (from the last
-/// resourceVersion, no list). kube's watcher takes a watch that says nothing for this long plus
-/// 5 s for a dead connection and reconnects: at the default 290 s, a pod watch that stopped
-/// delivering left the node's new pods unseen, so unprotected, for ~5 minutes (seen once on
-/// the cgroup v2 test node after the applier pod was replaced). A minute bounds that, for one
-/// watch request a minute.
-pub const POD_WATCH_TIMEOUT_SECS: u32 = 60;
-
-/// Only this node's pods.
+/// Only this node's pods, the watch renewed every [`koord_runtime::WATCH_TIMEOUT_SECS`]: at
+/// the server's default of 290 s, a pod watch that stopped delivering left the node's new pods
+/// unseen, so unprotected, for ~5 minutes (seen on the cgroup v2 test node after the applier
+/// pod was replaced).
 pub fn watcher_config(node: &str) -> watcher::Config {
     watcher::Config::default()
         .fields(&format!("spec.nodeName={node}"))
-        .timeout(POD_WATCH_TIMEOUT_SECS)
+        .timeout(koord_runtime::WATCH_TIMEOUT_SECS)
 }
 
 fn has_annotation(pod: &Pod) -> bool {
@@ -381,12 +376,6 @@ mod tests {
     fn the_pod_watch_is_this_nodes_and_renewed_every_minute() {
         let c = watcher_config("node-1");
         assert_eq!(c.field_selector.as_deref(), Some("spec.nodeName=node-1"));
-        assert_eq!(c.timeout, Some(POD_WATCH_TIMEOUT_SECS));
-        const {
-            assert!(
-                POD_WATCH_TIMEOUT_SECS < 290,
-                "shorter than the apiserver default"
-            )
-        };
+        assert_eq!(c.timeout, Some(koord_runtime::WATCH_TIMEOUT_SECS));
     }
 }

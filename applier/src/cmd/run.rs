@@ -50,25 +50,7 @@ pub enum RunError {
 
 /// In-cluster or kubeconfig credentials.
 pub async fn run(config: Config, run: RunConfig) -> Result<(), RunError> {
-    run_with_client(config, run, api_client().await?).await
-}
-
-/// The API client, with a read timeout. kube's client sets none: a list or watch whose
-/// connection dies without a close would wait forever, and the pod watch with it (seen on a
-/// loaded node: a re-list after a 410 never returned, and the node's new pods went unapplied
-/// until the applier restarted). The server ends each pod watch after
-/// [`crate::pods::POD_WATCH_TIMEOUT_SECS`], so a read that waits 30 s longer is a dead
-/// connection: it fails and the watcher lists again.
-async fn api_client() -> Result<kube::Client, kube::Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
-    config.read_timeout = Some(std::time::Duration::from_secs(
-        u64::from(crate::pods::POD_WATCH_TIMEOUT_SECS) + 30,
-    ));
-    // The timeout counts from each request, not from when a pooled connection went idle.
-    config.reset_reader_on_write = true;
-    kube::Client::try_from(config)
+    run_with_client(config, run, koord_runtime::api_client().await?).await
 }
 
 /// Everything `run` starts, given a client (tests pass a mocked one).

@@ -42,10 +42,10 @@ pub async fn watch_configmap(
     state: Arc<Mutex<ConfigState>>,
     metrics: ColocationMetrics,
 ) {
-    // Renewed as often as the pod watch: the client's read timeout is set from that length.
+    // Renewed under the client's read timeout, which is set from this length.
     let cfg = watcher::Config::default()
         .fields(&format!("metadata.name={name}"))
-        .timeout(crate::pods::POD_WATCH_TIMEOUT_SECS);
+        .timeout(koord_runtime::WATCH_TIMEOUT_SECS);
     let mut stream = std::pin::pin!(watcher(api, cfg).default_backoff());
     let mut seen = false;
     while let Some(ev) = stream.next().await {

@@ -489,7 +489,7 @@ impl WebhookServer {
         };
         let client = match self.client.take() {
             Some(c) => c,
-            None => api_client().await?,
+            None => koord_runtime::api_client().await?,
         };
         let _ = self.state.kube.set(client.clone());
         let (triggers, reresolver) = match self.config.reresolve.clone() {
@@ -610,22 +610,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = builder.enable_all().build()?;
     runtime.block_on(async move { WebhookServer::new(config)?.run().await })?;
     Ok(())
-}
-
-/// The API client, with a read timeout. kube's client sets none: a list or watch whose
-/// connection dies without a close would wait forever, and a ConfigMap, Namespace or Lease
-/// loop with it. The server ends each watch after [`watch::WATCH_TIMEOUT_SECS`], so a read
-/// that waits 30 s longer is a dead connection: it fails and the loop tries again.
-async fn api_client() -> Result<kube::Client, kube::Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
-    config.read_timeout = Some(std::time::Duration::from_secs(
-        u64::from(watch::WATCH_TIMEOUT_SECS) + 30,
-    ));
-    // The timeout counts from each request, not from when a pooled connection went idle.
-    config.reset_reader_on_write = true;
-    kube::Client::try_from(config)
 }
 
 #[cfg(test)]

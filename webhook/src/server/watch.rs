@@ -29,13 +29,7 @@ use crate::policy::{
     ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
 use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
-
-/// How long one watch request may last before kube's watcher renews it from the last
-/// resourceVersion (the apiserver's default is about 5 minutes). A watch connection that stops
-/// delivering without closing (a proxy or an apiserver replica gone quiet) would otherwise
-/// leave a policy edit or a namespace's opt-in unseen for that long; a minute bounds it, for
-/// one cheap request a minute per watch. The same reason as the applier's pod watch.
-pub const WATCH_TIMEOUT_SECS: u32 = 60;
+use koord_runtime::WATCH_TIMEOUT_SECS;
 
 /// A watch of one object by name, renewed every [`WATCH_TIMEOUT_SECS`].
 pub fn named_watch_config(name: &str) -> watcher::Config {
@@ -269,11 +263,5 @@ mod tests {
             Some("metadata.name=ack-slo-config")
         );
         assert_eq!(c.timeout, Some(WATCH_TIMEOUT_SECS));
-        const {
-            assert!(
-                WATCH_TIMEOUT_SECS < 290,
-                "shorter than the apiserver default"
-            )
-        };
     }
 }

@@ -32,7 +32,7 @@ pub async fn run(ctx: Arc<PassContext>) {
         // the holder's peak (docs/benchmarks.md, re-resolver memory).
         let config = watcher::Config::default()
             .page_size(super::pods::PAGE_SIZE)
-            .timeout(crate::server::watch::WATCH_TIMEOUT_SECS);
+            .timeout(koord_runtime::WATCH_TIMEOUT_SECS);
         let mut events = watcher(api, config).boxed();
         loop {
             tokio::select! {
