@@ -22,8 +22,9 @@ stopped with SIGTERM and started again, then the other (which carried everything
 a rolling update of two replicas, one at a time. Checked: every creation answered 201, every
 pod stored with `koordinator.sh/resolved-qos` (the object the create returned, so a later
 repair by the re-resolver cannot hide a miss), every BE pod with batch resources, the
-apiserver's fail-open count unchanged, and each stopped replica answered admissions after its
-SIGTERM (the drain was exercised, not skipped).
+apiserver's fail-open count unchanged, and each replica answered admissions after a SIGTERM
+(the drain was exercised, not skipped: a replica that carried nothing when stopped is stopped
+again later).
 
 `KOORD_E2E_DRAIN_DELAY=0s` runs the same with the shutdown delay off: the replicas close their
 listener at SIGTERM and answer nothing after it, and the scenario fails on that. (It lost no
@@ -51,6 +52,7 @@ RATE = 20.0  # pods per second
 PROBE_PERIOD = 0.5
 LAG = 1.0
 DELAY = os.environ.get("KOORD_E2E_DRAIN_DELAY", "3s")
+MAX_STOPS = 5
 
 
 def _reset(sock: socket.socket) -> None:
@@ -263,14 +265,21 @@ def rolling_restart(h, s) -> None:
 
         creator = admissions_lib.PodCreator(h.cp_dir, NS_DRAIN, make_pod, RATE).start()
         time.sleep(2)
-        # The replica carrying the apiserver's connections goes first (as a rollout meets it);
-        # while it is down every connection moves to the other, which goes second, as soon as
-        # the first is back.
-        first = s.wait_until("a replica carrying admissions", lambda: next(
-            (k for k in names if busy(h, ports[k][1])), None), 10, 0)
-        during = {}
-        for k in (first, "b" if first == "a" else "a"):
-            during[k] = stop_draining(h, s, procs[k], ports[k][1])
+        # The replica carrying the apiserver's connections is stopped (as a rollout meets it)
+        # and started again; while it is down every connection moves to the other, which is
+        # stopped next. The apiserver may move its traffic between the check and the signal
+        # (a new connection that lands on the HTTP/2 replica takes everything), and a replica
+        # stopped while carrying nothing proves nothing: it is stopped again later, until each
+        # has drained under traffic (at most MAX_STOPS stops).
+        during: dict[str, float] = {}
+        for _ in range(MAX_STOPS):
+            if all(during.get(k, 0) > 0 for k in names):
+                break
+            k = s.wait_until("a replica carrying admissions", lambda: next(
+                (k for k in sorted(names, key=lambda k: during.get(k, 0) > 0)
+                 if busy(h, ports[k][1])), None), 10, 0)
+            answered = stop_draining(h, s, procs[k], ports[k][1])
+            during[k] = max(during.get(k, 0), answered)
             procs[k] = s.start_webhook(h, names[k][0], names[k][1], ports[k], env[k])
             s.wait_until(f"replica {k} back in the endpoints", lambda k=k: proxy.ready(k), 15, 0.1)
         time.sleep(2)
@@ -301,8 +310,8 @@ def rolling_restart(h, s) -> None:
         s.check(not problems, "; ".join(problems))
         s.check(figure["fail_open"] == 0, f"the apiserver failed open {figure['fail_open']} times")
         s.check(figure["pods"] >= RATE * 5, f"only {figure['pods']} pods created")
-        for k, n in during.items():
-            s.check(n > 0, f"replica {k} answered nothing after its SIGTERM: the scenario did "
+        for k in names:
+            s.check(during.get(k, 0) > 0, f"replica {k} answered nothing after its SIGTERM: the scenario did "
                     "not exercise its drain")
     finally:
         h.kubectl("delete", "pods", "--all", "-n", NS_DRAIN, "--wait=false", timeout=300)
