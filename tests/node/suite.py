@@ -28,9 +28,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.dont_write_bytecode = True
 
+import continuity  # noqa: E402  (rolling update and drain: no admission missed)
 import koordtest  # noqa: E402
 from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
@@ -579,6 +581,19 @@ def s_webhook_down(h: Harness) -> None:
         f"{seen or 'none (see Event)'}")
     for name in ("while-down", "after-webhook-back"):
         h.kubectl("-n", NS_QOS, "delete", "pod", name, "--wait=false")
+
+
+@scenario("rolling update of the webhook to a new image while pods are created at 20/s: none "
+          "admitted without its annotation or BE batch translation (continuity.py)")
+def s_rolling_update(h: Harness) -> None:
+    continuity.rolling_update(h, sys.modules[__name__])
+
+
+@scenario("kubectl drain of the node holding the webhook replicas while pods are created at "
+          "20/s: the PDB keeps one, none admitted without its annotation or BE batch "
+          "translation (continuity.py)")
+def s_drain(h: Harness) -> None:
+    continuity.drain(h, sys.modules[__name__])
 
 
 RERESOLVED = "MemoryQOSReresolved"
