@@ -96,9 +96,11 @@ if [ "$KV2_CGROUP_DRIVER" = systemd ]; then
         --show-status=false
 fi
 
+# Each daemon in its own cgroup under /system.slice (in-cgroup.sh says why).
 start() { # NAME BIN ARGS...
     name=$1; shift
-    "$@" </dev/null >>"$G/logs/$name.log" 2>&1 &
+    "$(dirname "$0")/in-cgroup.sh" "/system.slice/kv2-$name.service" "$@" \
+        </dev/null >>"$G/logs/$name.log" 2>&1 &
     echo $! >"$G/$name.pid"
 }
 

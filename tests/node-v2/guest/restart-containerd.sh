@@ -7,6 +7,8 @@ set -eu
 G=$1
 pid=$(cat "$G/containerd.pid")
 args=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+# The new one in the old one's cgroup (the caller's is the guest agent's).
+cg=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
 # containerd finds its shim and runc on PATH: keep the one init gave it.
 path=$(tr '\0' '\n' <"/proc/$pid/environ" | sed -n 's/^PATH=//p')
 bin=${args%% *}
@@ -17,7 +19,7 @@ while kill -0 "$pid" 2>/dev/null; do
     sleep 0.1
 done
 # shellcheck disable=SC2086 # the recorded argv, no argument holds a space
-PATH=$path setsid $args </dev/null >>"$G/logs/containerd.log" 2>&1 &
+PATH=$path setsid "$(dirname "$0")/in-cgroup.sh" "$cg" $args </dev/null >>"$G/logs/containerd.log" 2>&1 &
 echo $! >"$G/containerd.pid"
 i=0
 until "$(dirname "$bin")/ctr" --address /run/containerd/containerd.sock version >/dev/null 2>&1; do

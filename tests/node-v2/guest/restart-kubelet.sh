@@ -9,6 +9,8 @@ if [ "$(cat /proc/1/comm)" = systemd ]; then
 fi
 pid=$(cat "$G/kubelet.pid")
 args=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+# The new one in the old one's cgroup (the caller's is the guest agent's).
+cg=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
 kill "$pid"
 i=0
 while kill -0 "$pid" 2>/dev/null; do
@@ -16,5 +18,5 @@ while kill -0 "$pid" 2>/dev/null; do
     sleep 0.1
 done
 # shellcheck disable=SC2086 # the recorded argv, no argument holds a space
-setsid $args </dev/null >>"$G/logs/kubelet.log" 2>&1 &
+setsid "$(dirname "$0")/in-cgroup.sh" "$cg" $args </dev/null >>"$G/logs/kubelet.log" 2>&1 &
 echo $! >"$G/kubelet.pid"
