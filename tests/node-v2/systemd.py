@@ -291,10 +291,13 @@ def s_daemon_reload(h: Harness) -> None:
     anc = [f"{a}/memory.min" for a in h.ancestors()]
     files = [f"{pc}/memory.min", f"{pc}/memory.low", f"{c}/memory.min", f"{c}/memory.low",
              f"{c}/memory.high"] + anc
-    # Between two of systemd's resets of the QoS slices (previous scenario).
-    wait_until("the QoS slices at the applier's sums", lambda: all(
-        int(v) >= 128 * 2**20 for v in h.read_many(anc).values()), RESYNC + SLACK, 0.5)
-    before = h.read_many(files)
+    # Between two of systemd's resets of the QoS slices (previous scenario): the reference
+    # values come from the one read that saw the slices at the applier's sums (a second read
+    # could already see the next reset, and nothing would then ever equal it).
+    def converged():
+        v = h.read_many(files)
+        return v if all(int(v[a]) >= 128 * 2**20 for a in anc) else None
+    before = wait_until("the QoS slices at the applier's sums", converged, RESYNC + SLACK, 0.5)
     v2.batch_files(h, be, "work")
     w0 = metric_sum(h.applier_metrics(), "koord_applier_cgroup_writes_total", outcome="written")
     h.guest("systemctl daemon-reload")
