@@ -188,10 +188,6 @@ class ServiceProxy:
                 pass
 
 
-def fail_open(h) -> float:
-    return admissions_lib.fail_open_count(h.kubectl("get", "--raw", "/metrics").stdout)
-
-
 def admissions(h, metrics_port: int) -> float | None:
     try:
         return h.metric_sum(metrics_port, "koord_webhook_admissions_total")
@@ -253,7 +249,7 @@ def rolling_restart(h, s) -> None:
             return (s.RESOLVED in s.annotations(json.loads(r.stdout))
                     and sum(proxy.connections.values()) > before) or None
         s.wait_until("admissions through the proxy", through_proxy, 30, 0.25)
-        fail_open_before = fail_open(h)
+        fail_open_before = admissions_lib.fail_open_count(h)
 
         def make_pod(i: int) -> dict:
             name = f"drain-{i:04d}"
@@ -284,7 +280,7 @@ def rolling_restart(h, s) -> None:
             s.wait_until(f"replica {k} back in the endpoints", lambda k=k: proxy.ready(k), 15, 0.1)
         time.sleep(2)
         creator.stop()
-        fail_open_after = fail_open(h)
+        fail_open_after = admissions_lib.fail_open_count(h)
     finally:
         if creator:
             creator.stop()

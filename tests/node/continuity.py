@@ -136,10 +136,6 @@ def make_pod(h, i: int) -> dict:
                                      "command": ["pause"], "resources": res}]}}
 
 
-def fail_open(h) -> float:
-    return admissions.fail_open_count(h.kubectl("get", "--raw", "/metrics").stdout)
-
-
 def prepare(h, s) -> None:
     """The namespace, and colocation on as seen by admission (a BE dry run translated)."""
     h.namespace(NS)
@@ -158,7 +154,7 @@ def measured(h, s, name: str, action) -> dict:
     the replicas' drains and the fail-open count, as figure `name`."""
     watch = ReplicaWatch(h)
     watch.start()
-    before = fail_open(h)
+    before = admissions.fail_open_count(h)
     creator = admissions.PodCreator(h.node_dir / "cp", NS, lambda i: make_pod(h, i), RATE)
     creator.start()
     try:
@@ -170,7 +166,7 @@ def measured(h, s, name: str, action) -> dict:
         creator.stop()
         replicas = watch.stop()
         figure = creator.tally() | {"action_s": round(took, 1),
-                                    "fail_open": fail_open(h) - before,
+                                    "fail_open": admissions.fail_open_count(h) - before,
                                     "replicas_stopped": replicas}
     finally:
         creator.stop()
