@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""The unprotected window, measured inside the node: for every new container cgroup under
-kubepods/burstable/pod<uid>/<id>, the time from its directory appearing (runc makes it just
-before the container's first instruction, so this is an upper bound of the window) to
-`memory.min` holding the expected value. Polls every POLL seconds until COUNT containers have
-been seen protected or TIMEOUT passes; prints one JSON object.
+"""The unprotected window, measured on the node itself: for every new container cgroup under
+DIR/pod<uid>/<64-hex id>, the time from its directory appearing (runc makes it just before the
+container's first instruction, so this is an upper bound of the window) to FILE in it holding
+EXPECTED. Polls every POLL seconds until COUNT containers have been seen holding it or TIMEOUT
+passes; prints one JSON object. Pod sandboxes are container cgroups too: they are counted as
+seen and, holding no value of the product's, never as done.
 
-  window.py COUNT EXPECTED_MEMORY_MIN TIMEOUT [POLL [BURSTABLE_DIR]]
+  window.py COUNT FILE EXPECTED TIMEOUT POLL DIR
+
+The cgroup v2 node: memory.min of LS pods under /sys/fs/cgroup/kubepods/burstable; the v1 node:
+memory.limit_in_bytes of batch pods under /sys/fs/cgroup/memory/kubepods/besteffort.
 """
 
 import json
@@ -13,10 +17,8 @@ import os
 import sys
 import time
 
-BURSTABLE = "/sys/fs/cgroup/kubepods/burstable"
 
-
-def watch(root: str, count: int, want: str, timeout: float, poll: float) -> dict:
+def watch(root: str, count: int, file: str, want: str, timeout: float, poll: float) -> dict:
     """The windows of the first `count` containers under `root` that are new to it."""
     known = {d for d in os.listdir(root) if d.startswith("pod")}  # pods already there: not ours
     seen: dict[str, float] = {}
@@ -39,7 +41,7 @@ def watch(root: str, count: int, want: str, timeout: float, poll: float) -> dict
                     continue
                 seen.setdefault(key, now)
                 try:
-                    with open(f"{root}/{key}/memory.min") as f:
+                    with open(f"{root}/{key}/{file}") as f:
                         if f.read().strip() == want:
                             done[key] = now
                 except OSError:
@@ -50,9 +52,10 @@ def watch(root: str, count: int, want: str, timeout: float, poll: float) -> dict
 
 
 def main() -> None:
-    a = sys.argv[1:]
-    print(json.dumps(watch(a[4] if len(a) > 4 else BURSTABLE, int(a[0]), a[1], float(a[2]),
-                           float(a[3]) if len(a) > 3 else 0.01)))
+    if len(sys.argv) != 7:
+        sys.exit(__doc__)
+    count, file, want, timeout, poll, root = sys.argv[1:]
+    print(json.dumps(watch(root, int(count), file, want, float(timeout), float(poll))))
 
 
 if __name__ == "__main__":
