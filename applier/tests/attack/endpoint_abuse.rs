@@ -26,7 +26,10 @@ const RESYNC: Duration = Duration::from_secs(2);
 /// The DaemonSet's memory limit.
 const MEMORY_LIMIT_KIB: u64 = 64 * 1024;
 const MAX_CONNECTIONS: usize = 64;
-const NORMAL_REQUESTS: usize = 20;
+/// 100 requests, 50 ms apart (5 s of attack, as 20 at 250 ms were): enough that the 99% goal
+/// can tell one request a saturated CI machine did not schedule in time from a lock-out.
+const NORMAL_REQUESTS: usize = 100;
+const NORMAL_GAP: Duration = Duration::from_millis(50);
 const NORMAL_BOUND: Duration = Duration::from_secs(1);
 
 const MANAGED: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice/\
@@ -383,7 +386,7 @@ async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
             }
             other => failures.push(format!("{path}: {other:?}")),
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(NORMAL_GAP).await;
     }
     let second_repair = hand_edit_repaired_in(&managed).await;
     let cpu = {
@@ -411,7 +414,7 @@ async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
         opened.load(Ordering::Relaxed)
     );
     assert!(
-        // At least 99%: with 20 requests, every one.
+        // At least 99%: a lock-out fails many, not one.
         answered * 100 >= NORMAL_REQUESTS * 99,
         "{answered}/{NORMAL_REQUESTS} answered within {NORMAL_BOUND:?}: {failures:?}"
     );
