@@ -685,6 +685,66 @@ def s_resize(h: Harness) -> None:
         h.delete_pods(NS_QOS, *pods)
 
 
+SUPPRESS_PHASE_SECONDS = 20
+
+
+def be_cores(h: Harness, cg: str, seconds: int) -> tuple[float, str]:
+    """The cores a cgroup used over `seconds` (cpu.stat usage_usec, timed in the guest) and the
+    BE parent's cpu.max in the middle of the window."""
+    out = h.guest(
+        f"a=$(awk '/^usage_usec/ {{print $2}}' {cg}/cpu.stat); t0=$(date +%s%N); "
+        f"sleep {seconds // 2}; m=$(cat {CGROUP}/kubepods/besteffort/cpu.max); "
+        f"sleep {seconds - seconds // 2}; b=$(awk '/^usage_usec/ {{print $2}}' {cg}/cpu.stat); "
+        f"t1=$(date +%s%N); echo \"$a $b $t0 $t1 $m\"", timeout=seconds + 60).split()
+    a, b, t0, t1 = (int(x) for x in out[:4])
+    return (b - a) * 1000 / (t1 - t0), " ".join(out[4:])
+
+
+@scenario("BE suppression on cgroup v2 (cfsQuota, threshold 65%): a BE pod burning CPU is held "
+          "by kubepods/besteffort's cpu.max at node CPUs x 65% - LS - system; an LS pod burning "
+          "CPU lowers the quota and the BE pod's cores, stopping it gives them back")
+def s_suppress(h: Harness) -> None:
+    # The floor defaults to 2 CPUs, capped at the node's: this node has one, so without a lower
+    # floor the budget would always be the whole node.
+    protection.applier_args(h, add="--be-suppress-min-cpus=0.05")
+    patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
+        "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
+    burn = ["koord-stress", "-c", "1"]
+    h.apply_obj(be_batch_pod("be-burn", h.env["WORKLOAD_IMAGE"], burn, cpu=("50m", "1"),
+                             mem=("16Mi", "32Mi")))
+    ls = ls_pod("ls-burn", h.env["WORKLOAD_IMAGE"])
+    ls["metadata"]["namespace"] = NS_BATCH
+    ls["spec"]["containers"][0].update(command=burn, resources={
+        "requests": {"cpu": "200m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}})
+    parent = f"{CGROUP}/kubepods/besteffort/cpu.max"
+    try:
+        be = h.wait_running(NS_BATCH, "be-burn")
+        cg = h.pod_cgroup(None, be)
+        wait_until("the BE parent's quota (suppression on)",
+                   lambda: h.read(parent).split()[0] != "max", 60, 1)
+        phases = [("calm", *be_cores(h, cg, SUPPRESS_PHASE_SECONDS))]
+        h.apply_obj(ls)
+        h.wait_running(NS_BATCH, "ls-burn")
+        time.sleep(4)  # two samples of the colocation loop with the LS pod busy
+        phases.append(("LS busy", *be_cores(h, cg, SUPPRESS_PHASE_SECONDS)))
+        h.delete_pods(NS_BATCH, "ls-burn")
+        time.sleep(4)
+        phases.append(("LS stopped", *be_cores(h, cg, SUPPRESS_PHASE_SECONDS)))
+        table = ", ".join(f"{n}: BE {c:.2f} cores, besteffort cpu.max {q}" for n, c, q in phases)
+        log(table)
+        quota = [int(q.split()[0]) if q.split()[0] != "max" else 10**9 for _, _, q in phases]
+        cores = [c for _, c, _ in phases]
+        check(quota[1] < quota[0] and quota[2] > quota[1],
+              f"the BE quota did not fall under LS load and come back: {table}")
+        check(cores[1] < 0.7 * cores[0] and cores[2] > cores[1],
+              f"the BE pod's cores did not follow the quota: {table}")
+        h.figures.append(f"figure BE suppression on cgroup v2 (one CPU, threshold 65%): {table}")
+    finally:
+        h.delete_pods(NS_BATCH, "ls-burn", "be-burn")
+        patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {"enable": False}})
+    wait_until("the BE parent's quota lifted", lambda: h.read(parent).split()[0] == "max", 60, 1)
+
+
 # The applier as an NRI plugin: values at the container's first instruction (tests/node-v2/nri.py).
 nri.register(scenario, applied_event)
 
@@ -818,6 +878,9 @@ def s_figures(h: Harness) -> None:
           "KOORD_V2_GUEST_MEM=4096M")
     n_window = 50
     h.namespace(NS_LOAD)
+    # The protecting ack-slo-config, in force at the webhook (run alone, nothing set it).
+    protection.set_slo(h, protection.SLO_PROTECT)
+    protection.wait_resolved(h, True, 100, NS_LOAD)
     try:
         figures(h, n_window, (n_window, 100))
     finally:
