@@ -11,6 +11,8 @@
 #   node.sh sh SCRIPT             run SCRIPT (sh) inside the running guest; its output and rc
 #   node.sh stop DIR              tear everything down (by PID), leaving the machine as it was
 #   node.sh check-clean [DIR]     exit 1 (and say what) if anything of a node is left on the machine
+#   node.sh reclaim               remove this slot's tap, guard rule and routes when no node of
+#                                 the slot is alive (what a killed run leaves); start does it too
 #
 # The vehicle is User-Mode Linux (Debian's user-mode-linux, a 6.1 kernel that runs as a process):
 # the host kernel has no memory controller on cgroup v2, UML's has, boots in about 2 s and runs
@@ -487,6 +489,7 @@ cmd_start() {
     mkdir -p "$d"
     d=$(cd "$d" && pwd)
     [[ ! -e $d/node.env ]] || die "$d holds a started node; run: $PROG stop $d"
+    cmd_reclaim
     local problems
     problems=$(leftovers) && true
     [[ -z $problems ]] || die "the machine is not clean (run $PROG stop on the old dir, or remove these):
@@ -638,6 +641,35 @@ leftovers() { # [DIR]
     [[ ${#out[@]} -eq 0 ]] || printf '%s\n' "${out[@]}"
 }
 
+# A run killed before its stop (CI's machine restarted under it, a SIGKILL) leaves the slot's
+# network plumbing: the tap is persistent, so it outlives the UML kernel that used it, and its
+# routes and the guard rule stay with it. Nothing else of a node outlives its processes (the
+# control plane's are gone when its ports are free; the guest's state is in the run's dir).
+# When nothing of the slot is alive, that plumbing is stale: it is removed, loudly. When
+# something is alive, it is left alone and check-clean (or start) says what.
+cmd_reclaim() {
+    local alive=() p
+    while read -r p; do [[ -n $p ]] && alive+=("linux.uml pid $p"); done < <(pgrep -f -- "ifname=$TAP " 2>/dev/null || true)
+    for p in "$KOORD_E2E_ETCD_PORT" "$KOORD_E2E_ETCD_PEER_PORT" "$KOORD_E2E_APISERVER_PORT"; do
+        if port_busy "$p"; then alive+=("port $p"); fi
+    done
+    if [[ ${#alive[@]} -gt 0 ]]; then
+        log "slot $SLOT has a live node (${alive[*]}): nothing reclaimed"
+        return 0
+    fi
+    local stale=()
+    ip link show "$TAP" >/dev/null 2>&1 && stale+=("tap $TAP (and its routes)")
+    iptables -S FORWARD 2>/dev/null | grep -q -- "--comment $GUARD_COMMENT " && stale+=("guard rule $GUARD_COMMENT")
+    [[ ${#stale[@]} -gt 0 ]] || return 0
+    warn "slot $SLOT: no node alive, removing what a killed run left: ${stale[*]}"
+    ip link del "$TAP" 2>/dev/null || true
+    while iptables -D FORWARD -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP 2>/dev/null; do :; done
+    local l
+    while read -r l; do
+        [[ -n $l ]] && ip route del "${l%% *}" 2>/dev/null || true
+    done < <(ip route show | grep -E "^(${POD_CIDR%/*}|${SERVICE_CIDR%/*})/" || true)
+}
+
 cmd_check_clean() {
     local left
     left=$(leftovers "${1:-}") && true
@@ -660,5 +692,6 @@ start) [[ $# -eq 2 ]] || usage; cmd_start "$2" ;;
 sh) [[ $# -eq 2 ]] || usage; guest_sh "$2" 600 ;;
 stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;
 check-clean) cmd_check_clean "${2:-}" ;;
+reclaim) cmd_reclaim ;;
 *) usage ;;
 esac

@@ -160,6 +160,8 @@ def prerequisites(h: Harness) -> None:
     for tool in ("cargo", "curl", "openssl"):
         if not shutil.which(tool):
             raise Fatal(f"{tool} not on PATH")
+    # A killed run's tap, routes and guard rule (when nothing of the slot is alive) go first.
+    h.node_sh("reclaim")
     if h.node_sh("check-clean").returncode != 0:
         raise Fatal("the machine has leftovers of a cgroup v2 node (see above); refusing to start")
 
