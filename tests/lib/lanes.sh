@@ -7,23 +7,25 @@
 #   lanes_timeline          the table of steps: start offset, wall time, exit code
 
 : "${LANES_LOG_DIR:?LANES_LOG_DIR must be set}"
-LANES_T0=${LANES_T0:-$SECONDS}
+# Wall-clock seconds (not $SECONDS, which restarts in every script): a nested runner's steps
+# (tests/suites.sh under tests/all.sh) are placed on the outer runner's timeline.
+LANES_T0=${LANES_T0:-$EPOCHSECONDS}
 export LANES_T0
 mkdir -p "$LANES_LOG_DIR"
 
 step() { # NAME CMD...
-    local name=$1 t0=$SECONDS rc
+    local name=$1 t0=$EPOCHSECONDS rc
     shift
     echo "[$(date -u +%H:%M:%S)] start $name" >&2
     "$@" >"$LANES_LOG_DIR/$name.log" 2>&1
     rc=$?
     {
-        echo "===== $name: exit $rc after $((SECONDS - t0)) s ($*) ====="
+        echo "===== $name: exit $rc after $((EPOCHSECONDS - t0)) s ($*) ====="
         cat "$LANES_LOG_DIR/$name.log"
         echo "===== end of $name ====="
     }
     # The timeline row: start offset from the runner's start, wall time, exit code.
-    printf '%s %d %d %d\n' "$name" "$((t0 - LANES_T0))" "$((SECONDS - t0))" "$rc" >>"$LANES_LOG_DIR/timeline"
+    printf '%s %d %d %d\n' "$name" "$((t0 - LANES_T0))" "$((EPOCHSECONDS - t0))" "$rc" >>"$LANES_LOG_DIR/timeline"
     [[ $rc -eq 0 ]] || echo "$name" >>"$LANES_LOG_DIR/failed"
     return $rc
 }
