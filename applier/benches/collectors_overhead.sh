@@ -33,7 +33,7 @@ SCRAPE_EVERY=${SCRAPE_EVERY:-15}
 UNIFIED=${UNIFIED:-/sys/fs/cgroup/unified}
 CPI_SOFTWARE=${CPI_SOFTWARE:-1}
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-BIN=${BIN:-$HERE/target/release/koord-applier}
+BIN=${BIN:-${CARGO_TARGET_DIR:-$HERE/target}/release/koord-applier}
 
 [ "$(id -u)" = 0 ] || { echo "SKIPPED: needs root (cgroup directories)"; exit 0; }
 [ -f "$UNIFIED/cpu.pressure" ] || { echo "SKIPPED: $UNIFIED has no PSI files"; exit 0; }

@@ -146,7 +146,7 @@ guest_applier() {
     # it alone would compile kube and link the release binary a second time.
     (cd "$repo" && cargo build --profile "$profile" -q -p koord-webhook -p koord-applier)
     [ "$profile" = dev ] && profile=debug
-    bin="$repo/target/$profile/koord-applier"
+    bin="${CARGO_TARGET_DIR:-$repo/target}/$profile/koord-applier"
   fi
   cp "$bin" "$out" && strip "$out"
 }

@@ -32,7 +32,7 @@ CASES=${CASES:-create be be-off update floor}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind" >&2; exit 1; }
 
 cargo build --release -q -p koord-webhook --example review_loop
-LOOP=target/release/examples/review_loop
+LOOP=${CARGO_TARGET_DIR:-target}/release/examples/review_loop
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -142,8 +142,8 @@ if [ "${SERVER:-0}" = 1 ]; then
     kill "$pid"; wait "$pid" 2>/dev/null || true
     echo $(( (i2 - i1) / (N2 - N1) ))
   }
-  w=$(server_refs webhook 19791 target/release/koord-webhook serve --standalone --listen 127.0.0.1:19791 --log-level warn)
-  f=$(server_refs floor 19793 target/release/examples/floor_server 127.0.0.1:19793)
+  w=$(server_refs webhook 19791 "${CARGO_TARGET_DIR:-target}"/release/koord-webhook serve --standalone --listen 127.0.0.1:19791 --log-level warn)
+  f=$(server_refs floor 19793 "${CARGO_TARGET_DIR:-target}"/release/examples/floor_server 127.0.0.1:19793)
   echo
   echo "| server (TLS, HTTP/1.1 keep-alive, 16 connections) | instructions per request |"
   echo "|---|---|"

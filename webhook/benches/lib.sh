@@ -24,8 +24,8 @@ build_servers() {
   case ${BUILD:-release} in
     release)
       cargo build --release -q -p koord-webhook --bin koord-webhook --example floor_server
-      BIN=target/release/koord-webhook
-      FLOOR=target/release/examples/floor_server ;;
+      BIN=${CARGO_TARGET_DIR:-target}/release/koord-webhook
+      FLOOR=${CARGO_TARGET_DIR:-target}/release/examples/floor_server ;;
     pgo)
       webhook/benches/pgo.sh >&2
       BIN=target/pgo/release/koord-webhook

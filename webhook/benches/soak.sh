@@ -28,7 +28,7 @@ FIXTURE=${FIXTURE:-webhook/tests/fixtures/pod-create.json}
 command -v h2load >/dev/null || { echo "h2load not found: apt-get install -y nghttp2-client" >&2; exit 1; }
 
 cargo build --release -q -p koord-webhook --bin koord-webhook
-BIN=target/release/koord-webhook
+BIN=${CARGO_TARGET_DIR:-target}/release/koord-webhook
 
 # shellcheck source=lib.sh
 . webhook/benches/lib.sh

@@ -205,9 +205,13 @@ fn render_with_cpi_component() -> Vec<Value> {
         .join("../manifests")
         .canonicalize()
         .expect("manifests");
+    // Inside the repository, in its ignored target/ (made here when CARGO_TARGET_DIR is
+    // elsewhere), so the overlay can name ../manifests.
+    let scratch = manifests.parent().expect("repo").join("target");
+    let _ = std::fs::create_dir_all(&scratch);
     let overlay = tempfile::Builder::new()
         .prefix("cpi-overlay")
-        .tempdir_in(manifests.parent().expect("repo").join("target"))
+        .tempdir_in(scratch)
         .or_else(|_| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")))
         .expect("overlay dir");
     let up = "../".repeat(
@@ -844,6 +848,8 @@ fn applier_monitoring_matches_the_references_job_and_port() {
 /// Renders `manifests/` plus one component through an overlay inside the repository.
 fn render_with_component(component: &str) -> Vec<Value> {
     let root = repo().canonicalize().expect("repo");
+    // target/ is ignored by git; it may not exist when CARGO_TARGET_DIR is elsewhere.
+    std::fs::create_dir_all(root.join("target")).expect("target dir");
     let overlay = tempfile::Builder::new()
         .prefix("component-overlay")
         .tempdir_in(root.join("target"))
