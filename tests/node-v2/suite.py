@@ -808,6 +808,9 @@ def g_pod(name: str, image: str) -> dict:
           "QoS classes, the pods and containers is sampled every second and never changes, and "
           "the applier writes nothing")
 def s_kubelet_memory_qos(h: Harness) -> None:
+    # Runs after install alone as well (make test gives it a node of its own, see
+    # tests/suites.sh): nothing it needs comes from the scenarios before it.
+    h.namespace(NS_QOS)
     cfg = h.node_dir / "guest" / "kubelet.yaml"
     text = cfg.read_text()
     check("MemoryQoS: false" in text, "the node's kubelet already runs its Memory QoS")
