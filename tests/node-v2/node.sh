@@ -657,17 +657,13 @@ cmd_reclaim() {
         log "slot $SLOT has a live node (${alive[*]}): nothing reclaimed"
         return 0
     fi
-    local stale=()
-    ip link show "$TAP" >/dev/null 2>&1 && stale+=("tap $TAP (and its routes)")
-    iptables -S FORWARD 2>/dev/null | grep -q -- "--comment $GUARD_COMMENT " && stale+=("guard rule $GUARD_COMMENT")
-    [[ ${#stale[@]} -gt 0 ]] || return 0
-    warn "slot $SLOT: no node alive, removing what a killed run left: ${stale[*]}"
+    local stale
+    stale=$(leftovers) && true
+    [[ -n $stale ]] || return 0
+    warn "slot $SLOT: no node alive, removing what a killed run left:"$'\n'"$stale"
+    # The routes go with the tap.
     ip link del "$TAP" 2>/dev/null || true
     while iptables -D FORWARD -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP 2>/dev/null; do :; done
-    local l
-    while read -r l; do
-        [[ -n $l ]] && ip route del "${l%% *}" 2>/dev/null || true
-    done < <(ip route show | grep -E "^(${POD_CIDR%/*}|${SERVICE_CIDR%/*})/" || true)
 }
 
 cmd_check_clean() {

@@ -198,41 +198,6 @@ fn applier_caps_and_args(objects: &[Value]) -> (Vec<String>, Vec<String>) {
     (caps, c.args.clone().unwrap_or_default())
 }
 
-/// Renders `manifests/` plus the CPI component through an overlay next to it (kustomize
-/// refuses an overlay inside the directory it builds on).
-fn render_with_cpi_component() -> Vec<Value> {
-    let manifests = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../manifests")
-        .canonicalize()
-        .expect("manifests");
-    // Inside the repository, in its ignored target/ (made here when CARGO_TARGET_DIR is
-    // elsewhere), so the overlay can name ../manifests.
-    let scratch = manifests.parent().expect("repo").join("target");
-    let _ = std::fs::create_dir_all(&scratch);
-    let overlay = tempfile::Builder::new()
-        .prefix("cpi-overlay")
-        .tempdir_in(scratch)
-        .or_else(|_| tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")))
-        .expect("overlay dir");
-    let up = "../".repeat(
-        overlay
-            .path()
-            .strip_prefix(manifests.parent().expect("repo"))
-            .map(|p| p.components().count())
-            .unwrap_or(0),
-    );
-    assert!(
-        !up.is_empty(),
-        "the overlay must live inside the repository"
-    );
-    std::fs::write(
-        overlay.path().join("kustomization.yaml"),
-        format!("resources: [{up}manifests]\ncomponents: [{up}manifests/components/cpi]\n"),
-    )
-    .expect("write overlay");
-    render_path(overlay.path())
-}
-
 #[test]
 #[ignore = "needs kubectl on PATH"]
 fn cpi_capability_only_with_the_cpi_component() {
@@ -244,7 +209,7 @@ fn cpi_capability_only_with_the_cpi_component() {
         "base: no PERFMON"
     );
     assert_eq!(args, ["run"], "base: collectors off");
-    let with = render_with_cpi_component();
+    let with = render_with_component("cpi");
     let (caps, args) = applier_caps_and_args(&with);
     assert_eq!(caps, ["DAC_OVERRIDE", "SYS_NICE", "SYS_PTRACE", "PERFMON"]);
     assert_eq!(args, ["run", "--feature-gates=CPICollector=true"]);
@@ -845,10 +810,12 @@ fn applier_monitoring_matches_the_references_job_and_port() {
 // Serving certificates: self-managed by default, cert-manager as a component / Helm value
 // ---------------------------------------------------------------------------------------------
 
-/// Renders `manifests/` plus one component through an overlay inside the repository.
+/// Renders `manifests/` plus one component through an overlay inside the repository, in its
+/// ignored target/ (kustomize refuses an overlay inside the directory it builds on, and one
+/// outside the repository could not name ../manifests).
 fn render_with_component(component: &str) -> Vec<Value> {
     let root = repo().canonicalize().expect("repo");
-    // target/ is ignored by git; it may not exist when CARGO_TARGET_DIR is elsewhere.
+    // It may not exist when CARGO_TARGET_DIR is elsewhere.
     std::fs::create_dir_all(root.join("target")).expect("target dir");
     let overlay = tempfile::Builder::new()
         .prefix("component-overlay")
