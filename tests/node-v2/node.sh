@@ -5,6 +5,8 @@
 #
 # Usage:
 #   node.sh build                 build/check everything the node needs; print the binaries' paths
+#   node.sh vehicle [LOGDIR]      build the guest kernel and boot it once: one line that says
+#                                 whether it starts on this host, and why not
 #   node.sh start DIR             tap link, control plane on the host, the UML guest with
 #                                 containerd, kubelet and kube-proxy; waits for the Node to be
 #                                 Ready; writes DIR/node.env (eval-able)
@@ -14,9 +16,11 @@
 #   node.sh reclaim               remove this slot's tap, guard rule and routes when no node of
 #                                 the slot is alive (what a killed run leaves); start does it too
 #
-# The vehicle is User-Mode Linux (Debian's user-mode-linux, a 6.1 kernel that runs as a process):
-# the host kernel has no memory controller on cgroup v2, UML's has, boots in about 2 s and runs
-# guest code natively. The guest boots the host's root read-only (hostfs) and gets its own
+# The vehicle is User-Mode Linux (a kernel that runs as a process): the host kernel has no memory
+# controller on cgroup v2, UML's has, boots in about 2 s and runs guest code natively. It is
+# built from Debian's linux-source-6.12 with a patch that sizes its FP buffer from the host
+# (uml/kernel.sh; Debian's prebuilt 6.1 panics on hosts with AMX and has no PSI), and checked
+# before each start (uml/vehicle.sh). The guest boots the host's root read-only (hostfs) and gets its own
 # writable places (guest/init.sh). The control plane (etcd, kube-apiserver, controller-manager,
 # scheduler) runs on the host, bound to the host end of a tap device; the guest's eth0 (vec0) is
 # the other end. Pods live on a bridge inside the guest. Nothing is routed off the machine: the
@@ -84,8 +88,8 @@ CONTROLLER_MANAGER_PORT=$((28257 + 100 * SLOT))
 AGENT_PORT=$((28900 + 100 * SLOT))
 KUBELET_PORT=10250 # inside the guest: its own network stack, no clash with the host
 GUARD_COMMENT=kv2-node-guard$SLOT
-UML=/usr/bin/linux.uml
-UML_MODULES=/usr/lib/uml/modules
+UML_KERNEL_SH=$HERE/uml/kernel.sh
+VEHICLE_SH=$HERE/uml/vehicle.sh
 CNI_BIN_DIR=/usr/lib/cni
 
 K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
@@ -100,14 +104,14 @@ REDIS_IMAGE=localhost/koord-node/redis:1
 check_host() {
     local problems=() t
     [[ $(id -u) == 0 ]] || problems+=("must run as root (tap device, routes, iptables)")
-    [[ -x $UML ]] || problems+=("$UML missing (Debian: user-mode-linux)")
-    [[ -d $UML_MODULES ]] || problems+=("$UML_MODULES missing (Debian: user-mode-linux)")
+    [[ -f /usr/src/linux-source-6.12.tar.xz ]] || problems+=("no kernel source for the guest (Debian: linux-source-6.12)")
+    [[ -f /usr/share/doc/user-mode-linux/config.gz ]] || problems+=("no base config for the guest kernel (Debian: user-mode-linux)")
     [[ -c /dev/net/tun ]] || problems+=("no /dev/net/tun (the guest's network)")
     if [[ $CGROUP_DRIVER == systemd ]]; then
         [[ -x $SYSTEMD ]] || problems+=("$SYSTEMD missing (Debian: systemd; the guest's PID 1 with KOORD_V2_CGROUP_DRIVER=systemd)")
     fi
-    for t in runc iptables ip mkfs.ext4 modprobe gcc openssl curl /usr/bin/python3 redis-server redis-benchmark; do
-        command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs kmod gcc openssl curl python3 redis-server redis-tools)")
+    for t in runc iptables ip mkfs.ext4 gcc make flex bison bc openssl curl /usr/bin/python3 redis-server redis-benchmark; do
+        command -v "$t" >/dev/null || problems+=("$t not on PATH (Debian: runc iptables iproute2 e2fsprogs gcc make flex bison bc openssl curl python3 redis-server redis-tools)")
     done
     for t in bridge host-local loopback; do
         [[ -x $CNI_BIN_DIR/$t ]] || problems+=("$CNI_BIN_DIR/$t missing (Debian: containernetworking-plugins)")
@@ -122,11 +126,28 @@ check_host() {
 }
 
 # Prints: kube-apiserver etcd kubelet kube-proxy kube-scheduler kube-controller-manager kubectl
-# containerd containerd-shim-runc-v2 ctr (one path a line).
+# containerd containerd-shim-runc-v2 ctr linux.uml (one path a line).
 cmd_build() {
     check_host
     "$CONTROL_PLANE" build "${K8S_CMDS[@]}"
     "$HERE/build-containerd.sh"
+    "$UML_KERNEL_SH" build
+}
+
+# The guest kernel, booted once with a probe as init: one line, ok or the cause. Debian's
+# prebuilt UML (6.1) is never the vehicle: it has no PSI, and it panics at its first process on
+# hosts whose xstate is larger than its fixed 2696 bytes (AMX); the line names this host's.
+cmd_vehicle() { # [LOGDIR]
+    local kernel line
+    kernel=$("$UML_KERNEL_SH" build) || die "building the guest kernel failed"
+    if line=$("$VEHICLE_SH" check "$kernel" "${1:-}"); then
+        [[ -z ${1:-} ]] || echo "$line" >"$1/vehicle.line"
+        log "$line"
+        log "vehicle: chosen: the kernel built from linux-source-6.12 with uml/host-fp-size.patch (its FP buffer sized from this host's xstate; PSI on), not Debian's prebuilt 6.1 (no PSI; a fixed 2696-byte FP buffer that hosts with AMX refuse)"
+    else
+        echo "$PROG: $line" >&2
+        return 1
+    fi
 }
 
 # The node's own images, as tests/node builds them: the sandbox (pause) and the workload.
@@ -456,8 +477,8 @@ o = json.loads(sys.argv[1])
 sys.stdout.write(o["stdout"]); sys.stderr.write(o["stderr"]); sys.exit(o["rc"])' "$out"
 }
 
-start_guest() { # DIR
-    local d=$1
+start_guest() { # DIR KERNEL
+    local d=$1 kernel=$2
     truncate -s "${DISK_MB}M" "$d/disk.img"
     mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$d/disk.img" ||
         die "mkfs.ext4 of the guest's state disk failed"
@@ -467,7 +488,7 @@ start_guest() { # DIR
     # at once unlinks) the file that backs the guest's memory: tmpfs, not the disk.
     # systemd.hostname: systemd as PID 1 would otherwise name the guest from the host's
     # /etc/hostname (the shell init ignores the word).
-    TMPDIR=/dev/shm launch "$d" linux.uml "$UML" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
+    TMPDIR=/dev/shm launch "$d" linux.uml "$kernel" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
         rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
         vec0:transport=tap,ifname="$TAP" uml_dir="$d/uml" umid="kv2-$SLOT" con=null con0=fd:0,fd:1 \
         systemd.hostname="$NODE_NAME"
@@ -496,7 +517,9 @@ cmd_start() {
 $problems"
     local t0=$SECONDS bins
     mapfile -t bins < <(cmd_build)
-    [[ ${#bins[@]} -eq 10 ]] || die "build printed ${#bins[@]} paths, expected 10"
+    [[ ${#bins[@]} -eq 11 ]] || die "build printed ${#bins[@]} paths, expected 11"
+    # The guest kernel must start here before anything else does (one line if it cannot).
+    cmd_vehicle "$d/logs" || die "the guest kernel cannot start a guest on this host (the line above)"
     local scheduler=${bins[4]} cm=${bins[5]}
     local kubectl
     kubectl=$("$CONTROL_PLANE" kubectl)
@@ -522,7 +545,7 @@ $problems"
         --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
 
     local tb=$SECONDS
-    start_guest "$d"
+    start_guest "$d" "${bins[10]}"
     if ! wait_for "guest agent up" 120 guest_sh true 5; then
         guest_tails "$d"
         die "the guest did not come up"
@@ -678,12 +701,13 @@ cmd_check_clean() {
 }
 
 usage() {
-    sed -n '5,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '5,18p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 case ${1:-} in
 build) cmd_build ;;
+vehicle) cmd_vehicle "${2:-}" ;;
 start) [[ $# -eq 2 ]] || usage; cmd_start "$2" ;;
 sh) [[ $# -eq 2 ]] || usage; guest_sh "$2" 600 ;;
 stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;

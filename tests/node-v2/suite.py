@@ -181,6 +181,9 @@ def start_node(h: Harness) -> None:
         raise Fatal("node.sh start failed (see above)")
     h.load_node_env()
     h.kubectl_bin = h.env["KUBECTL"]  # built with the node's binaries: 1.37 like the server
+    vehicle = h.node_dir / "logs" / "vehicle.line"
+    if vehicle.is_file():
+        h.figures.append(f"figure {vehicle.read_text().strip()}")
     h.figures.append(f"figure node start (node.sh start, control plane + guest + Ready): "
                      f"{time.monotonic() - t0:.0f}s; guest start to its agent "
                      f"{h.env['BOOT_SECONDS']}s, to Node Ready {h.env['READY_SECONDS']}s")
@@ -354,6 +357,39 @@ def s_ls_cgroups(h: Harness) -> None:
                      f"kubepods/burstable memory.min {v[f'{burst}/memory.min']}, kubepods "
                      f"{v[f'{kp}/memory.min']}")
     h.delete_pods(NS_QOS, "ls-app")
+
+
+@scenario("PSI on cgroup v2: the node's kernel has PSI, and the collectors export "
+          "koordlet_container_psi / koordlet_pod_psi for a real container, labelled with its "
+          "containerd ID")
+def s_psi(h: Harness) -> None:
+    check(h.guest("[ -r /proc/pressure/memory ] && echo y").strip() == "y",
+          "no /proc/pressure/memory in the guest: its kernel was built without PSI")
+    h.apply_obj(ls_pod("psi-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
+    pod = h.wait_running(NS_QOS, "psi-app")
+    cid, uid = h.container_id(pod, "app"), pod["metadata"]["uid"]
+    pressure = h.guest(f"ls {h.container_cgroup(None, pod, 'app')}").split()
+    check({"cpu.pressure", "memory.pressure", "io.pressure"} <= set(pressure),
+          f"the container's cgroup has no pressure files: {pressure}")
+
+    def series():
+        m = h.applier_metrics()
+        c = {(dict(l)["psi_resource_type"], dict(l)["psi_precision"], dict(l)["psi_degree"]): v
+             for (n, l), v in m.items()
+             if n == "koordlet_container_psi" and ("container_id", f"containerd://{cid}") in l}
+        p = [v for (n, l), v in m.items() if n == "koordlet_pod_psi" and ("pod_uid", uid) in l]
+        return (c, p) if c and p else None
+    try:
+        c, p = wait_until("PSI series for psi-app", series, 60, 2)
+    except Check as e:
+        m = h.applier_metrics()
+        raise Check(f"{e}; koord_applier_psi_unavailable_cgroups = "
+                    f"{metric_sum(m, 'koord_applier_psi_unavailable_cgroups')}") from None
+    check(("cpu", "avg10", "some") in c and ("mem", "avg10", "some") in c, f"series {sorted(c)}")
+    h.figures.append(f"figure PSI on the v2 node: {len(c)} container series and {len(p)} pod "
+                     f"series for psi-app (cpu some avg10 {c[('cpu', 'avg10', 'some')]}, mem some "
+                     f"avg10 {c[('mem', 'avg10', 'some')]})")
+    h.delete_pods(NS_QOS, "psi-app")
 
 
 # -- metrics, events ---------------------------------------------------------------------

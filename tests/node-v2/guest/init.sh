@@ -22,16 +22,9 @@ mkdir -p /dev/pts && mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pt
 mount -t tmpfs -o mode=0755 tmpfs /var/log
 [ -n "${kv2dir:-}" ] || fail "no kv2dir= on the kernel command line"
 
-# Modules from the package's own tree, also for the kernel's on-demand loads (iptables).
-mkdir -p "/run/kmod/lib/modules/$(uname -r)"
-mount --bind "/usr/lib/uml/modules/$(uname -r)" "/run/kmod/lib/modules/$(uname -r)"
-MODPROBE=$(dirname "$0")/modprobe.sh
-echo "$MODPROBE" >/proc/sys/kernel/modprobe
-for m in overlay veth bridge br_netfilter nf_conntrack nf_nat \
-    xt_comment xt_mark xt_conntrack xt_MASQUERADE xt_addrtype xt_nat xt_statistic xt_multiport \
-    iptable_nat iptable_filter iptable_mangle ip6table_filter ip6table_nat; do
-    "$MODPROBE" "$m" 2>/dev/null || echo "kv2-init: module $m not loaded"
-done
+# The node's kernel (tests/node-v2/uml/kernel.sh) has no modules: overlay, veth, the bridge and
+# netfilter are built in.
+[ ! -e /proc/modules ] || fail "this kernel loads modules; the node's kernel (uml/kernel.sh) has them built in"
 
 # /tmp: the host's stays visible (the node dir and the repo may live there) under an overlay
 # whose writes land in the guest's memory.
