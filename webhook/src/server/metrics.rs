@@ -44,6 +44,8 @@ pub struct Metrics {
     config_valid: IntGaugeVec,
     pub tls_reloads: IntCounter,
     pub tls_reload_errors: IntCounter,
+    tls_expiry: IntGauge,
+    tls_ca_bundle_match: IntGaugeVec,
     pub inflight: IntGauge,
     pub reresolve: ReresolveMetrics,
     pub connections_open: IntGauge,
@@ -112,6 +114,23 @@ impl Metrics {
             "koord_webhook_tls_reload_errors_total",
             "Serving certificate changes that could not be loaded (the old one stays).",
         )?;
+        let tls_expiry = register(
+            &registry,
+            IntGauge::new(
+                "koord_webhook_tls_certificate_expiry_timestamp_seconds",
+                "Unix time at which the served serving certificate expires (its notAfter).",
+            ),
+        )?;
+        let tls_ca_bundle_match = register(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "koord_webhook_tls_ca_bundle_match",
+                    "1 while the served certificate verifies against every caBundle of the MutatingWebhookConfiguration, 0 while it does not (self-managed certificates).",
+                ),
+                &["webhook_configuration"],
+            ),
+        )?;
         let inflight = register(
             &registry,
             IntGauge::new(
@@ -158,6 +177,8 @@ impl Metrics {
             config_valid,
             tls_reloads,
             tls_reload_errors,
+            tls_expiry,
+            tls_ca_bundle_match,
             inflight,
             connections_open,
             connections_shed,
@@ -214,6 +235,30 @@ impl Metrics {
             .set(i64::from(ok));
     }
 
+    /// The certificate now served (PEM, leaf first): its notAfter in
+    /// `koord_webhook_tls_certificate_expiry_timestamp_seconds`. A PEM that does not parse
+    /// leaves the gauge as it was (the config built from it would have failed first).
+    pub fn served_certificate(&self, cert_pem: &[u8]) {
+        let Some(leaf) = crate::certs::inspect::inspect_pem(cert_pem)
+            .ok()
+            .and_then(|c| c.into_iter().next())
+        else {
+            return;
+        };
+        let secs = leaf
+            .not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.tls_expiry.set(secs);
+    }
+
+    /// Whether the served certificate verifies against the caBundle of `configuration`.
+    pub fn ca_bundle_match(&self, configuration: &str, matches: bool) {
+        self.tls_ca_bundle_match
+            .with_label_values(&[configuration])
+            .set(i64::from(matches));
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         koord_runtime::metrics::render(&self.registry)
@@ -238,4 +283,48 @@ fn admission_counters(vec: &IntCounterVec) -> Vec<IntCounter> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use super::*;
+
+    fn value(text: &str, series: &str) -> Option<i64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    }
+
+    #[test]
+    fn certificate_expiry_and_ca_bundle_match() {
+        let m = Metrics::new().expect("metrics");
+        let expiry = "koord_webhook_tls_certificate_expiry_timestamp_seconds ";
+        assert_eq!(
+            value(&m.render(), expiry),
+            Some(0),
+            "0 until a certificate is served"
+        );
+        // No series before the first check: certificates from files never check the bundle.
+        assert!(!m.render().contains("koord_webhook_tls_ca_bundle_match{"));
+        let pem = crate::certs::self_signed(vec!["koord-webhook.svc".into()], 30).expect("cert");
+        m.served_certificate(pem.cert_pem.as_bytes());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        let got = value(&m.render(), expiry).expect("expiry series");
+        let in_30_days = i64::try_from(now + 30 * 86_400).expect("fits");
+        assert!(
+            (got - in_30_days).abs() < 2 * 86_400,
+            "notAfter {got}, expected about {in_30_days}"
+        );
+        m.served_certificate(b"not a certificate");
+        assert_eq!(value(&m.render(), expiry), Some(got), "kept on a bad PEM");
+        m.ca_bundle_match("koord-webhook", false);
+        let series = "koord_webhook_tls_ca_bundle_match{webhook_configuration=\"koord-webhook\"} ";
+        assert_eq!(value(&m.render(), series), Some(0));
+        m.ca_bundle_match("koord-webhook", true);
+        assert_eq!(value(&m.render(), series), Some(1));
+    }
 }

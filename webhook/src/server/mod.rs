@@ -344,6 +344,7 @@ impl WebhookServer {
         koord_runtime::install_crypto_provider();
         let metrics = Metrics::new()?;
         let (tls, tls_current) = load_tls(&config.tls)?;
+        metrics.served_certificate(&tls_current.0);
         let initial = InitialPolicy::load(&config)?;
         let state = AppState::new(
             initial.policy,

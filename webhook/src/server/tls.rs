@@ -110,6 +110,7 @@ impl CertFiles {
                     current = next;
                     last_error = None;
                     metrics.tls_reloads.inc();
+                    metrics.served_certificate(&current.0);
                     tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
                 }
                 Err(e) => {

@@ -255,6 +255,7 @@ fn serve_step(
                         serving.candidate = None;
                         served_ok = Ok(());
                         state.metrics.tls_reloads.inc();
+                        state.metrics.served_certificate(&serving.served.0);
                         tracing::info!(secret = %config.secret, "serving certificate switched to the Secret's");
                     } else {
                         serving.candidate = Some((pair, since));
@@ -264,6 +265,9 @@ fn serve_step(
             }
         }
     }
+    state
+        .metrics
+        .ca_bundle_match(&config.webhook_configuration, served_ok.is_ok());
     state.readiness.set_certificate_problem(served_ok.err());
     pending
 }
