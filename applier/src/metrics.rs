@@ -25,6 +25,9 @@ pub struct Metrics {
     /// `memory.min`/`memory.low` of `kubepods` and the QoS-class directories after the last
     /// pass (bytes; unlimited = i64::MAX), by `cgroup` (relative path) and `file`.
     pub qos_protection: IntGaugeVec,
+    /// The sum of the direct children's `memory.min`/`memory.low` that the last pass computed
+    /// for the same directories: what `qos_protection` should hold.
+    pub qos_children: IntGaugeVec,
     /// Events by reason and whether they were posted or suppressed as duplicates.
     pub events: IntCounterVec,
     /// 1, labelled with the cgroup version, the kubelet's driver and its `cgroupRoot` as
@@ -55,7 +58,7 @@ impl Metrics {
         let counters = |name: &str, help: &str, labels: &[&str]| {
             register(r, IntCounterVec::new(Opts::new(name, help), labels))
         };
-        Ok(Self {
+        let m = Self {
             writes: counters(
                 "koord_applier_cgroup_writes_total",
                 "Cgroup knob reconciliations by knob and outcome.",
@@ -96,7 +99,17 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         "koord_applier_qos_memory_protection_bytes",
-                        "memory.min/memory.low of kubepods and the QoS-class cgroups: the sum of their children.",
+                        "memory.min/memory.low of kubepods and the QoS-class cgroups in force after the last pass (the sum of their children unless a write failed or the kubelet owns the file).",
+                    ),
+                    &["cgroup", "file"],
+                ),
+            )?,
+            qos_children: register(
+                r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "koord_applier_qos_memory_protection_children_bytes",
+                        "The sum of the direct children's memory.min/memory.low for kubepods and the QoS-class cgroups, as the last pass computed it.",
                     ),
                     &["cgroup", "file"],
                 ),
@@ -144,7 +157,15 @@ impl Metrics {
             )?,
             registry,
             text_sources: Arc::new(Mutex::new(vec![Box::new(render_cgroup_read_errors)])),
-        })
+        };
+        // The Events an alert counts exist from the start at 0: a counter that first appears
+        // at 1 shows no increase in Prometheus, and the first refusal would go unseen.
+        for reason in [crate::events::REASON_REFUSED, crate::events::REASON_FAILED] {
+            for result in ["posted", "suppressed", "delayed", "error"] {
+                m.events.with_label_values(&[reason, result]);
+            }
+        }
+        Ok(m)
     }
 
     /// Adds families rendered as text after the registry's.
@@ -231,14 +252,20 @@ mod tests {
         m.qos_protection
             .with_label_values(&["kubepods/burstable", "memory.min"])
             .set(134_217_728);
+        m.qos_children
+            .with_label_values(&["kubepods/burstable", "memory.min"])
+            .set(268_435_456);
         let text = m.render();
         for needle in [
             "koord_applier_cgroup_writes_total{knob=\"memory.min\",outcome=\"written\"} 1",
             "koord_applier_qos_memory_protection_bytes{cgroup=\"kubepods/burstable\",file=\"memory.min\"} 134217728",
+            "koord_applier_qos_memory_protection_children_bytes{cgroup=\"kubepods/burstable\",file=\"memory.min\"} 268435456",
             "koord_applier_reconcile_duration_seconds_count 1",
             "koord_applier_pods_managed 3",
             "koord_applier_unsupported_knobs{knob=\"memory.wmark_ratio\"} 1",
             "koord_applier_events_total{reason=\"MemoryQOSApplied\",result=\"posted\"} 1",
+            "koord_applier_events_total{reason=\"MemoryQOSRefused\",result=\"posted\"} 0",
+            "koord_applier_events_total{reason=\"MemoryQOSFailed\",result=\"error\"} 0",
             "koord_applier_resctrl_supported 0",
             "koord_applier_cgroup_layout_info{driver=\"systemd\",kubelet_cgroup_root=\"/kubelet\",version=\"v2\"} 1",
             "koord_applier_resctrl_groups_created_total 0",

@@ -209,8 +209,15 @@ impl MemoryAncestors {
                 m.writes
                     .with_label_values(&[c.file, c.outcome.as_str()])
                     .inc();
-                if let Some(v) = c.new.as_deref().and_then(|v| Protection::parse(v).ok()) {
+                // The value in force: what the pass left, else (a failed write) what it read.
+                let in_force = c.new.as_deref().or(c.old.as_deref());
+                if let Some(v) = in_force.and_then(|v| Protection::parse(v).ok()) {
                     m.qos_protection
+                        .with_label_values(&[c.cgroup.as_str(), c.file])
+                        .set(v.as_i64());
+                }
+                if let Some(v) = c.sum.as_deref().and_then(|v| Protection::parse(v).ok()) {
+                    m.qos_children
                         .with_label_values(&[c.cgroup.as_str(), c.file])
                         .set(v.as_i64());
                 }

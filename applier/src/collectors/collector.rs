@@ -52,6 +52,20 @@ struct PodEntry {
     generation: u64,
     /// The pod cgroup first, then its containers.
     cgroups: Vec<CgroupEntry>,
+    /// The pod's `koordinator.sh/qosClass` label (a known class, else `none`), for
+    /// `koord_applier_pod_qos_info`.
+    qos_class: &'static str,
+}
+
+/// The product's QoS class of a pod as its label says (the webhook sets it); `none` when it
+/// has none or one no class is named.
+fn qos_class_of(pod: &Pod) -> &'static str {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(koord_api::keys::LABEL_QOS_CLASS))
+        .and_then(|v| koord_api::QosClass::from_name(v))
+        .map_or("none", koord_api::QosClass::as_str)
 }
 
 /// What a PSI round saw.
@@ -306,6 +320,7 @@ impl Collector {
             resource_version: pod.metadata.resource_version.clone(),
             generation,
             cgroups,
+            qos_class: qos_class_of(pod),
         }
     }
 
@@ -353,6 +368,11 @@ impl Collector {
             .flat_map(|(_, p)| p.cgroups.iter())
             .map(|c| (&c.who, &c.psi, &c.cpi));
         super::exposition::render_cgroups(out, cgroups);
+        // The pod cgroup's identity (the first entry) with the pod's class.
+        let infos = pods
+            .iter()
+            .filter_map(|(_, p)| p.cgroups.first().map(|c| (&c.who, p.qos_class)));
+        super::exposition::render_pod_qos_info(out, infos);
     }
 
     /// Number of pods and container cgroups followed.

@@ -15,10 +15,13 @@ use super::psi::{PRECISIONS, Psi, Resource};
 pub const CONTAINER_PSI: &str = "koordlet_container_psi";
 pub const POD_PSI: &str = "koordlet_pod_psi";
 pub const CONTAINER_CPI: &str = "koordlet_container_cpi";
+pub const POD_QOS_INFO: &str = "koord_applier_pod_qos_info";
 
 const HELP_CONTAINER_PSI: &str = "Container psi collected by koordlet";
 const HELP_POD_PSI: &str = "Pod psi collected by koordlet";
 const HELP_CONTAINER_CPI: &str = "Container cpi collected by koordlet";
+const HELP_POD_QOS_INFO: &str =
+    "Pods the collectors follow (1 each), with their koordinator.sh/qosClass (none without one).";
 
 /// The `cpi_field` values, in the order of the CPI counter group (cycles leads).
 pub const CPI_FIELDS: [&str; 2] = ["cycles", "instructions"];
@@ -213,6 +216,29 @@ where
     }
 }
 
+/// `koord_applier_pod_qos_info`: 1 per followed pod, with the pod labels of `koordlet_pod_psi`
+/// and the pod's `qos_class`, so PSI can be selected by class (`* on (pod_uid)
+/// group_left (qos_class)`). The reference has no such family; the name is this product's.
+pub fn render_pod_qos_info<'a, I>(out: &mut String, pods: I)
+where
+    I: Iterator<Item = (&'a Identity, &'a str)>,
+{
+    let mut header = true;
+    for (who, class) in pods {
+        if std::mem::take(&mut header) {
+            push_header(out, POD_QOS_INFO, HELP_POD_QOS_INFO);
+        }
+        out.push_str(POD_QOS_INFO);
+        let mut first = true;
+        push_label(out, &mut first, "node", &who.node);
+        push_label(out, &mut first, "pod_name", &who.pod_name);
+        push_label(out, &mut first, "pod_namespace", &who.pod_namespace);
+        push_label(out, &mut first, "pod_uid", &who.pod_uid);
+        push_label(out, &mut first, "qos_class", class);
+        out.push_str("} 1\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,5 +291,27 @@ mod tests {
             std::iter::once((&who, &PsiSeries::default(), &CpiSeries::default())),
         );
         assert_eq!(out, "");
+    }
+
+    #[test]
+    fn pod_qos_info_per_pod() {
+        let who = Identity {
+            node: "n".into(),
+            pod_uid: "u".into(),
+            pod_name: "redis".into(),
+            pod_namespace: "demo".into(),
+            container: None,
+        };
+        let mut out = String::new();
+        render_pod_qos_info(&mut out, std::iter::once((&who, "LS")));
+        assert_eq!(
+            out,
+            "# HELP koord_applier_pod_qos_info Pods the collectors follow (1 each), with their koordinator.sh/qosClass (none without one).\n\
+             # TYPE koord_applier_pod_qos_info gauge\n\
+             koord_applier_pod_qos_info{node=\"n\",pod_name=\"redis\",pod_namespace=\"demo\",pod_uid=\"u\",qos_class=\"LS\"} 1\n"
+        );
+        let mut out = String::new();
+        render_pod_qos_info(&mut out, std::iter::empty());
+        assert_eq!(out, "", "no pod: no family");
     }
 }

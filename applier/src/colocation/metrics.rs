@@ -76,6 +76,13 @@ impl ColocationMetrics {
             )?,
         };
         m.be_cpu_limit.set(-1.0);
+        // Both keys from the start, so `increase(...)` has a series before the first error.
+        for key in [
+            koord_api::colocation::COLOCATION_KEY,
+            super::config::THRESHOLD_KEY,
+        ] {
+            m.config_errors.with_label_values(&[key]);
+        }
         Ok(m)
     }
 
@@ -86,5 +93,20 @@ impl ColocationMetrics {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_errors_exist_at_zero_for_both_keys() {
+        let m = ColocationMetrics::register(&Registry::new()).expect("metrics");
+        let text = m.render();
+        for key in ["colocation-config", "resource-threshold-config"] {
+            let line = format!("koord_applier_colocation_config_errors_total{{key=\"{key}\"}} 0");
+            assert!(text.contains(&line), "missing {line} in\n{text}");
+        }
     }
 }

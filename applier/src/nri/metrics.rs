@@ -79,6 +79,11 @@ impl NriMetrics {
                 &["result"],
             )?,
         };
+        // Every result from the start, so `increase(...{result="lost"}[...])` has a series to
+        // look at before the first loss.
+        for result in ["registered", "failed", "lost"] {
+            m.connections.with_label_values(&[result]);
+        }
         m.set_mode(false);
         Ok(m)
     }
@@ -88,5 +93,26 @@ impl NriMetrics {
         self.mode
             .with_label_values(&[MODE_WATCH])
             .set(i64::from(!nri));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_mode_and_every_connection_result_from_the_start() {
+        let r = Registry::new();
+        NriMetrics::register(&r).expect("metrics");
+        let text = koord_runtime::metrics::render(&r);
+        for line in [
+            "koord_applier_apply_mode{mode=\"watch\"} 1",
+            "koord_applier_apply_mode{mode=\"nri\"} 0",
+            "koord_applier_nri_connections_total{result=\"registered\"} 0",
+            "koord_applier_nri_connections_total{result=\"failed\"} 0",
+            "koord_applier_nri_connections_total{result=\"lost\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 }
