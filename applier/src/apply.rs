@@ -37,6 +37,8 @@ pub struct Applier {
     last_sweep: Mutex<Instant>,
     /// The kernel has no read-only `memory.wmark_high` (mainline): stop looking for it.
     no_wmark_high: AtomicBool,
+    /// On the systemd driver: the values of its units are set through systemd first.
+    systemd: Option<Arc<crate::systemd::Units>>,
 }
 
 /// Cached pods not applied for this long are dropped (a deleted pod the watch did not report;
@@ -106,7 +108,15 @@ impl Applier {
             pods: Mutex::default(),
             last_sweep: Mutex::new(Instant::now()),
             no_wmark_high: AtomicBool::new(false),
+            systemd: None,
         }
+    }
+
+    /// Sets the values of systemd units through systemd ([`crate::systemd`]) before reading
+    /// their files back.
+    pub fn with_systemd(mut self, units: Option<Arc<crate::systemd::Units>>) -> Self {
+        self.systemd = units;
+        self
     }
 
     /// Drops what is cached for a pod (its plan and its open knob files): the pod was deleted.
@@ -340,11 +350,29 @@ impl Applier {
 
     fn execute(&self, pod: &PodSpecView, plan: &Plan, kept: &mut [Option<KeptKnob>]) -> PodReport {
         let mut dirs = DirCache::default();
-        let mut results: Vec<WriteResult> = plan
+        let reads: Vec<Result<String, WriteResult>> = plan
             .writes
             .iter()
             .zip(kept.iter_mut())
-            .map(|(w, k)| self.write(&mut dirs, w, k))
+            .map(|(w, k)| self.read(&mut dirs, w, k))
+            .collect();
+        // systemd units first, all of a unit's values in one call; then every file is read
+        // back and what still differs is written.
+        let held = self.store_on_units(&plan.writes, &reads);
+        let mut results: Vec<WriteResult> = plan
+            .writes
+            .iter()
+            .zip(reads)
+            .zip(held)
+            .zip(kept.iter_mut())
+            .map(|(((w, read), held), k)| {
+                let r = match read {
+                    Ok(old) => self.finish(&mut dirs, w, old, held),
+                    Err(r) => r,
+                };
+                self.note_unsupported(w, &r, k);
+                r
+            })
             .collect();
         // cgroup v1 refuses a child CFS quota above its parent's (EINVAL) and the order that
         // works depends on whether values grow or shrink: retry those once, after the others.
@@ -472,16 +500,31 @@ impl Applier {
         w: &PlannedWrite,
         kept: &mut Option<KeptKnob>,
     ) -> WriteResult {
+        let r = match self.read(dirs, w, kept) {
+            Ok(old) => self.finish(dirs, w, old, false),
+            Err(r) => r,
+        };
+        self.note_unsupported(w, &r, kept);
+        r
+    }
+
+    /// The knob's current value (a kept file re-read with one `pread`; a stale or failing one
+    /// is dropped and reopened), or the result that ends it (unsupported, missing, failed).
+    fn read(
+        &self,
+        dirs: &mut DirCache,
+        w: &PlannedWrite,
+        kept: &mut Option<KeptKnob>,
+    ) -> Result<String, WriteResult> {
         if self.is_unsupported(w.file) {
             *kept = None;
-            return WriteResult {
+            return Err(WriteResult {
                 outcome: Outcome::Unsupported,
                 old: None,
                 error: None,
                 errno: None,
-            };
+            });
         }
-        // Re-read a kept file (one pread); a stale or failing one is dropped and reopened.
         let cached = match kept.as_ref().map(KeptKnob::read) {
             Some(Ok(KeptRead::Value(v))) => Some(v),
             Some(_) => {
@@ -490,7 +533,7 @@ impl Applier {
             }
             None => None,
         };
-        let old = match cached {
+        match cached {
             Some(v) => Ok(v),
             None => {
                 let dir = dirs.get(&w.dir);
@@ -502,39 +545,84 @@ impl Applier {
                 });
                 CgroupWriter::read_result(dir, w.file, read)
             }
+        }
+    }
+
+    /// Compares `old` and writes what differs. `held`: systemd was just given the value (see
+    /// [`Self::store_on_units`]): the file is read back and written only if it still differs.
+    fn finish(
+        &self,
+        dirs: &mut DirCache,
+        w: &PlannedWrite,
+        old: String,
+        held: bool,
+    ) -> WriteResult {
+        if matches(w.expect, &old) {
+            // The common resync case: no directory to open, nothing to write.
+            return WriteResult {
+                outcome: Outcome::Unchanged,
+                old: Some(old),
+                error: None,
+                errno: None,
+            };
+        }
+        self.writer
+            .compare_write_held(dirs.get(&w.dir), w.file, &w.text, w.expect, old, held)
+    }
+
+    /// Gives systemd the values of the knobs on its units (one call per unit, every value of
+    /// ours on it, see [`crate::systemd::plan`]); for each write, whether systemd took it.
+    /// All `false` off the systemd driver, in a dry run, or while systemd is unreachable.
+    fn store_on_units(
+        &self,
+        writes: &[PlannedWrite],
+        reads: &[Result<String, WriteResult>],
+    ) -> Vec<bool> {
+        let mut held = vec![false; writes.len()];
+        let Some(units) = self.systemd.as_ref().filter(|_| !self.writer.dry_run) else {
+            return held;
         };
-        let r = match old {
-            Ok(old) => {
-                if matches(w.expect, &old) {
-                    // The common resync case: no directory to open, nothing to write.
-                    return WriteResult {
-                        outcome: Outcome::Unchanged,
-                        old: Some(old),
-                        error: None,
-                        errno: None,
-                    };
-                }
-                self.writer
-                    .compare_write(dirs.get(&w.dir), w.file, &w.text, w.expect, old)
-            }
-            Err(r) => r,
-        };
-        if r.outcome == Outcome::Unsupported {
-            *kept = None;
-            let first = self
-                .unsupported
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(w.file);
-            if first {
-                // Logged once per node: the kernel will not grow the file while we run.
-                tracing::warn!(knob = w.file, dir = %w.dir.display(), "cgroup knob not supported by this kernel; skipping it on this node");
-                if let Some(m) = &self.metrics {
-                    m.unsupported.with_label_values(&[w.file]).set(1);
-                }
+        let (idx, wants): (Vec<usize>, Vec<crate::systemd::plan::Want<'_>>) = writes
+            .iter()
+            .zip(reads)
+            .enumerate()
+            .filter_map(|(i, (w, r))| {
+                let old = r.as_ref().ok()?;
+                Some((
+                    i,
+                    crate::systemd::plan::Want {
+                        dir: &w.dir,
+                        file: w.file,
+                        text: &w.text,
+                        differs: !matches(w.expect, old),
+                    },
+                ))
+            })
+            .unzip();
+        for (i, h) in idx.into_iter().zip(units.store(&wants)) {
+            held[i] = h;
+        }
+        held
+    }
+
+    /// A knob this kernel lacks: its kept file dropped, logged and shown once per node.
+    fn note_unsupported(&self, w: &PlannedWrite, r: &WriteResult, kept: &mut Option<KeptKnob>) {
+        if r.outcome != Outcome::Unsupported {
+            return;
+        }
+        *kept = None;
+        let first = self
+            .unsupported
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(w.file);
+        if first {
+            // Logged once per node: the kernel will not grow the file while we run.
+            tracing::warn!(knob = w.file, dir = %w.dir.display(), "cgroup knob not supported by this kernel; skipping it on this node");
+            if let Some(m) = &self.metrics {
+                m.unsupported.with_label_values(&[w.file]).set(1);
             }
         }
-        r
     }
 }
 

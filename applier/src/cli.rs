@@ -96,6 +96,9 @@ pub struct GlobalArgs {
     /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
     #[command(flatten)]
     pub ancestors: crate::ancestors::AncestorArgs,
+    /// The values of systemd units, set through systemd on its driver.
+    #[command(flatten)]
+    pub systemd: crate::systemd::SystemdArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +171,8 @@ pub struct Config {
     pub resctrl_root: PathBuf,
     /// `--protect-ancestors`, `--kubelet-memory-qos`.
     pub ancestors: crate::ancestors::AncestorSettings,
+    /// `--systemd-dbus`, `--systemd-socket`.
+    pub systemd: crate::systemd::Settings,
 }
 
 /// Settings of `run`.
@@ -295,6 +300,7 @@ impl From<&GlobalArgs> for Config {
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             resctrl_root: g.resctrl_root.clone(),
             ancestors: crate::ancestors::AncestorSettings::from(&g.ancestors),
+            systemd: crate::systemd::Settings::from(&g.systemd),
         }
     }
 }

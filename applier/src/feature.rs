@@ -31,4 +31,7 @@ pub struct RunContext {
     pub events: mpsc::Sender<SinkMsg>,
     /// The applier's registry and text sources (`/metrics`).
     pub metrics: Arc<Metrics>,
+    /// On the systemd driver (cgroup v2): the connection that sets unit values through
+    /// systemd; `None` = cgroup files only.
+    pub systemd: Option<Arc<crate::systemd::Units>>,
 }

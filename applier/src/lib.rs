@@ -9,7 +9,7 @@
 //! `ancestors::{plan, report}`) -> `koord_api`.
 //! Pure: [`cgroup::layout`], [`cgroup::readback`], [`knob_map`], [`plan`], [`events`] texts.
 //! IO at the edge: [`cgroup::writer`], [`cgroup::detect`], [`pods`] (kube watch),
-//! [`event_sink`], [`server`].
+//! [`event_sink`], [`server`], [`systemd::dbus`] (systemd's manager over D-Bus).
 
 pub mod ancestors;
 pub mod apply;
@@ -37,3 +37,4 @@ pub mod pods;
 pub mod report;
 pub mod resctrl;
 pub mod server;
+pub mod systemd;

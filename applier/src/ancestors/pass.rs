@@ -35,6 +35,8 @@ pub struct MemoryAncestors {
     unsupported_logged: AtomicBool,
     /// Per child directory seen by the last pass: its `memory.min` and `memory.low` kept open.
     kept: Mutex<HashMap<PathBuf, KeptPair>>,
+    /// On the systemd driver: the slices' values are set through systemd first.
+    systemd: Option<Arc<crate::systemd::Units>>,
 }
 
 /// A child's two files (`ProtectionFile::BOTH` order), each kept open when the fd budget allows.
@@ -63,7 +65,48 @@ impl MemoryAncestors {
             metrics,
             unsupported_logged: AtomicBool::new(false),
             kept: Mutex::default(),
+            systemd: None,
         }
+    }
+
+    /// Sets the slices' values through systemd ([`crate::systemd`]) before reading their files
+    /// back.
+    pub fn with_systemd(mut self, units: Option<Arc<crate::systemd::Units>>) -> Self {
+        self.systemd = units;
+        self
+    }
+
+    /// Gives systemd this ancestor's values (the files the applier owns, one call), before
+    /// they are compared and written; for each file, whether systemd took it.
+    fn store_on_unit(
+        &self,
+        dir: &Path,
+        wants: &[Option<(&'static str, String, bool)>; 2],
+    ) -> [bool; 2] {
+        let mut held = [false; 2];
+        let Some(units) = self.systemd.as_ref().filter(|_| !self.writer.dry_run) else {
+            return held;
+        };
+        let (idx, list): (Vec<usize>, Vec<crate::systemd::plan::Want<'_>>) = wants
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                let (file, text, differs) = w.as_ref()?;
+                Some((
+                    i,
+                    crate::systemd::plan::Want {
+                        dir,
+                        file,
+                        text,
+                        differs: *differs,
+                    },
+                ))
+            })
+            .unzip();
+        for (i, h) in idx.into_iter().zip(units.store(&list)) {
+            held[i] = h;
+        }
+        held
     }
 
     /// The directory of `level` relative to the hierarchy root, from the layout.
@@ -137,6 +180,29 @@ impl MemoryAncestors {
         } else {
             Children::none()
         };
+        // What each file should hold; the files the applier owns go to systemd first, in one
+        // call (the kubelet's own are left to it).
+        let decisions = ProtectionFile::BOTH.map(|file| {
+            let i = file as usize;
+            let cur = Protection::parse(current[i].as_ref().ok()?).ok()?;
+            let values = children.values[i].as_ref().ok()?;
+            Some(decide(
+                cur,
+                values,
+                self.kubelet_memory_qos.owns(level, file),
+            ))
+        });
+        let wants = ProtectionFile::BOTH.map(|file| {
+            let i = file as usize;
+            let d = decisions[i].filter(|d| !d.kubelet_owned)?;
+            let old = current[i].as_ref().ok()?;
+            Some((
+                file.name(),
+                d.target.text(self.layout.version),
+                !crate::cgroup::readback::matches(d.target.expect(), old),
+            ))
+        });
+        let by_systemd = self.store_on_unit(&dir, &wants);
         let mut entries = Vec::with_capacity(2);
         let mut held = [None, None];
         for (i, file) in ProtectionFile::BOTH.into_iter().enumerate() {
@@ -170,14 +236,15 @@ impl MemoryAncestors {
                         Ok(cur) => {
                             held[i] = Some(cur);
                             let owned = self.kubelet_memory_qos.owns(level, file);
-                            let d = decide(cur, values, owned);
+                            let d = decisions[i].unwrap_or_else(|| decide(cur, values, owned));
                             let text = d.target.text(self.layout.version);
-                            let r = self.writer.compare_write(
+                            let r = self.writer.compare_write_held(
                                 &cg,
                                 file.name(),
                                 &text,
                                 d.target.expect(),
                                 old.clone(),
+                                by_systemd[i],
                             );
                             entry.sum = Some(d.sum.to_string());
                             entry.outcome = r.outcome;

@@ -238,6 +238,27 @@ impl CgroupWriter {
         })
     }
 
+    /// [`Self::compare_write`] for a value systemd was just given (`held`, see
+    /// `crate::systemd`): the file is read back first, and written only if it still differs
+    /// (it counts as written either way: the value changed).
+    pub fn compare_write_held(
+        &self,
+        dir: &CgroupDir,
+        file: &str,
+        text: &str,
+        expect: Expect,
+        old: String,
+        held: bool,
+    ) -> WriteResult {
+        if held
+            && !matches(expect, &old)
+            && matches!(dir.read(file), Ok(Some(now)) if matches(expect, &now))
+        {
+            return WriteResult::of(Outcome::Written, Some(old), None, None);
+        }
+        self.compare_write(dir, file, text, expect, old)
+    }
+
     /// Compares the value read (`old`) with `expect` and writes `text` when they differ.
     pub fn compare_write(
         &self,

@@ -109,9 +109,13 @@ pub fn run(
         source,
     })?;
     t.manifest_micros = lap();
-    let applier = Applier::new(layout.clone(), config.dry_run, None).with_caps(caps);
+    // On the systemd driver, unit values go through systemd here too.
+    let systemd = crate::systemd::Units::start(&layout, &config.systemd, config.dry_run, None);
+    let applier = Applier::new(layout.clone(), config.dry_run, None)
+        .with_caps(caps)
+        .with_systemd(systemd.clone());
     let pod = applier.apply(&view);
-    let ancestors = ancestors_pass(config, &layout, &pod);
+    let ancestors = ancestors_pass(config, &layout, &pod, systemd);
     let mut report = OnceReport {
         pod,
         ancestors,
@@ -145,7 +149,12 @@ pub fn run(
 /// The sums on `kubepods` and the QoS-class directories, read from the kernel (so right although
 /// `once` sees one pod), after a pass that applied the pod; a pod refused or not managed leaves
 /// the node's ancestors alone.
-fn ancestors_pass(config: &Config, layout: &Layout, pod: &PodReport) -> Option<AncestorsReport> {
+fn ancestors_pass(
+    config: &Config,
+    layout: &Layout,
+    pod: &PodReport,
+    systemd: Option<std::sync::Arc<crate::systemd::Units>>,
+) -> Option<AncestorsReport> {
     let applied = matches!(
         pod.status,
         PodStatus::Applied | PodStatus::Unchanged | PodStatus::Failed | PodStatus::Held
@@ -157,6 +166,7 @@ fn ancestors_pass(config: &Config, layout: &Layout, pod: &PodReport) -> Option<A
             config.ancestors.kubelet_memory_qos,
             None,
         )
+        .with_systemd(systemd)
         .reconcile()
     })
 }

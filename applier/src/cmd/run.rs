@@ -68,6 +68,14 @@ pub async fn run_with_client(
     // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
     let (store, writer) = reflector::store::<Pod>();
     let (events, events_rx) = mpsc::channel(1024);
+    let metrics = Arc::new(Metrics::new()?);
+    // Before the first pass: on the systemd driver, unit values go through systemd.
+    let systemd = crate::systemd::Units::start(
+        &layout,
+        &config.systemd,
+        config.dry_run,
+        Some(metrics.registry()),
+    );
     let ctx = RunContext {
         client: client.clone(),
         layout,
@@ -77,7 +85,8 @@ pub async fn run_with_client(
         dry_run: config.dry_run,
         pods: store.clone(),
         events,
-        metrics: Arc::new(Metrics::new()?),
+        metrics,
+        systemd,
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     start_features(&ctx, &config, &run)?;
@@ -175,15 +184,19 @@ fn cgroup_passes(
             config.dry_run,
             Some(ctx.metrics.clone()),
         )
-        .with_caps(caps),
+        .with_caps(caps)
+        .with_systemd(ctx.systemd.clone()),
     );
     let ancestors = config.ancestors.enabled.then(|| {
-        Arc::new(MemoryAncestors::new(
-            ctx.layout.clone(),
-            config.dry_run,
-            config.ancestors.kubelet_memory_qos,
-            Some(ctx.metrics.clone()),
-        ))
+        Arc::new(
+            MemoryAncestors::new(
+                ctx.layout.clone(),
+                config.dry_run,
+                config.ancestors.kubelet_memory_qos,
+                Some(ctx.metrics.clone()),
+            )
+            .with_systemd(ctx.systemd.clone()),
+        )
     });
     tracing::info!(
         protect_ancestors = config.ancestors.enabled,

@@ -73,6 +73,12 @@ impl Engine {
         })
     }
 
+    /// Sets the BE slice's quota through systemd on its driver ([`crate::systemd`]).
+    pub fn with_systemd(mut self, units: Option<std::sync::Arc<crate::systemd::Units>>) -> Self {
+        self.be_parent.systemd = units;
+        self
+    }
+
     pub fn be_parent(&self) -> &BeParent {
         &self.be_parent
     }

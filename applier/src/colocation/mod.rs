@@ -59,6 +59,7 @@ pub fn start(
         settings,
         metrics: ColocationMetrics::register(ctx.metrics.registry())?,
         pods: ctx.pods.clone(),
+        systemd: ctx.systemd.clone(),
     };
     Ok(Some(tokio::spawn(
         c.run().instrument(tracing::info_span!("colocation")),

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::io::Errno;
 
@@ -96,6 +97,9 @@ pub struct BeParent {
     pub cpu_dir: PathBuf,
     /// v1: `<root>/cpuset/<rel>`; v2: same as `cpu_dir`.
     pub cpuset_dir: PathBuf,
+    /// On the systemd driver (v2): the CFS quota is set as the slice's `CPUQuotaPerSecUSec`
+    /// through systemd first, so that the kubelet's next QoS update does not lift it.
+    pub systemd: Option<Arc<crate::systemd::Units>>,
 }
 
 /// All cgroup directories below `dir` (excluding it), parents before children. One removed
@@ -134,7 +138,23 @@ impl BeParent {
             version: layout.version,
             cpu_dir: layout.dir(&rel, Controller::Cpu)?,
             cpuset_dir: layout.dir(&rel, Controller::Cpuset)?,
+            systemd: None,
         })
+    }
+
+    /// Gives systemd the BE slice's `cpu.max` (see [`crate::systemd`]); whether it took it.
+    /// `false` off the systemd driver and while systemd is unreachable.
+    fn store_on_unit(&self, want: &str, differs: bool) -> bool {
+        let Some(units) = &self.systemd else {
+            return false;
+        };
+        let w = crate::systemd::plan::Want {
+            dir: &self.cpu_dir,
+            file: "cpu.max",
+            text: want,
+            differs,
+        };
+        units.store(&[w]).first().copied().unwrap_or(false)
     }
 
     /// The CFS period of the BE parent (µs), 100000 when it cannot be read.
@@ -199,6 +219,7 @@ impl BeParent {
                 } else {
                     format!("{quota} {period}")
                 };
+                let held = self.store_on_unit(&want, old != want);
                 if old == want {
                     return Ok(Applied {
                         value: old,
@@ -206,7 +227,10 @@ impl BeParent {
                         lowered: Vec::new(),
                     });
                 }
-                file::write(&file, &want)?;
+                // systemd wrote it (read back), or the file is written here.
+                if !held || file::read_existing(&file)? != want {
+                    file::write(&file, &want)?;
+                }
                 Ok(Applied {
                     value: want,
                     changed: true,

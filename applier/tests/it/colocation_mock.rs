@@ -72,6 +72,7 @@ async fn patches_node_status_with_batch_resources() {
         },
         metrics: metrics.clone(),
         pods: store,
+        systemd: None,
     };
     let task = tokio::spawn(c.run());
 

@@ -40,5 +40,7 @@ mod once_cli;
 mod real_cgroup_v1;
 mod resctrl_tree;
 mod resize_hold;
+mod systemd_dbus;
+mod systemd_real;
 mod trees;
 mod watch_mock;

@@ -243,6 +243,7 @@ pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
         // Never the host's /sys/fs/resctrl in tests.
         resctrl_root: root.join("no-resctrl"),
         ancestors: Default::default(),
+        systemd: Default::default(),
     }
 }
 
