@@ -1050,3 +1050,75 @@ fn the_applier_mounts_the_nri_socket_directory() {
         Some("/run/containerd/nri DirectoryOrCreate")
     );
 }
+
+/// The applier's systemd settings: `KOORD_SYSTEMD_DBUS`, the socket's path, and systemd's
+/// directory mounted read-only (the directory: systemd re-creates its socket on every
+/// daemon-reexec; created where absent, so a node without systemd still starts the pod).
+fn applier_systemd(objects: &[Value]) -> (Option<String>, Option<String>, Option<String>) {
+    let ds: DaemonSet = round_trip(find(objects, "DaemonSet", "koord-applier"));
+    let pod = ds.spec.expect("spec").template.spec.expect("pod");
+    let c = &pod.containers[0];
+    let env = |name: &str| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == name)
+            .and_then(|e| e.value.clone())
+    };
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/host-run-systemd");
+    let host = mount.and_then(|m| {
+        pod.volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == m.name)
+            .and_then(|v| v.host_path.as_ref())
+            .map(|h| {
+                format!(
+                    "{} {} readOnly={}",
+                    h.path,
+                    h.type_.as_deref().unwrap_or(""),
+                    m.read_only.unwrap_or(false)
+                )
+            })
+    });
+    (env("KOORD_SYSTEMD_DBUS"), env("KOORD_SYSTEMD_SOCKET"), host)
+}
+
+#[test]
+#[ignore = "needs kubectl and helm (tests/e2e/helm.sh build)"]
+fn the_applier_mounts_systemds_directory_read_only() {
+    let want = (
+        Some("auto".to_owned()),
+        Some("/host-run-systemd/private".to_owned()),
+        Some("/run/systemd DirectoryOrCreate readOnly=true".to_owned()),
+    );
+    assert_eq!(applier_systemd(&render("manifests")), want, "kustomize");
+    let off = (Some("off".to_owned()), None, None);
+    // An overlay as the component's comment says; kustomize takes relative paths only.
+    let overlay = tempfile::tempdir().expect("tmp");
+    let repo = repo().canonicalize().expect("repo");
+    let up = "../".repeat(overlay.path().components().count() - 1);
+    let rel = format!("{up}{}", repo.display().to_string().trim_start_matches('/'));
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!(
+            "resources: [{rel}/manifests]\ncomponents: [{rel}/manifests/components/no-systemd-dbus]\n"
+        ),
+    )
+    .expect("overlay");
+    assert_eq!(
+        applier_systemd(&render_path(overlay.path())),
+        off,
+        "kustomize without systemd's socket"
+    );
+    assert_eq!(applier_systemd(&helm_template(&[])), want, "helm");
+    assert_eq!(
+        applier_systemd(&helm_template(&["applier.systemdDBus=off"])),
+        off,
+        "helm off"
+    );
+}
