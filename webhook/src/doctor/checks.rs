@@ -361,13 +361,20 @@ async fn applier(client: &kube::Client, args: &DoctorArgs) -> Check {
     };
     let mut missing = Vec::new();
     let mut details = Vec::new();
+    let mut degraded = Vec::new();
     for node in nodes.iter().filter_map(|n| n.metadata.name.as_deref()) {
         let ready = pods.iter().find(|p| {
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) && pod_ready(p)
         });
         match ready {
             None => missing.push(node.to_owned()),
-            Some(p) => details.push(format!("{node}: {}", node_support(client, args, p).await)),
+            Some(p) => {
+                let support = node_support(client, args, p).await;
+                if support.systemd_files_only {
+                    degraded.push(node.to_owned());
+                }
+                details.push(format!("{node}: {}", support.text));
+            }
         }
     }
     if !missing.is_empty() {
@@ -383,6 +390,17 @@ async fn applier(client: &kube::Client, args: &DoctorArgs) -> Check {
     if nodes.is_empty() {
         return Check::new(name, Status::Warn, "the cluster has no nodes");
     }
+    if !degraded.is_empty() {
+        return Check::new(
+            name,
+            Status::Warn,
+            format!(
+                "on node(s) {} the kubelet's systemd units get their values as cgroup files only, which systemd resets at its next re-apply (kubelet QoS updates, daemon-reload): mount systemd's socket (docs/install.md, systemd driver); {}",
+                degraded.join(", "),
+                details.join("; ")
+            ),
+        );
+    }
     Check::new(
         name,
         Status::Ok,
@@ -397,11 +415,29 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// What a node's applier says about its node, from its /metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSupport {
+    pub text: String,
+    /// The kubelet uses the systemd driver and the applier cannot set its units' values
+    /// through systemd (no socket, or systemd unreachable now).
+    pub systemd_files_only: bool,
+}
+
+impl NodeSupport {
+    fn said(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            systemd_files_only: false,
+        }
+    }
+}
+
 /// What a node's applier reports about its kernel, from its /metrics through the API server's
 /// pod proxy (best effort: `kubectl get --raw` needs pods/proxy).
-async fn node_support(client: &kube::Client, args: &DoctorArgs, pod: &Pod) -> String {
+async fn node_support(client: &kube::Client, args: &DoctorArgs, pod: &Pod) -> NodeSupport {
     let Some(pod_name) = pod.metadata.name.as_deref() else {
-        return "unnamed pod".into();
+        return NodeSupport::said("unnamed pod");
     };
     let port = pod
         .spec
@@ -416,21 +452,24 @@ async fn node_support(client: &kube::Client, args: &DoctorArgs, pod: &Pod) -> St
     );
     let request = match http::Request::get(path).body(Vec::new()) {
         Ok(r) => r,
-        Err(e) => return format!("metrics: {e}"),
+        Err(e) => return NodeSupport::said(format!("metrics: {e}")),
     };
     match client.request_text(request).await {
-        Err(e) => format!("metrics unreadable ({})", err(&e)),
+        Err(e) => NodeSupport::said(format!("metrics unreadable ({})", err(&e))),
         Ok(text) => summarize_metrics(&text),
     }
 }
 
 /// `unsupported: memory.min memory.low` (or `all knobs supported`), how container values are
-/// applied (`NRI (containerd v2.4.2)` at creation, or `watch mode`), resctrl and CPI support.
-pub fn summarize_metrics(text: &str) -> String {
+/// applied (`NRI (containerd v2.4.2)` at creation, or `watch mode`), on the systemd driver
+/// whether its units' values go through systemd, resctrl and CPI support.
+pub fn summarize_metrics(text: &str) -> NodeSupport {
     let mut unsupported: Vec<&str> = Vec::new();
     let mut extra = Vec::new();
     let mut mode = None;
     let mut runtime = None;
+    let mut systemd_driver = false;
+    let mut dbus_up = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
@@ -449,6 +488,10 @@ pub fn summarize_metrics(text: &str) -> String {
                     runtime = Some(format!("{rt} {ver}"));
                 }
             }
+        } else if let Some(rest) = series.strip_prefix("koord_applier_cgroup_layout_info{") {
+            systemd_driver |= on && rest.contains("driver=\"systemd\"");
+        } else if series == "koord_applier_systemd_dbus_up" {
+            dbus_up = Some(on);
         } else if series == "koord_applier_resctrl_supported" {
             extra.push(format!("resctrl {}", if on { "yes" } else { "no" }));
         } else if series == "koord_applier_cpi_collector_supported" {
@@ -472,11 +515,32 @@ pub fn summarize_metrics(text: &str) -> String {
         (Some(false), _) => out.push_str(", watch mode (no NRI)"),
         (None, _) => {}
     }
+    // An applier from before the systemd writes exports no `dbus_up`: only the driver says.
+    let files_only = match (systemd_driver, dbus_up) {
+        (_, Some(true)) => {
+            out.push_str(", systemd units set through systemd");
+            false
+        }
+        (_, Some(false)) => {
+            out.push_str(", systemd unreachable: unit values in cgroup files only");
+            true
+        }
+        (true, None) => {
+            out.push_str(
+                ", systemd driver without systemd's socket: unit values in cgroup files only",
+            );
+            true
+        }
+        (false, None) => false,
+    };
     for e in extra {
         out.push_str(", ");
         out.push_str(&e);
     }
-    out
+    NodeSupport {
+        text: out,
+        systemd_files_only: files_only,
+    }
 }
 
 /// A server-side dry-run create: goes through admission like a real pod, stores nothing.
@@ -568,7 +632,39 @@ mod tests {
             ),
         ];
         for (text, want) in cases {
-            assert_eq!(summarize_metrics(text), want);
+            assert_eq!(summarize_metrics(text).text, want);
+            assert!(!summarize_metrics(text).systemd_files_only, "{text}");
+        }
+        let layout = |driver: &str| {
+            format!(
+                "koord_applier_cgroup_layout_info{{driver=\"{driver}\",kubelet_cgroup_root=\"/\",version=\"v2\"}} 1\n"
+            )
+        };
+        let systemd = [
+            (
+                format!("{}koord_applier_systemd_dbus_up 1\n", layout("systemd")),
+                "all knobs supported, systemd units set through systemd",
+                false,
+            ),
+            (
+                format!("{}koord_applier_systemd_dbus_up 0\n", layout("systemd")),
+                "all knobs supported, systemd unreachable: unit values in cgroup files only",
+                true,
+            ),
+            (
+                layout("systemd"),
+                "all knobs supported, systemd driver without systemd's socket: unit values in cgroup files only",
+                true,
+            ),
+            (layout("cgroupfs"), "all knobs supported", false),
+        ];
+        for (text, want, files_only) in systemd {
+            let s = summarize_metrics(&text);
+            assert_eq!(
+                (s.text.as_str(), s.systemd_files_only),
+                (want, files_only),
+                "{text}"
+            );
         }
     }
 }
