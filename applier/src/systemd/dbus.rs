@@ -1,7 +1,9 @@
 //! The connection to systemd's manager (IO): one thread of its own with a single-threaded
 //! runtime holds a peer-to-peer D-Bus connection to systemd's private socket
 //! (`/run/systemd/private`, what runc and the kubelet use as root; no `dbus-daemon` needed) and
-//! makes the `SetUnitProperties` calls the passes queue.
+//! makes the `SetUnitProperties` calls the passes queue, in the wire format of [`super::wire`].
+//! systemd sends every connection of that socket all its signals: they are read as they come
+//! and dropped, so its queue towards us never fills.
 //!
 //! A pass never waits long: a call is queued with `try_send` (a full queue answers `Busy`),
 //! answered within the call timeout (`Timeout` otherwise), and while systemd is unreachable
@@ -15,16 +17,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
-use zbus::Variant;
-use zbus::connection::Builder;
 
 use super::metrics::SystemdMetrics;
 use super::property::Property;
+use super::wire;
 
-const DESTINATION: &str = "org.freedesktop.systemd1";
-const PATH: &str = "/org/freedesktop/systemd1";
-const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 /// The D-Bus error systemd answers for a property it does not know.
 pub const UNKNOWN_PROPERTY_ERROR: &str = "org.freedesktop.DBus.Error.PropertyReadOnly";
 
@@ -178,22 +179,89 @@ impl Dbus {
     }
 }
 
-async fn connect(socket: &Path, timeout: Duration) -> Result<zbus::Connection, String> {
+/// A connection: the socket's two halves and what was read of the next message.
+struct Conn {
+    read: BufReader<OwnedReadHalf>,
+    write: OwnedWriteHalf,
+    buf: Vec<u8>,
+    serial: u32,
+}
+
+async fn connect(socket: &Path, timeout: Duration) -> Result<Conn, String> {
     let handshake = async {
-        let stream = tokio::net::UnixStream::connect(socket)
+        let stream = UnixStream::connect(socket)
             .await
-            .and_then(tokio::net::UnixStream::into_std)
             .map_err(|e| e.to_string())?;
-        // Peer to peer: systemd's private socket has no bus daemon to say Hello to.
-        Builder::unix_stream(stream)
-            .p2p()
-            .build()
+        let (read, mut write) = stream.into_split();
+        let mut read = BufReader::new(read);
+        let uid = rustix::process::getuid().as_raw();
+        write
+            .write_all(&wire::auth_external(uid))
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        let mut line = Vec::new();
+        // The server's answer is one short line.
+        (&mut read)
+            .take(512)
+            .read_until(b'\n', &mut line)
+            .await
+            .map_err(|e| e.to_string())?;
+        let line = String::from_utf8_lossy(&line);
+        let line = line.trim_end();
+        if !wire::auth_ok(line) {
+            return Err(format!("authentication refused: {line:?}"));
+        }
+        write
+            .write_all(wire::AUTH_BEGIN)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Conn {
+            read,
+            write,
+            buf: Vec::new(),
+            serial: 0,
+        })
     };
     tokio::time::timeout(timeout, handshake)
         .await
         .unwrap_or_else(|_| Err(format!("no connection within {timeout:?}")))
+}
+
+impl Conn {
+    /// The next whole message; cancel-safe (what was read stays in `buf`).
+    async fn next(&mut self) -> Result<wire::Incoming, String> {
+        loop {
+            if let Some(len) = wire::frame_len(&self.buf).map_err(|e| e.to_string())?
+                && self.buf.len() >= len
+            {
+                let rest = self.buf.split_off(len);
+                let msg = std::mem::replace(&mut self.buf, rest);
+                return wire::decode(&msg).map_err(|e| e.to_string());
+            }
+            let mut chunk = [0u8; 8192];
+            let n = self
+                .read
+                .read(&mut chunk)
+                .await
+                .map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("systemd closed the connection".into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends `SetUnitProperties(unit, runtime=true, properties)`; its serial.
+    async fn send(&mut self, unit: &str, properties: &[Property]) -> Result<u32, String> {
+        self.serial = self.serial.wrapping_add(1).max(1);
+        let props: Vec<(&str, u64)> = properties.iter().map(|p| (p.name, p.value)).collect();
+        let msg = wire::set_unit_properties(self.serial, unit, true, &props);
+        self.write
+            .write_all(&msg)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(self.serial)
+    }
 }
 
 /// The thread's loop: connect, serve calls until the connection goes, back off, again.
@@ -221,7 +289,7 @@ async fn run(
     let mut failures = 0u32;
     loop {
         match connect(&s.socket, s.call_timeout).await {
-            Ok(conn) => {
+            Ok(mut conn) => {
                 shared.connections.fetch_add(1, Ordering::AcqRel);
                 set_up(true);
                 count("connected");
@@ -236,7 +304,7 @@ async fn run(
                 if let Some(f) = first.take() {
                     let _ = f.try_send(());
                 }
-                let lost = serve(&conn, &mut rx, &s, metrics.as_ref()).await;
+                let lost = serve(&mut conn, &mut rx, &s, metrics.as_ref()).await;
                 set_up(false);
                 let Some(why) = lost else { return };
                 count("lost");
@@ -276,28 +344,10 @@ async fn run(
     }
 }
 
-/// The error name and message of an error reply (systemd answered, the connection stands);
-/// `None` for anything else. zbus turns the names of the D-Bus specification
-/// (`org.freedesktop.DBus.Error.*`, e.g. `PropertyReadOnly` for an unknown property) into its
-/// `fdo::Error`, and keeps others (`org.freedesktop.systemd1.NoSuchUnit`) as they came.
-fn refusal(e: &zbus::Error) -> Option<(String, String)> {
-    use zbus::DBusError as _;
-    match e {
-        zbus::Error::MethodError(name, message, _) => {
-            Some((name.to_string(), message.clone().unwrap_or_default()))
-        }
-        zbus::Error::FDO(e) => Some((
-            e.name().to_string(),
-            e.description().unwrap_or_default().to_owned(),
-        )),
-        _ => None,
-    }
-}
-
-/// Serves calls on `conn`; `Some(why)` when the connection is gone, `None` when every caller
-/// is gone (the process ends).
+/// Serves calls on `conn`, reading (and dropping) systemd's signals meanwhile; `Some(why)`
+/// when the connection is gone, `None` when every caller is gone (the process ends).
 async fn serve(
-    conn: &zbus::Connection,
+    conn: &mut Conn,
     rx: &mut mpsc::Receiver<Call>,
     s: &DbusSettings,
     metrics: Option<&SystemdMetrics>,
@@ -307,52 +357,64 @@ async fn serve(
             m.calls.with_label_values(&[result]).inc();
         }
     };
+    // The call waiting for its answer: the caller, its serial, the deadline.
+    let mut waiting: Option<(Call, u32, tokio::time::Instant)> = None;
     loop {
-        let call = tokio::select! {
-            () = conn.closed() => return Some("systemd closed the connection".into()),
-            call = rx.recv() => call?,
-        };
-        let props: Vec<(&str, Variant<'_>)> = call
-            .properties
-            .iter()
-            .map(|p| (p.name, Variant::from(p.value)))
-            .collect();
-        let body = (call.unit.as_str(), true, props);
-        let sent = conn.call_method(
-            Some(DESTINATION),
-            PATH,
-            Some(MANAGER),
-            "SetUnitProperties",
-            &body,
-        );
-        let (answer, lost) = match tokio::time::timeout(s.call_timeout, sent).await {
-            Ok(Ok(_)) => {
-                count("ok");
-                (Ok(()), None)
+        let deadline = waiting.as_ref().map(|w| w.2);
+        tokio::select! {
+            msg = conn.next() => {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(why) => {
+                        if let Some((call, _, _)) = waiting.take() {
+                            count("lost");
+                            let _ = call.reply.try_send(Err(CallError::Unreachable));
+                        }
+                        return Some(why);
+                    }
+                };
+                let answered = matches!(&waiting, Some((_, serial, _)) if msg.reply_serial == Some(*serial));
+                if !answered || !matches!(msg.kind, wire::METHOD_RETURN | wire::ERROR) {
+                    continue; // a signal, or a reply to nothing of ours
+                }
+                let Some((call, _, _)) = waiting.take() else { continue };
+                let answer = if msg.kind == wire::METHOD_RETURN {
+                    count("ok");
+                    Ok(())
+                } else {
+                    count("refused");
+                    Err(CallError::Refused {
+                        name: msg.error_name.unwrap_or_default(),
+                        message: msg.error_message.unwrap_or_default(),
+                    })
+                };
+                let _ = call.reply.try_send(answer);
             }
-            Ok(Err(e)) if refusal(&e).is_some() => {
-                count("refused");
-                let (name, message) = refusal(&e).unwrap_or_default();
-                (Err(CallError::Refused { name, message }), None)
+            call = rx.recv(), if waiting.is_none() => {
+                let call = call?;
+                match conn.send(&call.unit, &call.properties).await {
+                    Ok(serial) => {
+                        waiting = Some((call, serial, tokio::time::Instant::now() + s.call_timeout));
+                    }
+                    Err(why) => {
+                        count("lost");
+                        let _ = call.reply.try_send(Err(CallError::Unreachable));
+                        return Some(why);
+                    }
+                }
             }
-            Ok(Err(e)) => {
-                count("lost");
-                (Err(CallError::Unreachable), Some(e.to_string()))
+            () = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some((call, _, _)) = waiting.take() {
+                    count("timeout");
+                    let _ = call.reply.try_send(Err(CallError::Timeout(s.call_timeout)));
+                }
+                return Some(format!("SetUnitProperties unanswered after {:?}", s.call_timeout));
             }
-            Err(_) => {
-                count("timeout");
-                (
-                    Err(CallError::Timeout(s.call_timeout)),
-                    Some(format!(
-                        "SetUnitProperties unanswered after {:?}",
-                        s.call_timeout
-                    )),
-                )
-            }
-        };
-        let _ = call.reply.try_send(answer);
-        if lost.is_some() {
-            return lost;
         }
     }
 }

@@ -10,6 +10,8 @@
 //!
 //! - [`unit`], [`property`], [`plan`]: which directories are units, a file's value as
 //!   properties, and which calls a pass makes (pure, table-tested);
+//! - [`wire`]: the D-Bus messages of that one call (pure; no D-Bus crate reads systemd's
+//!   replies on its private socket, see there);
 //! - [`dbus`]: the connection, on a thread of its own, with timeouts and backoff (IO);
 //! - [`metrics`]; this file: the flags and [`Units`], what the passes call.
 //!
@@ -23,6 +25,7 @@ pub mod metrics;
 pub mod plan;
 pub mod property;
 pub mod unit;
+pub mod wire;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -1,14 +1,15 @@
 //! The systemd writes against a fake systemd manager: a D-Bus peer on a socket of its own that
-//! records every `SetUnitProperties`, answers as a test tells it (success, an error, no answer
-//! in time, a closed connection) and, on success, writes the properties into the unit's files
-//! as systemd does. The passes run on temporary trees laid out like the systemd driver.
+//! speaks as systemd does on its private socket (`EXTERNAL` authentication, replies whose
+//! sender is `org.freedesktop.systemd1`, a signal before every reply), records every
+//! `SetUnitProperties`, answers as a test tells it (success, an error, no answer in time) and,
+//! on success, writes the properties into the unit's files as systemd does. The passes run on
+//! temporary trees laid out like the systemd driver.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use koord_applier::ancestors::{KubeletMemoryQos, MemoryAncestors};
 use koord_applier::apply::Applier;
 use koord_applier::cgroup::layout::Layout;
@@ -22,8 +23,8 @@ use koord_applier::systemd::metrics::SystemdMetrics;
 use koord_applier::systemd::plan::Want;
 use koord_applier::systemd::property::{Mapped, map};
 use koord_applier::systemd::unit::UnitNamer;
-use zbus::connection::Builder;
-use zbus::{Guid, MessageStream, OwnedVariant};
+use koord_applier::systemd::wire;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 
 use crate::common::{self, Kernel, fixture, make_pod_tree, read};
 
@@ -145,30 +146,44 @@ impl Drop for FakeManager {
 }
 
 async fn serve(s: tokio::net::UnixStream, state: Arc<Mutex<FakeState>>) {
-    let Ok(s) = s.into_std() else { return };
-    let Ok(conn) = Builder::unix_stream(s)
-        .server(Guid::generate())
-        .p2p()
-        .build()
-        .await
-    else {
+    let (read, mut write) = s.into_split();
+    let mut read = BufReader::new(read);
+    // EXTERNAL, then BEGIN, as sd-bus serves them.
+    let mut line = Vec::new();
+    if read.read_until(b'\n', &mut line).await.is_err()
+        || !line.starts_with(b"\0AUTH EXTERNAL ")
+        || write
+            .write_all(b"OK 0123456789abcdef0123456789abcdef\r\n")
+            .await
+            .is_err()
+    {
         return;
-    };
-    let mut messages = MessageStream::from(&conn);
-    while let Some(Ok(m)) = messages.next().await {
-        let header = m.header();
-        if header.member().map(|n| n.as_str()) != Some("SetUnitProperties") {
+    }
+    line.clear();
+    if read.read_until(b'\n', &mut line).await.is_err() || line != b"BEGIN\r\n" {
+        return;
+    }
+    let mut buf = Vec::new();
+    let mut serial = 1000u32;
+    loop {
+        let len = loop {
+            match wire::frame_len(&buf).expect("frame") {
+                Some(len) if buf.len() >= len => break len,
+                _ => {
+                    let mut chunk = [0u8; 4096];
+                    match read.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            }
+        };
+        let rest = buf.split_off(len);
+        let msg = wire::decode(&std::mem::replace(&mut buf, rest)).expect("a message");
+        if msg.member.as_deref() != Some("SetUnitProperties") {
             continue;
         }
-        let (unit, runtime, props): (String, bool, Vec<(String, OwnedVariant)>) =
-            m.body().deserialize().expect("(sba(sv))");
-        let properties: Vec<Prop> = props
-            .into_iter()
-            .map(|(name, v)| {
-                let sig = v.value_signature().to_string();
-                (name, sig, u64::try_from(v).unwrap_or(0))
-            })
-            .collect();
+        let (unit, runtime, properties) = wire::set_unit_properties_args(&msg).expect("(sba(sv))");
         let answer = {
             let mut st = state.lock().expect("lock");
             st.calls.push(Recorded {
@@ -186,14 +201,26 @@ async fn serve(s: tokio::net::UnixStream, state: Arc<Mutex<FakeState>>) {
             }
             answer
         };
-        match answer {
-            Answer::Ok => {
-                let _ = conn.reply(&header, &()).await;
+        // systemd sends its signals to every private connection, replies or not.
+        serial += 1;
+        if write
+            .write_all(&wire::signal(serial, "UnitNew"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        serial += 1;
+        let out = match answer {
+            Answer::Ok => wire::reply(serial, msg.serial, None),
+            Answer::Refuse(name, message) => wire::reply(serial, msg.serial, Some((name, message))),
+            Answer::Silent(d) => {
+                tokio::time::sleep(d).await;
+                continue;
             }
-            Answer::Refuse(name, message) => {
-                let _ = conn.reply_error(&header, name, &message).await;
-            }
-            Answer::Silent(d) => tokio::time::sleep(d).await,
+        };
+        if write.write_all(&out).await.is_err() {
+            return;
         }
     }
 }
