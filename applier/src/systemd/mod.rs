@@ -47,8 +47,10 @@ pub enum SystemdDbus {
     Auto,
     /// Where the kubelet uses the systemd driver on cgroup v2, waiting for the socket if it is
     /// not there.
+    #[value(alias = "true")]
     On,
-    /// Never: cgroup files only.
+    /// Never: cgroup files only. (`false`: what a YAML 1.1 `off` in a Helm values file becomes.)
+    #[value(alias = "false")]
     Off,
 }
 
@@ -344,6 +346,39 @@ impl Units {
 mod tests {
     use super::*;
     use crate::cgroup::{CgroupDriver, CgroupVersion};
+
+    #[test]
+    fn flags() {
+        use clap::Parser as _;
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["koord-applier", "once", "-f", "p"];
+            argv.extend_from_slice(args);
+            crate::cli::Cli::try_parse_from(argv)
+                .map(|c| crate::cli::Config::from(&c.global).systemd)
+                .map_err(|e| e.to_string())
+        };
+        let s = |mode, socket: &str| {
+            Ok(Settings {
+                mode,
+                socket: PathBuf::from(socket),
+            })
+        };
+        assert_eq!(parse(&[]), s(SystemdDbus::Auto, "/run/systemd/private"));
+        for (arg, mode) in [
+            ("--systemd-dbus=off", SystemdDbus::Off),
+            // A Helm values file's unquoted `off` arrives as `false`.
+            ("--systemd-dbus=false", SystemdDbus::Off),
+            ("--systemd-dbus=on", SystemdDbus::On),
+            ("--systemd-dbus=true", SystemdDbus::On),
+        ] {
+            assert_eq!(parse(&[arg]), s(mode, "/run/systemd/private"), "{arg}");
+        }
+        assert_eq!(
+            parse(&["--systemd-socket", "/host-run-systemd/private"]),
+            s(SystemdDbus::Auto, "/host-run-systemd/private")
+        );
+        assert!(parse(&["--systemd-dbus=maybe"]).is_err());
+    }
 
     #[test]
     fn when_to_connect() {
