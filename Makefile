@@ -40,8 +40,11 @@ lint: style
 ## Unit and integration tests; then the applier's machine tests (root, real cgroups, NUMA,
 ## perf) and the manifest render and Helm chart tests (kubectl; helm, built from its Go module
 ## and cached like the test control plane), which plain `cargo test` reports as ignored:
-## see applier/scripts/machine-tests.sh.
+## see applier/scripts/machine-tests.sh. First the alerting rules and dashboards, offline:
+## generated files up to date, `promtool check rules` and `promtool test rules`
+## (tests/monitoring/check.sh; promtool is Debian's prometheus package, required under CI).
 unit:
+	tests/monitoring/check.sh
 	$(CARGO) test --workspace
 	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
+from koordtest import prometheus as promlib  # noqa: E402
 
 
 class FakeHarness:
@@ -220,6 +221,55 @@ class Metrics(unittest.TestCase):
                 self.assertIsNone(got, case)
             else:
                 self.assertAlmostEqual(got, want, places=9, msg=case)
+
+
+class PromQL(unittest.TestCase):
+    """What the node suite's monitoring checks rest on: selectors, the rules' test copy, the
+    dashboards' variables."""
+
+    def test_selectors_skip_functions_aggregations_keywords_and_label_lists(self):
+        expr = ('sum by (instance, knob) (increase(a_total{outcome="failed"}[15m])) > 0 '
+                'and on (instance) max(b{x=~"y|z"}) by (le) * 7 * 86400 '
+                '- time() or vector(0) unless c offset 5m')
+        self.assertEqual(promlib.selectors(expr),
+                         [("a_total", '{outcome="failed"}'), ("b", '{x=~"y|z"}'), ("c", "")])
+
+    def test_matcher_labels(self):
+        self.assertEqual(promlib.matcher_labels('{a="x",b=~"y|z",c!="",d!~"q"}'),
+                         {"a": '="x"', "b": '=~"y|z"', "c": '!=""', "d": '!~"q"'})
+
+    def test_quick_rules_zero_for_and_divided_windows(self):
+        text = ("    expr: rate(x[10m]) > 0 and increase(y[1h]) > 0 and z[5m] unless w offset 10m\n"
+                "    for: 15m\n")
+        self.assertEqual(promlib.quick_rules(text),
+                         "    expr: rate(x[30s]) > 0 and increase(y[180s]) > 0 and z[20s] unless w "
+                         "offset 30s\n    for: 0s\n")
+
+    def test_every_shipped_rule_and_panel_names_a_metric(self):
+        rules = promlib.RULES.read_text()
+        exprs = [m.group(1) for m in
+                 __import__("re").finditer(r"expr: \|\n((?:\s{10}.*\n)+)", rules)]
+        self.assertEqual(len(exprs), rules.count("- alert:"))
+        for e in exprs:
+            self.assertTrue(promlib.selectors(e), e)
+        import json
+        for f in sorted(promlib.MONITORING.glob("grafana-dashboard-*.json")):
+            board = json.loads(f.read_text())
+            for where, e in promlib.dashboard_queries(board, 900):
+                self.assertNotIn("$", e, f"{f.name} {where}: a variable left")
+                self.assertTrue(promlib.selectors(e), f"{f.name} {where}")
+
+    def test_dashboard_variables_at_their_defaults(self):
+        board = {"templating": {"list": [
+            {"name": "datasource", "type": "datasource"},
+            {"name": "node", "type": "query", "includeAll": True, "allValue": ".*",
+             "current": {"value": ["$__all"]}, "query": {"query": "label_values(m, node)"}},
+            {"name": "w", "type": "custom", "current": {"value": "avg10"}}]},
+            "panels": [{"title": "t", "panels": [], "targets": [
+                {"refId": "A", "expr": 'rate(m{node=~"$node",p="${w}"}[$__rate_interval])'}]}]}
+        self.assertEqual(promlib.dashboard_queries(board, 900),
+                         [("panel 't' A", 'rate(m{node=~".*",p="avg10"}[1m])'),
+                          ("variable $node", "m")])
 
 
 if __name__ == "__main__":

@@ -295,6 +295,9 @@ fn helm_lint_is_clean() {
         &[
             "featureGates=CPICollector=true,PSICollector=true",
             "installExampleConfigMaps=true",
+            "monitoring.serviceMonitors=true",
+            "monitoring.prometheusRules=true",
+            "monitoring.dashboards=true",
         ][..],
     ] {
         let mut cmd = Command::new(helm());
@@ -437,12 +440,15 @@ fn helm_values_reach_the_objects() {
             .map(String::as_str),
         Some("a")
     );
-    // ServiceMonitors: the monitoring kustomization's Service and ServiceMonitors, with the value.
-    let with_monitoring = helm_template(&["monitoring.serviceMonitors=true"]);
+    // Monitoring: the monitoring kustomization's Service, ServiceMonitors, PrometheusRule and
+    // dashboard ConfigMaps, with the three values; nothing of it without them.
+    let with_monitoring = helm_template(&[
+        "monitoring.serviceMonitors=true",
+        "monitoring.prometheusRules=true",
+        "monitoring.dashboards=true",
+    ]);
     let monitoring = render("manifests/monitoring");
-    let mut n = 0;
-    for m in monitoring.iter().filter(|o| o["kind"] != "ConfigMap") {
-        n += 1;
+    for m in &monitoring {
         assert!(
             with_monitoring.contains(m),
             "{} {} differs from manifests/monitoring",
@@ -450,7 +456,29 @@ fn helm_values_reach_the_objects() {
             m["metadata"]["name"]
         );
     }
-    assert_eq!(n, 3, "applier Service, two ServiceMonitors");
+    let kinds: Vec<&str> = monitoring
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
+    assert_eq!(
+        (
+            kinds.iter().filter(|k| **k == "ServiceMonitor").count(),
+            kinds.iter().filter(|k| **k == "PrometheusRule").count(),
+            kinds.iter().filter(|k| **k == "ConfigMap").count(),
+            monitoring.len()
+        ),
+        (2, 1, 4, 8),
+        "applier Service, two ServiceMonitors, the rules, four dashboards: {kinds:?}"
+    );
+    let labelled = helm_template(&[
+        "monitoring.prometheusRules=true",
+        "monitoring.prometheusRuleLabels.release=kube-prometheus-stack",
+    ]);
+    let rule = find(&labelled, "PrometheusRule", "koord-qos");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"], "kube-prometheus-stack",
+        "prometheusRuleLabels reach the PrometheusRule"
+    );
     // Example ConfigMaps: none by default (checked by the parity test), the two with the value,
     // equal to the examples overlay.
     let with_cms = helm_template(&["installExampleConfigMaps=true"]);
@@ -732,6 +760,46 @@ fn the_reresolver_gets_exactly_pods_events_and_its_lease() {
     assert_eq!(field, Some("metadata.name"));
 }
 
+/// The PrometheusRule holds the groups of `manifests/monitoring/koord-qos.rules.yaml` (the file
+/// non-operator Prometheus loads), and every dashboard ConfigMap is valid JSON with panels.
+#[test]
+#[ignore = "needs kubectl on PATH"]
+fn monitoring_ships_the_rule_file_and_the_dashboards() {
+    let objects = render("manifests/monitoring");
+    let rule = find(&objects, "PrometheusRule", "koord-qos");
+    let file: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo().join("manifests/monitoring/koord-qos.rules.yaml"))
+            .expect("rule file"),
+    )
+    .expect("rule yaml");
+    assert_eq!(rule["spec"], file, "PrometheusRule spec vs the rule file");
+    assert_eq!(rule["metadata"]["namespace"], "koordinator-system");
+    let mut uids = Vec::new();
+    for cm in objects.iter().filter(|o| o["kind"] == "ConfigMap") {
+        assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+        let data = cm["data"].as_object().expect("data");
+        assert_eq!(data.len(), 1, "one dashboard per ConfigMap");
+        let (name, text) = data.iter().next().expect("one");
+        let board: Value = serde_json::from_str(text.as_str().expect("text"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            board["panels"].as_array().is_some_and(|p| p.len() > 3),
+            "{name} has panels"
+        );
+        uids.push(board["uid"].as_str().expect("uid").to_owned());
+    }
+    uids.sort();
+    assert_eq!(
+        uids,
+        [
+            "koord-admission",
+            "koord-colocation",
+            "koord-memory-qos",
+            "koord-perf-collector"
+        ]
+    );
+}
+
 #[test]
 #[ignore = "needs kubectl on PATH"]
 fn monitoring_renders_a_service_monitor_for_the_metrics_port() {
@@ -766,6 +834,12 @@ fn applier_monitoring_matches_the_references_job_and_port() {
     assert_eq!(ep["port"], "koordlet-service");
     assert_eq!(ep["interval"], "30s");
     assert_eq!(ep["scheme"], "http");
+    // instance is the node's name (the dashboards' node variable); koordlet_* keep `node`.
+    assert_eq!(
+        ep["relabelings"][0]["sourceLabels"][0],
+        "__meta_kubernetes_pod_node_name"
+    );
+    assert_eq!(ep["relabelings"][0]["targetLabel"], "instance");
     // The ServiceMonitor selects this Service, and the job label is its koord-app value.
     let selector = sm["spec"]["selector"]["matchLabels"]
         .as_object()
