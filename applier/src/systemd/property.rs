@@ -12,7 +12,8 @@
 //! | `cpu.max` `"max 100000"` | `CPUQuotaPerSecUSec` = `u64::MAX` | `max 100000` (systemd always uses its default period without a quota) |
 //!
 //! Any other file has no property of ours (`memory.oom.group`, `cpu.idle`, the Alibaba knobs):
-//! it is written as a file, as on the cgroupfs driver.
+//! it is written as a file, as on the cgroupfs driver (if systemd rewrote one while applying a
+//! call, the next pass finds it and writes it again, without a call).
 
 /// `CPUQuotaPeriodUSec` systemd uses when none is set (`CGROUP_CPU_QUOTA_DEFAULT_PERIOD_USEC`).
 pub const DEFAULT_PERIOD_US: u64 = 100_000;
@@ -33,8 +34,8 @@ pub struct Property {
 pub enum Mapped {
     /// Set these properties; systemd then writes the text itself and keeps it.
     Properties(Vec<Property>),
-    /// systemd has no property for the file: written as a file only (systemd does not
-    /// rewrite it either).
+    /// The applier sets no property for the file (none of systemd's stands for it): written as
+    /// a file only, as on the cgroupfs driver.
     NotSystemd,
     /// systemd has the property but cannot say this value (why): written as a file only, and
     /// systemd's next re-apply of the unit may undo it.
