@@ -340,6 +340,53 @@ def s_uninstall(h: Harness) -> None:
     check(pod["status"]["phase"] == "Running", f"ls-app {pod['status']['phase']} after uninstall")
 
 
+INSTALL_MD = HERE.parents[1] / "docs" / "install.md"
+
+
+def cleanup_command(units: list[str]) -> str:
+    """docs/install.md's command that clears what systemd stores of the applier's after an
+    uninstall, with this node's slice names (the doc spells them for cgroupRoot /)."""
+    line = next(l for l in INSTALL_MD.read_text().splitlines()
+                if l.startswith("for u in kubepods.slice "))
+    for doc, unit in sorted(zip(["kubepods.slice", "kubepods-burstable.slice",
+                                 "kubepods-besteffort.slice"], units), key=lambda p: -len(p[0])):
+        line = line.replace(f" {doc}", f" {unit}")
+    return line
+
+
+@scenario("after uninstall: systemd still stores the applier's last sums as the QoS slices' "
+          "MemoryMin/MemoryLow; docs/install.md's command clears them (and the BE slice's "
+          "CPUQuota), and systemctl daemon-reload then leaves 0 in the files")
+def s_systemd_cleanup(h: Harness) -> None:
+    check("ls" in h.carry, "needs the LS pod of the earlier scenarios")
+    dirs = [h.kubelet_dir(), h.kubelet_dir("burstable"), h.kubelet_dir("besteffort")]
+    units = [d.rsplit("/", 1)[1] for d in dirs]
+    props = "-p MemoryMin -p MemoryLow -p CPUQuotaPerSecUSec"
+
+    def shown(unit: str) -> dict[str, str]:
+        out = h.guest(f"systemctl show {props} {unit}")
+        return dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    before = {u: shown(u) for u in units}
+    log(f"stored after the uninstall: {before}")
+    burst = before[units[1]]
+    check(burst["MemoryMin"].isdigit() and int(burst["MemoryMin"]) >= 128 * 2**20,
+          f"{units[1]} MemoryMin {burst['MemoryMin']}: the applier's sum is not stored by systemd")
+    cmd = cleanup_command(units)
+    h.guest(cmd)
+    h.guest("systemctl daemon-reload")
+    after = {u: shown(u) for u in units}
+    files = h.read_many([f"{d}/{f}" for d in dirs for f in ("memory.min", "memory.low")])
+    for u in units:
+        check(after[u]["MemoryMin"] == "0" and after[u]["MemoryLow"] == "0",
+              f"{u} after the command: {after[u]}")
+    check(after[units[2]]["CPUQuotaPerSecUSec"] == "infinity",
+          f"{units[2]} CPUQuota after the command: {after[units[2]]}")
+    check(all(v == "0" for v in files.values()), f"files after daemon-reload: {files}")
+    h.figures.append(f"figure after uninstall on the systemd node: {units[1]} MemoryMin "
+                     f"{burst['MemoryMin']} still stored by systemd; docs/install.md's command "
+                     f"({cmd!r}) and a daemon-reload left every QoS slice at 0")
+
+
 def main() -> int:
     return SUITE.main(Harness(), v2.setup, v2.teardown)
 
