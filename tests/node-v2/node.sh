@@ -304,10 +304,7 @@ makeIPTablesUtilChains: false
 maxPods: $MAX_PODS
 serializeImagePulls: false
 registerNode: true
-# The kubelet's own Memory QoS (KEP-2570; beta and on by default in 1.37) writes memory.min of
-# kubepods and the QoS classes, as the applier does: off unless KOORD_V2_KUBELET_MEMORY_QOS=true.
-featureGates:
-  MemoryQoS: ${KOORD_V2_KUBELET_MEMORY_QOS:-false}
+$(kubelet_feature_gates)
 EOF
     cat >"$g/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -475,6 +472,17 @@ guest_sh() { # SCRIPT [TIMEOUT]  -> the script's stdout and stderr; returns its 
     python3 -c 'import json, sys
 o = json.loads(sys.argv[1])
 sys.stdout.write(o["stdout"]); sys.stderr.write(o["stderr"]); sys.exit(o["rc"])' "$out"
+}
+
+# The kubelet's feature gates: its defaults, as most production nodes run it (1.37: MemoryQoS
+# beta and on, memoryReservationPolicy None: at start the kubelet writes 0 into kubepods'
+# memory.min/memory.low and the Burstable class's memory.low), unless KOORD_V2_KUBELET_MEMORY_QOS
+# (true or false) sets the MemoryQoS gate.
+kubelet_feature_gates() {
+    [[ -n ${KOORD_V2_KUBELET_MEMORY_QOS:-} ]] || return 0
+    [[ $KOORD_V2_KUBELET_MEMORY_QOS == true || $KOORD_V2_KUBELET_MEMORY_QOS == false ]] ||
+        die "KOORD_V2_KUBELET_MEMORY_QOS=$KOORD_V2_KUBELET_MEMORY_QOS: want true or false"
+    printf 'featureGates:\n  MemoryQoS: %s\n' "$KOORD_V2_KUBELET_MEMORY_QOS"
 }
 
 start_guest() { # DIR KERNEL
