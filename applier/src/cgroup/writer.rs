@@ -207,6 +207,22 @@ impl CgroupWriter {
         }
     }
 
+    /// Whether `dir` is a cgroup v2 directory whose `cgroup.controllers` lacks the controller
+    /// of `file` (`cpu.weight` -> `cpu`). False where there is no such list (cgroup v1, test
+    /// trees) or the file has no controller prefix.
+    fn controller_not_enabled_in(dir: &CgroupDir, file: &str) -> bool {
+        let Some((controller, _)) = file.split_once('.') else {
+            return false;
+        };
+        if controller == "cgroup" {
+            return false;
+        }
+        match dir.read("cgroup.controllers") {
+            Ok(Some(list)) => !list.split_whitespace().any(|c| c == controller),
+            _ => false,
+        }
+    }
+
     /// The outcome of reading `dir/file`: the value, or why there is none (`Unsupported`,
     /// `Missing`, `Failed`).
     pub fn read_result(
@@ -217,6 +233,18 @@ impl CgroupWriter {
         let shown = || dir.path().join(file).display().to_string();
         Err(match read {
             Ok(Some(old)) => return Ok(old),
+            // cgroup v2: the file's controller is not enabled here yet (systemd enables a
+            // slice's controllers when a unit below asks for them): not the kernel's lack.
+            Ok(None) if dir.exists() && Self::controller_not_enabled_in(dir, file) => WriteResult::of(
+                Outcome::Missing,
+                None,
+                Some(format!(
+                    "{} does not exist: its controller is not enabled in {} yet",
+                    shown(),
+                    dir.path().display()
+                )),
+                None,
+            ),
             Ok(None) if dir.exists() => WriteResult::of(
                 Outcome::Unsupported,
                 None,
@@ -360,6 +388,26 @@ mod tests {
             open(&d).open_knob("none").expect("open").map(|(_, v)| v),
             None
         );
+    }
+
+    #[test]
+    fn a_knob_whose_controller_is_not_enabled_yet_is_missing_not_unsupported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let w = CgroupWriter::new(false);
+        // systemd has not enabled cpu for this slice yet: retried, not the kernel's lack.
+        std::fs::write(d.join("cgroup.controllers"), "memory pids\n").expect("seed");
+        let r = w.apply(&open(d), "cpu.weight", "4", Expect::Int(4));
+        assert_eq!(r.outcome, Outcome::Missing, "{r:?}");
+        assert!(r.error.as_deref().unwrap_or("").contains("not enabled"), "{r:?}");
+        // The controller is there and the file is not: this kernel lacks the knob.
+        std::fs::write(d.join("cgroup.controllers"), "cpu memory pids\n").expect("seed");
+        let r = w.apply(&open(d), "cpu.idle", "1", Expect::Int(1));
+        assert_eq!(r.outcome, Outcome::Unsupported, "{r:?}");
+        // No list (cgroup v1, test trees): as before.
+        std::fs::remove_file(d.join("cgroup.controllers")).expect("rm");
+        let r = w.apply(&open(d), "cpu.weight", "4", Expect::Int(4));
+        assert_eq!(r.outcome, Outcome::Unsupported, "{r:?}");
     }
 
     #[test]
