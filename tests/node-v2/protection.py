@@ -281,8 +281,16 @@ def verdict(h) -> None:
                          f"{r['ancestors_min']}")
     h.figures.append("\n".join(lines))
     check("A" in RESULTS and "C" in RESULTS, f"configurations measured: {sorted(RESULTS)}")
-    check(RESULTS["C"]["kept"] >= 90, f"C kept {RESULTS['C']['kept']:.1f}% of the LS working set (< 90%)")
-    check(RESULTS["A"]["kept"] <= 50, f"A kept {RESULTS['A']['kept']:.1f}% (> 50%: no pressure?)")
+    a, c = RESULTS["A"], RESULTS["C"]
+    check(c["kept"] >= 90, f"C kept {c['kept']:.1f}% of the LS working set (< 90%)")
+    # The pressure reached the LS pod without protection: its re-read fetched pages back
+    # (1,000 pages = 4 MiB at least). On the node's 6.12 kernel an unprotected LS pod keeps
+    # most of its set under this flood (README), so the verdict is the refaults protection
+    # removes, by a margin noise cannot give, and C keeping more than A.
+    check(a["refaults"] >= 1000, f"A: {a['refaults']} refaults on the LS re-read: no pressure?")
+    check(c["refaults"] * 10 <= a["refaults"],
+          f"refaults on the LS re-read: C {c['refaults']}, A {a['refaults']} (want C <= A / 10)")
+    check(c["kept"] > a["kept"], f"C kept {c['kept']:.1f}%, A {a['kept']:.1f}%")
     if RESULTS["C"]["oom"]:
         raise Check(f"{RESULTS['C']['oom']} OOM kills in C")
     # The BE pod's memory.high is throttlingPercent 80 of its 1600Mi limit (held there: the
