@@ -65,7 +65,8 @@ class ReplicaWatch(threading.Thread):
             if ip and name not in self.pods:
                 with self.lock:
                     self.pods[name] = {"ip": ip, "sigterm": None, "at_sigterm": 0.0,
-                                       "count": None, "moved": None, "gone": False}
+                                       "count": None, "moved": None, "gone": False,
+                                       "ready": False}
 
     @staticmethod
     def _get(ip: str, path: str) -> tuple[int, str]:
@@ -88,7 +89,10 @@ class ReplicaWatch(threading.Thread):
             if st["count"] is not None and count > st["count"]:
                 st["moved"] = now
             st["count"] = count
-            if status == 503 and st["sigterm"] is None and st["count"] is not None:
+            # 503 after 200: the SIGTERM's drain. A new replica answers 503 until its first
+            # look at the certificate; that is not a stop.
+            st["ready"] = st["ready"] or status == 200
+            if status == 503 and st["ready"] and st["sigterm"] is None and st["count"] is not None:
                 st["sigterm"], st["at_sigterm"] = now, count
 
     def run(self) -> None:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "lib"))
 sys.dont_write_bytecode = True
 
 import continuity  # noqa: E402  (rolling update and drain: no admission missed)
+import monitoring  # noqa: E402  (the shipped alerts and dashboards on a real Prometheus)
 import koordtest  # noqa: E402
 from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
@@ -189,6 +190,26 @@ def s_install(h: Harness) -> None:
     check([o["uid"] for o in owners] == [mwc["metadata"]["uid"]], f"Secret owners {owners}")
     check(mwc["webhooks"][0]["clientConfig"].get("caBundle") == secret["data"]["ca.crt"],
           "the caBundle is not the Secret's CA")
+
+
+@scenario("prometheus: Debian's prometheus on loopback scrapes kube-apiserver, both webhook "
+          "replicas and the applier as manifests/monitoring's ServiceMonitors have the operator "
+          "scrape them, with the shipped rules (a test copy: for 0s, windows / 20); kubectl "
+          "apply -k manifests/monitoring installs the PrometheusRule and four dashboards")
+def s_prometheus(h: Harness) -> None:
+    monitoring.start(h)
+
+
+@scenario("alert KoordApplierDown: the applier's process stopped (SIGSTOP) fires it, resumed "
+          "(SIGCONT) it clears")
+def s_alert_applier_down(h: Harness) -> None:
+    monitoring.applier_stopped(h)
+
+
+@scenario("alert KoordApplierRefusedAnnotations: a pod with a forged resolved-qos (memory.min "
+          "above its request) is refused by the applier, and the alert fires")
+def s_alert_refused(h: Harness) -> None:
+    monitoring.refused(h, h.env["WORKLOAD_IMAGE"], h.env["NODE_NAME"])
 
 
 @scenario("processes: webhook runs as 65532 with no capabilities; applier as root with exactly "
@@ -414,6 +435,9 @@ def s_batch(h: Harness) -> None:
 @scenario("container crash: the kubelet restarts it (new container ID), the applier writes the "
           "batch values again within the resync period, no duplicate Event")
 def s_crash(h: Harness) -> None:
+    # The batch scenario ends by turning colocation on again: the capacity comes back with the
+    # applier's next report, and a batch pod admitted by the kubelet before it is refused.
+    wait_until("batch-memory on the Node again", lambda: node_batch(h)[1] >= 64 * 2**20, 120, 1)
     pod = be_pod("crashy", NS_BATCH, h.env["WORKLOAD_IMAGE"], None, ("32Mi", "64Mi"),
                  ["koord-stress", "--vm", "1", "--vm-bytes", "4M", "--vm-hang", "60", "-t", "4"])
     h.apply_obj(pod)
@@ -862,6 +886,14 @@ def load_pod(i: int, h: Harness) -> dict:
           "(container cgroup appears -> its memory.limit_in_bytes holds the batch limit) of each; "
           "applier RSS and CPU with 50 and 100 pods on the node")
 def s_figures(h: Harness) -> None:
+    monitoring.paused(h, True)  # the figures measure the product without a scraper
+    try:
+        figures(h)
+    finally:
+        monitoring.paused(h, False)
+
+
+def figures(h: Harness) -> None:
     # Memory-only batch pods: batch-memory is plentiful here, batch-cpu depends on what the
     # rest of this shared machine is doing. Colocation on again: the rolling update and drain
     # scenarios end with it off.
@@ -1047,6 +1079,19 @@ def s_doctor(h: Harness) -> None:
     wait_until("doctor green with the applier back", lambda: doctor_green(h), 120, 1)
 
 
+@scenario("monitoring: every alert expression of the installed PrometheusRule and every panel "
+          "and variable query of the four installed dashboards evaluated against the real "
+          "Prometheus, each metric selector with series (or named why not); the alerts driven to "
+          "firing by real faults (applier stopped, webhook down with a pod created, a refused "
+          "pod) fired and are silent again")
+def s_monitoring(h: Harness) -> None:
+    try:
+        monitoring.queries(h)
+        monitoring.driven_alerts(h)
+    finally:
+        monitoring.remove_stub_crds(h)
+
+
 @scenario("kubectl delete -k manifests/: the webhook configuration is gone, the workload pods "
           "keep running, new pods are no longer mutated")
 def s_uninstall(h: Harness) -> None:
@@ -1150,6 +1195,7 @@ def setup(h: Harness) -> None:
 
 
 def teardown(h: Harness, passed: list[str], failed: list[str], interrupted: bool) -> None:
+    monitoring.stop(h)
     if failed and h.node_started:
         for comp in ("kubelet", "containerd"):
             f = h.node_dir / "logs" / f"{comp}.log"
