@@ -9,7 +9,8 @@
 #                      kernel, tap, addresses and ports: slot 0; nothing shared with the host
 #                      lane but the cached Kubernetes build);
 #   v2-systemd (background): its systemd part, a second such node with systemd as PID 1 and
-#                      the kubelet's systemd driver (slot 1); then, on the same slot, a third
+#                      the kubelet's systemd driver, cgroupRoot / (kubepods.slice: the
+#                      production shape) (slot 1); then, on the same slot, a third
 #                      node for the main suite's kubelet Memory QoS scenario alone (its five
 #                      minutes of sampling would otherwise make the v2 lane the run's longest),
 #                      which the first lane leaves out.
@@ -31,7 +32,7 @@ step build "$here/build.sh" || { echo "suites: the builds failed" >&2; exit 1; }
 KOORD_V2_SLOT=0 KOORD_NODE_V2_ONLY="^(?!the kubelet's own Memory QoS)" step node-v2 "$here/node-v2/run" &
 v2=$!
 {
-    KOORD_V2_SLOT=1 KOORD_NODE_V2_PART=systemd step node-v2-systemd "$here/node-v2/run"
+    KOORD_V2_SLOT=1 KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ step node-v2-systemd "$here/node-v2/run"
     KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY="^(node:|images:|install:|the kubelet's own Memory QoS)" \
         step node-v2-kubelet-qos "$here/node-v2/run"
 } &

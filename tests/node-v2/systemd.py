@@ -190,7 +190,19 @@ def s_batch(h: Harness) -> None:
     pod = h.wait_running(NS_BATCH, "be-batch")
     check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
     v2.applied_event(h, NS_BATCH, pod)
-    got = v2.batch_files(h, pod, "work")
+
+    # systemd enables the cpu controller of the BestEffort slice's children when the kubelet's
+    # unit asks for it; a pass before that finds no cpu.* file and retries at the next resync.
+    def batch_values():
+        try:
+            return v2.batch_files(h, pod, "work")
+        except Check:
+            return None
+    try:
+        got = wait_until("the batch values in the pod slice and scope", batch_values,
+                         RESYNC + SLACK, 0.5)
+    except Check:
+        got = v2.batch_files(h, pod, "work")  # raises with the file that differs
     h.carry["be"] = pod
     f = f"{h.container_cgroup(None, pod, 'work')}/cpu.max"
     want = h.read(f)
@@ -234,16 +246,16 @@ def below_runs(rows: list[list], col: int) -> list[tuple[float, float]]:
     return runs
 
 
-@scenario("systemd rewrites the QoS slices: the kubelet's periodic QoS update (every minute, "
-          "through systemd) makes systemd re-apply its stored 0 to kubepods and burstable "
-          "memory.min; measured at 2 Hz, every reset is restored by the applier within one "
-          "resync")
+@scenario("systemd keeps the QoS slices' sums: the kubelet's periodic QoS update (every minute, "
+          "through systemd) makes systemd re-apply every stored property; the applier stores "
+          "its sums as the slices' MemoryMin/MemoryLow, so at 2 Hz across a kubelet minute "
+          "no sample of kubepods or burstable memory.min is below the LS pod's value")
 def s_systemd_rewrites(h: Harness) -> None:
     sample_rewrites(h, RESYNC, SAMPLE_SECONDS)
 
 
-@scenario("systemd rewrites with the applier's default resync (60 s): the same sampling over "
-          "three of the kubelet's minutes, every reset restored within one resync",
+@scenario("systemd keeps the sums with the applier's default resync (60 s): the same sampling "
+          "over three of the kubelet's minutes, no sample below the LS pod's value",
           full="4 more minutes; its figure is in tests/node-v2/README.md")
 def s_systemd_rewrites_default(h: Harness) -> None:
     protection.applier_args(h, remove=f"--resync-seconds={RESYNC}")
@@ -254,8 +266,9 @@ def s_systemd_rewrites_default(h: Harness) -> None:
 
 
 def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
-    """Samples the QoS slices' memory.min at 2 Hz inside the guest for `seconds`; asserts every
-    run below the LS pod's value ends within `resync` (plus slack)."""
+    """Samples the QoS slices' memory.min at 2 Hz inside the guest for `seconds` (a kubelet
+    minute at least); asserts that no sample is below the LS pod's value: the applier set the
+    sums through systemd (SetUnitProperties), so what systemd re-applies is the sum."""
     check("ls" in h.carry, "needs the LS pod of the earlier scenario")
     anc = h.ancestors()
     files = [f"{a}/memory.min" for a in anc]
@@ -272,18 +285,16 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
         worst = max([worst] + [d for _, d in runs])
         lines.append(f"{a.rsplit('/', 1)[1]}: {len(runs)} resets, below the pod's {below:.1f}s "
                      f"({100 * below / rows[-1][0]:.0f}%), longest {max([0] + [d for _, d in runs]):.1f}s")
-        check(rows[-1][i] or runs[-1][1] <= resync + SLACK,
-              f"{a}: below the pod's memory.min since {runs[-1][0]:.0f}s of {rows[-1][0]:.0f}s")
     log("; ".join(lines))
     h.figures.append(f"figure systemd re-applying the kubelet's QoS slices (applier resync "
                      f"{resync}s, {len(rows)} samples over {rows[-1][0]:.0f}s): " + "; ".join(lines))
-    check(worst <= resync + SLACK, f"an ancestor stayed below the pod's value {worst:.1f}s "
-          f"(resync {resync}s): {lines}")
+    check(worst == 0, f"an ancestor was below the pod's value (longest {worst:.1f}s; "
+          f"resync {resync}s): {lines}")
 
 
-@scenario("systemctl daemon-reload: systemd re-applies units' stored properties over what the "
-          "applier wrote (the LS pod's slice and scope, the QoS slices; the BE pod's batch "
-          "values are checked too); the applier restores every file within one resync")
+@scenario("systemctl daemon-reload: systemd re-applies units' stored properties; the applier "
+          "stored its values in them (the LS pod's slice and scope, the QoS slices, the BE "
+          "pod's batch values), so no file changes")
 def s_daemon_reload(h: Harness) -> None:
     ls, be = h.carry.get("ls"), h.carry.get("be")
     check(ls and be, "needs the LS and BE pods of the earlier scenarios")
@@ -311,7 +322,9 @@ def s_daemon_reload(h: Harness) -> None:
     except Check as e:
         be_reset = f"reset ({e})"
     log(f"daemon-reload: reset {reset}; BE batch values {be_reset}")
-    check(reset, f"daemon-reload changed none of {files}: does systemd still re-apply on reload?")
+    check(not reset and be_reset == "kept",
+          f"daemon-reload reset {reset}, BE batch values {be_reset}: systemd does not store "
+          f"the applier's values")
 
     def restored():
         if h.read_many(files) != before:
