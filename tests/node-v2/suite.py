@@ -372,15 +372,8 @@ def s_psi(h: Harness) -> None:
     check({"cpu.pressure", "memory.pressure", "io.pressure"} <= set(pressure),
           f"the container's cgroup has no pressure files: {pressure}")
 
-    def series():
-        m = h.applier_metrics()
-        c = {(dict(l)["psi_resource_type"], dict(l)["psi_precision"], dict(l)["psi_degree"]): v
-             for (n, l), v in m.items()
-             if n == "koordlet_container_psi" and ("container_id", f"containerd://{cid}") in l}
-        p = [v for (n, l), v in m.items() if n == "koordlet_pod_psi" and ("pod_uid", uid) in l]
-        return (c, p) if c and p else None
     try:
-        c, p = wait_until("PSI series for psi-app", series, 60, 2)
+        c, p = wait_until("PSI series for psi-app", lambda: h.psi_series(cid, uid), 60, 2)
     except Check as e:
         m = h.applier_metrics()
         raise Check(f"{e}; koord_applier_psi_unavailable_cgroups = "

@@ -788,15 +788,8 @@ def s_psi(h: Harness) -> None:
         f"{sorted(p.name for p in h.container_cgroup('cpuacct', pod, 'stress').glob('*.pressure'))}, "
         f"v2 {unified}: {sorted(p.name for p in unified.glob('*.pressure')) if unified.is_dir() else 'no such dir'}")
 
-    def series():
-        m = h.applier_metrics()
-        c = {(dict(l)["psi_resource_type"], dict(l)["psi_precision"], dict(l)["psi_degree"]): v
-             for (n, l), v in m.items()
-             if n == "koordlet_container_psi" and ("container_id", f"containerd://{cid}") in l}
-        p = [v for (n, l), v in m.items() if n == "koordlet_pod_psi" and ("pod_uid", uid) in l]
-        return (c, p, m) if c and p else None
     try:
-        c, p, m = wait_until("PSI series for stress-demo", series, 40, 2)
+        c, p = wait_until("PSI series for stress-demo", lambda: h.psi_series(cid, uid), 40, 2)
     except Check as e:
         m = h.applier_metrics()
         raise Check(f"{e}; koord_applier_psi_unavailable_cgroups = "

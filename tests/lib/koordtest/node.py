@@ -59,6 +59,16 @@ class NodeHarness(Harness):
         with urllib.request.urlopen(f"http://{ip}:9316/metrics", timeout=5) as r:
             return parse_metrics(r.read().decode())
 
+    def psi_series(self, cid: str, uid: str) -> tuple[dict, list] | None:
+        """The applier's PSI series of one container and its pod: ({(resource, precision,
+        degree): value}, [pod values]), or None until both are there."""
+        m = self.applier_metrics()
+        c = {(dict(l)["psi_resource_type"], dict(l)["psi_precision"], dict(l)["psi_degree"]): v
+             for (n, l), v in m.items()
+             if n == "koordlet_container_psi" and ("container_id", f"containerd://{cid}") in l}
+        p = [v for (n, l), v in m.items() if n == "koordlet_pod_psi" and ("pod_uid", uid) in l]
+        return (c, p) if c and p else None
+
     # -- cgroups (cgroupfs driver) ---------------------------------------------------------
     # On cgroup v1 every controller has its hierarchy (CGROUP/<ctrl>/kubepods/...); on v2 there
     # is one (CGROUP/kubepods/...): `ctrl` None.
