@@ -235,16 +235,18 @@ impl CgroupWriter {
             Ok(Some(old)) => return Ok(old),
             // cgroup v2: the file's controller is not enabled here yet (systemd enables a
             // slice's controllers when a unit below asks for them): not the kernel's lack.
-            Ok(None) if dir.exists() && Self::controller_not_enabled_in(dir, file) => WriteResult::of(
-                Outcome::Missing,
-                None,
-                Some(format!(
-                    "{} does not exist: its controller is not enabled in {} yet",
-                    shown(),
-                    dir.path().display()
-                )),
-                None,
-            ),
+            Ok(None) if dir.exists() && Self::controller_not_enabled_in(dir, file) => {
+                WriteResult::of(
+                    Outcome::Missing,
+                    None,
+                    Some(format!(
+                        "{} does not exist: its controller is not enabled in {} yet",
+                        shown(),
+                        dir.path().display()
+                    )),
+                    None,
+                )
+            }
             Ok(None) if dir.exists() => WriteResult::of(
                 Outcome::Unsupported,
                 None,
@@ -399,7 +401,10 @@ mod tests {
         std::fs::write(d.join("cgroup.controllers"), "memory pids\n").expect("seed");
         let r = w.apply(&open(d), "cpu.weight", "4", Expect::Int(4));
         assert_eq!(r.outcome, Outcome::Missing, "{r:?}");
-        assert!(r.error.as_deref().unwrap_or("").contains("not enabled"), "{r:?}");
+        assert!(
+            r.error.as_deref().unwrap_or("").contains("not enabled"),
+            "{r:?}"
+        );
         // The controller is there and the file is not: this kernel lacks the knob.
         std::fs::write(d.join("cgroup.controllers"), "cpu memory pids\n").expect("seed");
         let r = w.apply(&open(d), "cpu.idle", "1", Expect::Int(1));

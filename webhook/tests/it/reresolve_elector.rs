@@ -2,7 +2,8 @@
 //! updates, like the real one), two electors each behind its own "connection" to one store:
 //! one holder at a time; a holder cut off from the API server stops acting at its renew
 //! deadline, before the other takes over after the lease duration; a released Lease is taken
-//! at once.
+//! at once, also by a candidate that was cut off for seconds (its client's retries do not hold
+//! its next look).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -106,6 +107,10 @@ async fn one_holder_a_cut_off_holder_steps_down_before_the_other_takes_over() {
         "b took over {taken:?} after the cut"
     );
     assert_eq!(conn_a.holder().as_deref(), Some("b"));
+    // a stays cut off a while longer: kube's client retries each 503 with a backoff that has
+    // grown to seconds by now, and a's looks must not wait it out once the API server is back.
+    let longer = Instant::now();
+    watch_until(&a, &b, Duration::from_secs(6), |_, _| elapsed(longer, 4)).await;
 
     // a is back: b keeps the Lease.
     conn_a.cut(false);

@@ -73,6 +73,8 @@ impl Leadership {
 enum LeaseError {
     #[error("{0}")]
     Kube(#[from] kube::Error),
+    #[error("no answer within {0:?} (the renew deadline)")]
+    LookTimedOut(Duration),
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -170,7 +172,17 @@ pub async fn run(
     });
     loop {
         let started = Instant::now();
-        let next = match try_acquire_or_renew(&api, &config, &mut observed).await {
+        // kube's client retries a 503 or 429 by itself, with a backoff that grows to minutes:
+        // one look left to it could still be sleeping long after the API server is back, and a
+        // released Lease would wait for it. A look gets the renew deadline (a holder whose look
+        // takes longer may not act anyway); then this loop, not the client, tries again.
+        let look = tokio::time::timeout(
+            config.timing.renew_deadline,
+            try_acquire_or_renew(&api, &config, &mut observed),
+        )
+        .await
+        .unwrap_or(Err(LeaseError::LookTimedOut(config.timing.renew_deadline)));
+        let next = match look {
             Ok(look) => {
                 leadership.set_renewed(look.held.then_some(started));
                 look.next
@@ -201,7 +213,11 @@ pub async fn run(
     leadership.publish();
     metrics.is_leader.set(0);
     if was_leader {
-        match release(&api, &config).await {
+        let deadline = config.timing.renew_deadline;
+        let released = tokio::time::timeout(deadline, release(&api, &config))
+            .await
+            .unwrap_or(Err(LeaseError::LookTimedOut(deadline)));
+        match released {
             Ok(()) => tracing::info!(lease = %config.name, "Lease released"),
             Err(e) => {
                 tracing::warn!(error = %e, lease = %config.name, "could not release the Lease; it expires by itself")
