@@ -1,8 +1,10 @@
 //! Process plumbing shared by `koord-webhook` and `koord-applier`, written once: how logs are
 //! set up, which signal ends the process, which rustls crypto provider is installed, how
 //! metrics are registered, which Events are worth posting, how the process keeps its memory
-//! small and how the API client times out a dead read. Nothing here knows about QoS.
+//! small, how the API client times out a dead read, and which connection gives its slot to a
+//! newcomer at a server's connection cap. Nothing here knows about QoS.
 
+pub mod connections;
 pub mod event_dedup;
 pub mod kube_client;
 pub mod logging;

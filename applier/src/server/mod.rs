@@ -2,9 +2,25 @@
 //!
 //! The port is reachable from the pod network, so any pod may open connections to it; what one
 //! connection may hold is bounded so that no client can starve the reconcile loop of file
-//! descriptors, memory or CPU: a connection cap with eviction ([`slots`]), a header-read
-//! timeout and a write timeout ([`EndpointSettings`]), and an accept loop that pauses when
-//! `accept(2)` fails for lack of resources ([`backoff`]).
+//! descriptors, memory or CPU: a connection cap with eviction (the guard the webhook uses too,
+//! `koord_runtime::connections`), a header-read timeout and a write timeout
+//! ([`EndpointSettings`]), and an accept loop that pauses when `accept(2)` fails for lack of
+//! resources ([`backoff`]).
+//!
+//! At the cap a newcomer takes the slot of the oldest connection whose request has not arrived
+//! yet (silent, or still sending its head) of the source address holding the most such
+//! connections, its own address's when that one holds as many as any: a client flooding from
+//! one address (a pod) replaces its own connections, and the kubelet's probe or Prometheus,
+//! from other addresses, is not closed while the applier is too starved of CPU to read its
+//! request within the few milliseconds the flood leaves it. Where they share the flood's
+//! address (a hostNetwork pod on the node's address, as the kubelet's probes), the newcomer
+//! still gets in: it takes that address's oldest unfinished connection, and the flood would
+//! have to open the whole cap's worth of connections within the time an honest request takes
+//! (well under a millisecond here) to push it out. A connection whose request is being
+//! answered keeps its slot; only when every slot is answering is the newcomer closed at once.
+//! Why evict rather than refuse: refusing the newcomer lets any client that opens the cap's
+//! worth of connections and sends nothing lock Prometheus and the kubelet's probes out until
+//! the header-read timeout, and again as soon as it reconnects.
 //!
 //! One request per connection, as before: the clients are a scraper every 15-60 s and kubelet
 //! probes (a new connection each); keep-alive would save them nothing measurable and let a
@@ -13,12 +29,12 @@
 mod args;
 pub mod backoff;
 mod route;
-pub mod slots;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
@@ -27,18 +43,23 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use koord_runtime::connections::{Guard, Limits, Slot};
+use koord_runtime::logging::LineBudget;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::metrics::Metrics;
 pub use args::{EndpointArgs, EndpointError, EndpointSettings, check_cap};
 pub use route::route;
-use slots::{Conn, Slots};
 
 /// hyper's smallest allowed read buffer; a request head of the endpoint's clients is a few
 /// hundred bytes, and a longer one is refused (431) instead of growing the buffer.
 const MAX_HEAD_BYTES: usize = 8192;
 /// Request headers parsed at most (Prometheus and the kubelet send fewer than 10).
 const MAX_HEADERS: usize = 32;
+
+/// How long a newcomer waits for the slot of the connection it evicted: that connection's task
+/// only has to be scheduled once to drop it.
+const SLOT_WAIT: Duration = Duration::from_millis(200);
 
 /// Connections the kernel completes and queues for `accept(2)` (capped by `net.core.somaxconn`,
 /// 4096 by default since Linux 5.4). tokio's `bind` asks for 1024: a client connecting while a
@@ -66,7 +87,14 @@ pub async fn serve(
     ready: Arc<AtomicBool>,
     settings: EndpointSettings,
 ) {
-    let slots = Slots::new(settings.max_connections);
+    // No cap per address beyond the cap itself: the endpoint's clients are few.
+    let guard = Guard::new(Limits {
+        max: settings.max_connections,
+        per_source: settings.max_connections,
+        slot_wait: SLOT_WAIT,
+        // An answer written within a second, or the client is not reading it.
+        stalled_after: Duration::from_secs(1),
+    });
     let http = builder(&settings);
     let mut pause = None;
     loop {
@@ -78,7 +106,11 @@ pub async fn serve(
             Err(e) => {
                 pause = backoff::after_error(pause, &e);
                 if let Some(p) = pause {
-                    tracing::warn!(error = %e, pause_ms = p.as_millis(), "accept failed; pausing");
+                    // A flood of connections can make this fail again after every success.
+                    static PAUSES: LineBudget = LineBudget::new("accept failures");
+                    if PAUSES.allow() {
+                        tracing::warn!(error = %e, pause_ms = p.as_millis(), "accept failed; pausing");
+                    }
                     tokio::time::sleep(p).await;
                 }
                 continue;
@@ -86,8 +118,12 @@ pub async fn serve(
         };
         // In the accept loop itself: a flood waits in the kernel's backlog, where it costs
         // no descriptor, rather than in tasks of ours.
-        let (slot, conn) = match slots.take(peer.ip()).await {
-            Ok(taken) => taken,
+        let held = match guard.admit(peer.ip()).await {
+            Ok(admitted) => {
+                // Plain HTTP: nothing to set up, the request is up to the client from now.
+                admitted.held.slot().set_up();
+                admitted.held
+            }
             Err(why) => {
                 tracing::debug!(?why, "connection limit reached; closing a new connection");
                 continue;
@@ -96,14 +132,16 @@ pub async fn serve(
         let (http, metrics, ready) = (http.clone(), metrics.clone(), ready.clone());
         let lifetime = settings.lifetime();
         tokio::spawn(async move {
-            let _slot = slot;
-            let served = serve_connection(&http, stream, metrics, ready, conn.clone());
-            // Whichever comes first; dropping the connection closes the socket.
+            let slot = held.slot().clone();
+            let served = serve_connection(&http, stream, metrics, ready, slot.clone());
+            // Whichever comes first; dropping the connection closes the socket, and then
+            // `held` gives the slot back.
             tokio::select! {
                 _ = served => {}
-                () = conn.evicted() => tracing::debug!("closed for a new connection"),
+                () = slot.evicted() => tracing::debug!("closed for a new connection"),
                 () = tokio::time::sleep(lifetime) => tracing::debug!("connection outlived its timeouts"),
             }
+            drop(held);
         });
     }
 }
@@ -127,10 +165,11 @@ async fn serve_connection(
     stream: TcpStream,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
-    conn: Arc<Conn>,
+    slot: Arc<Slot>,
 ) {
+    // One request per connection: in flight from its head until the connection closes.
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        conn.start_answering();
+        slot.request_started();
         let answer = respond(&req, &metrics, ready.load(Ordering::Relaxed));
         std::future::ready(Ok::<_, Infallible>(answer))
     });
@@ -227,6 +266,50 @@ mod tests {
                 && took < std::time::Duration::from_secs(3),
             "closed after {took:?}"
         );
+    }
+
+    /// A connection from 127.0.0.1 that sends half a head and holds it until the endpoint
+    /// closes it, then, a second later (as `tests/attack/endpoint_abuse.rs`), does it again.
+    async fn half_sent_heads(addr: SocketAddr, stop: Arc<AtomicBool>) {
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(mut s) = TcpStream::connect(addr).await
+                && s.write_all(b"GET /metrics HTTP/1.1\r\nHost: app")
+                    .await
+                    .is_ok()
+            {
+                let mut b = [0u8; 64];
+                let _ = s.read(&mut b).await;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flood_from_the_clients_own_address_does_not_lock_it_out() {
+        // A hostNetwork pod on the node's address, the kubelet's probe from the same one: 40
+        // half-sent heads against a cap of 8, each reopened a second after it is closed.
+        let settings = EndpointSettings {
+            max_connections: 8,
+            ..EndpointSettings::default()
+        };
+        let addr = start(Arc::new(Metrics::new().expect("metrics")), settings).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flood: Vec<_> = (0..40)
+            .map(|_| tokio::spawn(half_sent_heads(addr, stop.clone())))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for _ in 0..20 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let out =
+                tokio::time::timeout(std::time::Duration::from_secs(2), get(addr, "/healthz"))
+                    .await
+                    .expect("answered within 2 s");
+            assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for f in flood {
+            f.abort();
+        }
     }
 
     #[tokio::test]

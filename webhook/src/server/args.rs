@@ -71,17 +71,21 @@ pub struct ServeArgs {
     pub request_deadline: Duration,
     /// Connections open at once (an idle TLS connection costs ~21 KiB: 1,024 ~ 22 MiB). At the
     /// limit, a new connection closes the oldest connection not yet answered once of the
-    /// source address holding the most such connections; from that address itself, only if
-    /// the address has been answered before. A connection that has been answered keeps its
-    /// slot. With nothing to close, the new one is closed (before its TLS handshake) and the
-    /// open ones keep being served.
+    /// source address holding the most such connections; from that address itself, that
+    /// address's least valuable connection (one not yet answered, else its kept-alive one
+    /// idle the longest, else one whose request has stalled for a second). Another address's
+    /// answered connection, and any connection making progress on a request, keeps its slot.
+    /// With nothing to close, the new one is closed (before its TLS handshake) and the open
+    /// ones keep being served.
     #[arg(long, env = "KOORD_MAX_CONNECTIONS", default_value_t = 1024)]
     pub max_connections: usize,
     /// Connections one source address may hold at once, answered or not (past it, a new one
-    /// from that address closes that address's oldest unanswered connection if the address
-    /// has been answered before, or is closed):
-    /// no single client holds more, however it behaves. Keep it above what the apiservers
-    /// open together when they reach the webhook through one address (a proxy or NAT).
+    /// from that address closes that address's oldest unanswered connection, else its
+    /// kept-alive one idle the longest, else one whose request has stalled for a second, and
+    /// is closed only when every one is making progress on a request): no single client holds
+    /// more, however it behaves. Keep it above what the
+    /// apiservers open together when they reach the webhook through one address (a proxy or
+    /// NAT).
     #[arg(long, env = "KOORD_MAX_CONNECTIONS_PER_SOURCE", default_value_t = 512)]
     pub max_connections_per_source: usize,
     /// A connection the server has written nothing to for this long is closed (HTTP/1.1 and

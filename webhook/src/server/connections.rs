@@ -3,11 +3,14 @@
 //! idle connection, and one that keeps sending without ever getting an answer, such as a
 //! request head dripped a byte at a time).
 //!
-//! At the cap, who gives up a slot is decided by `cap_policy.rs`: a newcomer takes the slot
-//! of the oldest connection not yet answered once from the source holding the most of those
-//! (from its own source only if that source has been answered before), a connection that has
-//! been answered keeps its slot, and one source holds at most `--max-connections-per-source`.
-//! A newcomer with nothing to take is closed at once, before its TLS handshake costs anything.
+//! At the cap, who gives up a slot is decided by the connection guard both binaries share
+//! (`koord_runtime::connections`): a newcomer from another address takes the slot of the
+//! oldest connection not yet answered once from the source holding the most of those; a
+//! newcomer at its own address's share (or from the heaviest address) takes its own address's
+//! least valuable connection, an unfinished one before an idle kept-alive one, and one whose
+//! request has stalled for a second last; a connection making progress on a request keeps its
+//! slot, and one source holds at most `--max-connections-per-source`. A newcomer with nothing to take is closed at once, before
+//! its TLS handshake costs anything.
 //!
 //! Together with the TLS handshake timeout, the first-request timeout and the body limit
 //! (`server/mod.rs`, `server/handler.rs`) this is what keeps a client that opens thousands of
@@ -17,20 +20,16 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum_server::accept::Accept;
-use futures::future::Either;
-use futures::task::AtomicWaker;
+use koord_runtime::connections::{Guard, Held, Limits, Refused, Slot};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use super::cap_policy::{Arrival, CapLimits, ConnId, Table};
 use super::metrics::Metrics;
 
 /// Limits of a connection, as configured.
@@ -44,70 +43,21 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
 }
 
-/// The slots: who holds them, by source, and the numbers given to connections.
-struct Slots {
-    table: Mutex<Table<Weak<ConnState>>>,
-    next_id: AtomicU64,
-}
-
-impl Slots {
-    fn table(&self) -> MutexGuard<'_, Table<Weak<ConnState>>> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// What the acceptor, a connection's stream and its service share.
-pub struct ConnState {
-    id: ConnId,
-    slots: Arc<Slots>,
-    /// Set by the acceptor to close this connection for a newcomer.
-    evicted: AtomicBool,
-    /// A request has been answered: never evicted from now on.
-    proven: AtomicBool,
-    /// Wakes the connection's task so it sees `evicted`.
-    waker: AtomicWaker,
-    /// Told when the connection gives its slot back (the newcomer that evicted it waits).
-    released: Notify,
-}
-
-impl ConnState {
-    /// A request on this connection was answered. Takes the table's lock once per connection:
-    /// later answers see the flag and do nothing.
-    fn answered(&self) {
-        if self.proven.load(Ordering::Relaxed) {
-            return;
-        }
-        // Not proven when it was evicted meanwhile: it is being closed, its slot taken.
-        if self.slots.table().completed(self.id) {
-            self.proven.store(true, Ordering::Release);
-        }
-    }
-
-    fn evict(&self) {
-        self.evicted.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-}
-
-/// A registered connection: gives the slot back when dropped.
-struct Held(Arc<ConnState>);
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.0.slots.table().closed(self.0.id);
-        self.0.released.notify_one();
-    }
-}
-
 /// How long a newcomer waits for an evicted connection's slot before it is shed itself.
 const SLOT_WAIT: Duration = Duration::from_secs(1);
 
-/// The acceptor under TLS: takes a slot (at the cap, by closing a connection `cap_policy`
+/// A connection with a request in flight and none started or answered for this long is
+/// stalled: a body that never comes (the apiserver sends its bodies with their heads, and a
+/// review takes well under a millisecond). Such a connection gives its slot to a newcomer
+/// of its own address when nothing else can.
+const STALLED_AFTER: Duration = Duration::from_secs(1);
+
+/// The acceptor under TLS: takes a slot (at the cap, by closing a connection the guard
 /// picks, else the newcomer is shed), sets TCP_NODELAY, wraps the stream in the idle timer
-/// and the service in [`Answered`], which marks the connection proven.
+/// and the service in [`Answered`], which tells the guard when a request is in flight.
 #[derive(Clone)]
 pub struct GuardedAcceptor {
-    slots: Arc<Slots>,
+    guard: Guard,
     idle_timeout: Duration,
     metrics: Metrics,
 }
@@ -115,12 +65,11 @@ pub struct GuardedAcceptor {
 impl GuardedAcceptor {
     pub fn new(limits: ConnectionLimits, metrics: Metrics) -> Self {
         GuardedAcceptor {
-            slots: Arc::new(Slots {
-                table: Mutex::new(Table::new(CapLimits {
-                    max: limits.max_connections,
-                    per_source: limits.max_connections_per_source,
-                })),
-                next_id: AtomicU64::new(0),
+            guard: Guard::new(Limits {
+                max: limits.max_connections,
+                per_source: limits.max_connections_per_source,
+                slot_wait: SLOT_WAIT,
+                stalled_after: STALLED_AFTER,
             }),
             idle_timeout: limits.idle_timeout,
             metrics,
@@ -138,42 +87,25 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
     type Future = Pin<Box<dyn Future<Output = io::Result<(GuardedStream, Answered<S>)>> + Send>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
-        let (slots, idle_timeout, metrics) =
-            (self.slots.clone(), self.idle_timeout, self.metrics.clone());
+        let (guard, idle_timeout, metrics) =
+            (self.guard.clone(), self.idle_timeout, self.metrics.clone());
         Box::pin(async move {
             let source: IpAddr = stream.peer_addr()?.ip();
-            let state = Arc::new(ConnState {
-                id: slots.next_id.fetch_add(1, Ordering::Relaxed),
-                slots: slots.clone(),
-                evicted: AtomicBool::new(false),
-                proven: AtomicBool::new(false),
-                waker: AtomicWaker::new(),
-                released: Notify::new(),
-            });
-            let arrival = slots
-                .table()
-                .arrive(state.id, source, Arc::downgrade(&state));
-            let held = match arrival {
-                Arrival::Admitted => Held(state),
-                Arrival::Shed => {
+            let held = match guard.admit(source).await {
+                Ok(admitted) => {
+                    if admitted.evicted_another {
+                        metrics.connections_evicted.inc();
+                    }
+                    admitted.held
+                }
+                Err(why) => {
                     // Dropping the stream closes it; the connections already open keep
                     // being served.
+                    if why == Refused::SlotNotFreed {
+                        metrics.connections_evicted.inc();
+                    }
                     metrics.connections_shed.inc();
                     return Err(shed());
-                }
-                Arrival::Replaces(victim) => {
-                    let held = Held(state);
-                    metrics.connections_evicted.inc();
-                    // Wait for the victim to close, so that no more than the cap are open.
-                    if let Some(victim) = victim.upgrade() {
-                        let released = victim.released.notified();
-                        victim.evict();
-                        if tokio::time::timeout(SLOT_WAIT, released).await.is_err() {
-                            metrics.connections_shed.inc();
-                            return Err(shed());
-                        }
-                    }
-                    held
                 }
             };
             // Nagle + delayed ACK would add 40 ms to small HTTP/2 frames.
@@ -181,15 +113,16 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
             metrics.connections_open.inc();
             let service = Answered {
                 inner: service,
-                conn: held.0.clone(),
+                slot: held.slot().clone(),
             };
             let stream = GuardedStream {
                 inner: stream,
+                source: source.to_canonical(),
                 idle_timeout,
                 wrote: false,
                 quiet_checks: 0,
                 timer: Box::pin(tokio::time::sleep(idle_timeout / IDLE_CHECKS)),
-                state: held,
+                held,
                 metrics,
             };
             Ok((stream, service))
@@ -197,45 +130,67 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
     }
 }
 
-/// The connection's service: marks the connection proven when a request is answered. Once
-/// it is, a request costs one relaxed load more than the inner service.
+/// The connection's service: tells the guard that a request is in flight from its call until
+/// its answer (a connection making progress on a request is never evicted; one answered before
+/// and idle now may be, by a newcomer of its own address, and one whose request has stalled
+/// for [`STALLED_AFTER`] as a last resort). Two atomic adds and at most two clock reads per
+/// request, no allocation.
 #[derive(Clone)]
 pub struct Answered<S> {
     inner: S,
-    conn: Arc<ConnState>,
+    slot: Arc<Slot>,
 }
-
-type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, R> tower_service::Service<R> for Answered<S>
 where
     S: tower_service::Service<R>,
-    S::Future: Send + 'static,
-    S::Response: 'static,
-    S::Error: 'static,
+    S::Future: Unpin,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Either<S::Future, Boxed<Result<S::Response, S::Error>>>;
+    type Future = InFlight<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        let answer = self.inner.call(request);
-        if self.conn.proven.load(Ordering::Relaxed) {
-            return Either::Left(answer);
+        self.slot.request_started();
+        InFlight {
+            answer: self.inner.call(request),
+            slot: Some(self.slot.clone()),
         }
-        // Until the first answer (once per connection, or a few on HTTP/2), a box.
-        let conn = self.conn.clone();
-        Either::Right(Box::pin(async move {
-            let answer = answer.await;
-            if answer.is_ok() {
-                conn.answered();
-            }
-            answer
-        }))
+    }
+}
+
+/// A request's answer being made; the request counts as in flight until it is ready (or
+/// dropped, when the connection goes first).
+pub struct InFlight<F> {
+    answer: F,
+    slot: Option<Arc<Slot>>,
+}
+
+impl<F, T, E> Future for InFlight<F>
+where
+    F: Future<Output = Result<T, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let answer = ready!(Pin::new(&mut this.answer).poll(cx));
+        if let Some(slot) = this.slot.take() {
+            slot.request_finished(answer.is_ok());
+        }
+        Poll::Ready(answer)
+    }
+}
+
+impl<F> Drop for InFlight<F> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.request_finished(false);
+        }
     }
 }
 
@@ -252,6 +207,8 @@ const IDLE_CHECKS: u32 = 4;
 /// quiet quarters.
 pub struct GuardedStream {
     inner: TcpStream,
+    /// The peer's address (an IPv4-mapped one as IPv4).
+    source: IpAddr,
     idle_timeout: Duration,
     /// A write completed since the last idle check.
     wrote: bool,
@@ -259,7 +216,7 @@ pub struct GuardedStream {
     quiet_checks: u32,
     timer: Pin<Box<Sleep>>,
     /// The slot, given back on drop.
-    state: Held,
+    held: Held,
     metrics: Metrics,
 }
 
@@ -269,19 +226,32 @@ impl Drop for GuardedStream {
     }
 }
 
+/// What the TLS acceptor needs of the connection below it: the address whose turn its
+/// handshake takes, and its slot (a connection evicted while it waits gives up its turn).
+pub trait Guarded {
+    fn source(&self) -> IpAddr;
+    fn slot(&self) -> &Arc<Slot>;
+}
+
+impl Guarded for GuardedStream {
+    fn source(&self) -> IpAddr {
+        self.source
+    }
+
+    fn slot(&self) -> &Arc<Slot> {
+        self.held.slot()
+    }
+}
+
 impl GuardedStream {
     /// `Ready(err)` when the connection has been idle for the timeout or was evicted;
-    /// registers the timer (and, until the first answer, the eviction waker) otherwise.
+    /// registers the timer and the eviction waker otherwise.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let state = &self.state.0;
-        if !state.proven.load(Ordering::Relaxed) {
-            state.waker.register(cx.waker());
-            if state.evicted.load(Ordering::Acquire) {
-                return Poll::Ready(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "closed for a new connection: not answered yet and the connection limit reached",
-                ));
-            }
+        if self.held.slot().poll_evicted(cx).is_ready() {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed for a new connection at the connection limit",
+            ));
         }
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {

@@ -11,6 +11,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
+use koord_runtime::logging::LineBudget;
 use kube::Api;
 
 use axum::body::{Body, Bytes};
@@ -335,8 +336,12 @@ async fn confirm_opt_in(
         }
         Ok(Ok(_)) => reviewed,
         Ok(Err(e)) => {
-            tracing::warn!(uid = %reviewed.uid(), namespace = %reviewed.namespace(), error = %e,
-                "could not confirm the namespace opt-in label; trusting the cache");
+            // Once per such request: any client can send them.
+            static UNCONFIRMED: LineBudget = LineBudget::new("unconfirmed namespace opt-ins");
+            if UNCONFIRMED.allow() {
+                tracing::warn!(uid = %reviewed.uid(), namespace = %reviewed.namespace(), error = %e,
+                    "could not confirm the namespace opt-in label; trusting the cache");
+            }
             reviewed
         }
         Err(_) => reviewed,
@@ -396,11 +401,27 @@ fn unresolved(message: &str) -> Reviewed {
     }
 }
 
+/// Denied admissions written to the log: any client that reaches the port can send reviews
+/// that are denied (or fail), as many as it likes; `koord_webhook_admissions_total` counts
+/// every one.
+static DENIED: LineBudget = LineBudget::new("denied admissions");
+/// Failed admissions (limits, malformed reviews) written to the log.
+static FAILED: LineBudget = LineBudget::new("failed admissions");
+
 fn log(r: &Reviewed) {
     let qos_class = r.qos_class.map_or("", |c| c.as_str());
     let operation = r.operation.as_str();
     // Allowed admissions log at debug: at thousands per second an info line each would cost
-    // more than the admission itself. Denials and errors are rare and always visible.
+    // more than the admission itself. Denials and errors are rare and visible, within their
+    // budgets.
+    let within_budget = match &r.decision {
+        Decision::Mutated { .. } | Decision::Unchanged { .. } => true,
+        Decision::Denied { .. } => !tracing::enabled!(tracing::Level::INFO) || DENIED.allow(),
+        Decision::Error { .. } => !tracing::enabled!(tracing::Level::WARN) || FAILED.allow(),
+    };
+    if !within_budget {
+        return;
+    }
     match &r.decision {
         Decision::Mutated { ops } => tracing::debug!(
             uid = %r.uid(), namespace = %r.namespace(), pod = %r.pod(), operation, dry_run = r.dry_run,

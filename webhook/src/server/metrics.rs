@@ -151,7 +151,7 @@ impl Metrics {
         )?;
         let connections_evicted = counter(
             "koord_webhook_connections_evicted_total",
-            "Connections with no request answered yet (silent or half-sent), closed to admit a new one at --max-connections: the oldest of the source holding the most.",
+            "Connections closed to admit a new one at --max-connections or --max-connections-per-source: one not answered yet (silent or half-sent) of the source holding the most, or the newcomer's own source's least valuable (unfinished first, then the kept-alive one idle the longest, then one whose request stalled for a second); never one making progress on a request.",
         )?;
         let connections_idle_closed = counter(
             "koord_webhook_connections_idle_closed_total",
@@ -161,6 +161,13 @@ impl Metrics {
             "koord_webhook_connections_h2_withheld_total",
             "Connections offered HTTP/1.1 only because --max-h2-connections HTTP/2 connections were open.",
         )?;
+        koord_runtime::logging::count_suppressed_lines(counter(
+            "koord_webhook_log_lines_suppressed_total",
+            &format!(
+                "Log lines not written because their kind (one per connection or request, which a client can provoke: rustls's warnings about a handshake, denied or failed admissions) had written {} in the minute.",
+                koord_runtime::logging::LINES_PER_WINDOW
+            ),
+        )?);
         for source in [ConfigSource::Cluster, ConfigSource::Namespace] {
             config_reloads.with_label_values(&[source.label()]);
             config_errors.with_label_values(&[source.label()]);

@@ -6,10 +6,10 @@
 
 pub mod admission;
 mod args;
-mod cap_policy;
 pub mod connections;
 mod duration_arg;
 mod handler;
+mod handshake_turns;
 pub mod metrics;
 pub mod reresolver;
 pub mod response;
@@ -259,11 +259,33 @@ pub struct WebhookServer {
     handle: Handle<SocketAddr>,
 }
 
+/// Connections the kernel completes and queues for `accept(2)` (capped by `net.core.somaxconn`,
+/// 4096 by default since Linux 5.4), as the applier's endpoint and Go's servers listen. std's
+/// `bind` asks for 128: under a flood that reconnects whatever the cap closes, the queue
+/// overflowed and a normal client's new connection had its SYN dropped and retried a second
+/// later (the lock-out round's slowest new connection, 1,047 ms).
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket on `addr`, non-blocking, with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`,
+/// as std's `bind`: a restarted server may bind while the old socket is in TIME_WAIT).
 fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    let l = TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source })?;
-    l.set_nonblocking(true)
-        .map_err(|source| ServeError::Bind { addr, source })?;
-    Ok(l)
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let failed = |e: rustix::io::Errno| ServeError::Bind {
+        addr,
+        source: e.into(),
+    };
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let flags = SocketFlags::CLOEXEC | SocketFlags::NONBLOCK;
+    let socket =
+        rustix::net::socket_with(family, SocketType::STREAM, flags, None).map_err(failed)?;
+    rustix::net::sockopt::set_socket_reuseaddr(&socket, true).map_err(failed)?;
+    rustix::net::bind(&socket, &addr).map_err(failed)?;
+    rustix::net::listen(&socket, LISTEN_BACKLOG).map_err(failed)?;
+    Ok(TcpListener::from(socket))
 }
 
 type NamespaceStore = Store<PartialObjectMeta<Namespace>>;

@@ -13,9 +13,21 @@
 //! HTTP/1.1 handshakes used to take every slot and leave the apiserver on HTTP/1.1). A
 //! connection that did not negotiate `h2` and speaks it anyway is closed by the first-bytes
 //! acceptor (`connections.rs`), or the cap would bind only polite clients.
+//!
+//! The handshake's expensive step, the key exchange and the signature over the ClientHello's
+//! answer (~150 µs of CPU, done at once when rustls takes the ClientHello), runs on the
+//! blocking pool, at most one per core at a time, not on the runtime's workers: a request
+//! on a kept-alive connection (the apiserver's) then never waits in a worker's queue behind
+//! a flood's handshakes. Within one address a newcomer is never refused for the slots of
+//! connections that have not completed a request (`koord_runtime::connections`), so a flood
+//! that reconnects whatever is closed gets a handshake per attempt; on the workers, its waves
+//! of handshakes took the lock-out round's kept-alive p99 from about 1 ms to 5-7 ms. The turns
+//! at that step go to the addresses in rotation (`handshake_turns.rs`), so a new connection
+//! does not wait behind another address's wave either.
 
 use std::future::Future;
 use std::io;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +42,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::connections::{AcceptedConnection, GuardedStream};
+use super::connections::{AcceptedConnection, Guarded, GuardedStream};
+use super::handshake_turns::HandshakeTurns;
 use super::metrics::Metrics;
 
 /// The TLS layer over `inner` (the connection guard).
@@ -41,6 +54,8 @@ pub struct TlsAcceptor<A> {
     handshake_timeout: Duration,
     h2_open: Arc<AtomicUsize>,
     max_h2: usize,
+    /// Turns at the key exchange and signature: one per core, shared by address.
+    turns: Arc<HandshakeTurns>,
     metrics: Metrics,
 }
 
@@ -58,6 +73,9 @@ impl<A> TlsAcceptor<A> {
             handshake_timeout,
             h2_open: Arc::new(AtomicUsize::new(0)),
             max_h2,
+            turns: HandshakeTurns::new(
+                std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+            ),
             metrics,
         }
     }
@@ -93,7 +111,7 @@ fn http1_only(config: &ServerConfig) -> Arc<ServerConfig> {
 impl<A, I, S> Accept<I, S> for TlsAcceptor<A>
 where
     A: Accept<I, S>,
-    A::Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    A::Stream: AsyncRead + AsyncWrite + Guarded + Unpin + Send + 'static,
     A::Future: Send + 'static,
     A::Service: Send + 'static,
 {
@@ -105,9 +123,10 @@ where
         let accepted = self.inner.accept(stream, service);
         let config = self.config.get_inner();
         let (timeout, open, max) = (self.handshake_timeout, self.h2_open.clone(), self.max_h2);
-        let metrics = self.metrics.clone();
+        let (turns, metrics) = (self.turns.clone(), self.metrics.clone());
         Box::pin(async move {
             let (stream, service) = accepted.await?;
+            let (source, held) = (stream.source(), stream.slot().clone());
             let handshake = async {
                 let hello = LazyConfigAcceptor::new(Acceptor::default(), stream).await?;
                 let offers_h2 = hello
@@ -121,7 +140,27 @@ where
                 } else {
                     config
                 };
-                let tls = hello.into_stream(config).await?;
+                // The key exchange and the signature, off the workers, in the address's turn
+                // (see above); not for a connection evicted meanwhile.
+                let evicted = || {
+                    io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "closed for a new connection at the connection limit",
+                    )
+                };
+                let turn = tokio::select! {
+                    turn = turns.turn(source) => turn,
+                    () = held.evicted() => return Err(evicted()),
+                };
+                let watched = held.clone();
+                let answering = tokio::task::spawn_blocking(move || {
+                    let _turn = turn;
+                    (!watched.is_evicted()).then(|| hello.into_stream(config))
+                });
+                let answering = answering.await.map_err(io::Error::other)?;
+                let tls = answering.ok_or_else(evicted)?.await?;
+                // Its first request is up to the client now (connections.rs: who is evicted).
+                held.set_up();
                 // Kept only by a connection that did negotiate HTTP/2.
                 let h2 = slot.filter(|_| tls.get_ref().1.alpn_protocol() == Some(b"h2"));
                 io::Result::Ok((tls, h2))

@@ -56,7 +56,13 @@ pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 impl Server {
+    /// Logging at `error`, to this process's stderr.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_logging("error", None, extra)
+    }
+
+    /// Logging at `log_level`, appended to `log` (this process's stderr without one).
+    pub fn start_logging(log_level: &str, log: Option<&std::path::Path>, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let bundle = write_certs(dir.path());
         // A port can still be taken between free_port and the child's bind (another test's
@@ -71,9 +77,17 @@ impl Server {
                 .arg(dir.path().join("tls.crt"))
                 .arg("--tls-key")
                 .arg(dir.path().join("tls.key"))
-                .args(["--log-level", "error"])
+                .args(["--log-level", log_level])
                 .args(extra)
                 .stdout(Stdio::null())
+                .stderr(log.map_or_else(Stdio::inherit, |path| {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .expect("log file")
+                        .into()
+                }))
                 .spawn()
                 .expect("start koord-webhook");
             let deadline = Instant::now() + Duration::from_secs(20);

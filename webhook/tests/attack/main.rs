@@ -1,5 +1,5 @@
 //! The webhook's attack tests: a real server under hundreds of hostile connections, with its
-//! answers to a normal client held to a latency bound. A second test binary because such a
+//! answers to a normal client held to a latency bound (and its log to a length). A second test binary because such a
 //! bound needs the machine to itself: cargo runs test binaries one after another, and in the
 //! `it` binary the other tests would run beside the attack (libtest has no exclusive tests).
 //! The attacks also take [`child::heavy`], so two never overlap here.
@@ -16,6 +16,7 @@ mod server_support;
 #[path = "../it/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 
+mod log_flood;
 mod reresolve_memory;
 mod server_abuse;
 mod server_abuse_h2;

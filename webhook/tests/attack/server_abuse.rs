@@ -2,18 +2,20 @@
 //!
 //! One server process (a child, so its RSS is its own) takes, at the same time: TLS
 //! connections from 127.0.0.2 that finish the handshake and then send nothing (more than the
-//! connection cap: once it is full, the flood's newcomers are shed before their handshake, and
-//! the oldest silent ones are closed to admit the other clients' connections), connections
+//! connection cap: once it is full, each of the flood's newcomers takes the slot of the
+//! flood's own oldest, and the oldest silent ones are closed to admit the other clients'
+//! connections), connections
 //! from 127.0.0.3 that send a request head one byte per second, and two clients posting
 //! bodies at the size limit; meanwhile a normal client, connecting after the flood, sends
 //! admissions over a kept-alive connection.
 //! Checked: every normal admission is answered (allowed, its uid echoed) within the deadline,
 //! the process's peak RSS stays under 64 MiB, no more connections than the cap are open, and
 //! the silent and the slow connections are closed by the header-read timeout. Then,
-//! on a server with a cap of 20: when every slot serves requests the connection beyond the cap
-//! is shed, and one is admitted again once a slot frees; an idle kept-alive connection is
-//! closed after the idle timeout; a body announced above the limit is refused before it is
-//! sent.
+//! on a server with a cap of 20: when every slot holds another address's answered connection
+//! the connection beyond the cap is shed, and one is admitted again once a slot frees, while a
+//! newcomer from the holding address takes the slot of its own connection idle the longest;
+//! an idle kept-alive connection is closed after the idle timeout; a body announced above the
+//! limit is refused before it is sent.
 //!
 //! `cargo test` runs a size that fits the usual 1,024 file descriptors (600 silent
 //! connections against a cap of 256, 3 s header-read timeout, 4 s of admissions, ~15 s in
@@ -334,20 +336,45 @@ async fn connection_cap_idle_timeout_and_announced_body_size() {
     let server = Server::start(&["--max-connections", "20", "--idle-timeout", "2s"]);
     let connector = server.connector(b"http/1.1");
 
-    // The cap: 20 connections that each sent a request; the 21st is shed before its
-    // handshake completes (none is silent, so none gives up its slot).
+    // The cap: 20 connections from one address that each had a request answered. A 21st
+    // from another address is shed before its handshake completes (an answered connection
+    // never gives its slot to another address)...
     let request = request_of(server.addr, &fixture("pod-create.json"));
+    let holder = IpAddr::from([127, 0, 0, 2]);
     let mut open = Vec::new();
     for _ in 0..20 {
-        let mut c = server.tls(&connector).await.expect("under the cap");
+        let mut c = server
+            .tls_from(&connector, holder)
+            .await
+            .expect("under the cap");
         c.write_all(&request).await.expect("request");
         read_response(&mut c).await.expect("served");
         open.push(c);
     }
     assert!(
         server.tls(&connector).await.is_err(),
-        "the 21st connection is shed"
+        "the 21st connection, from another address, is shed"
     );
+    // ...while one from the holder's own address takes the slot of its connection idle the
+    // longest (the first), and is served.
+    let mut own = server
+        .tls_from(&connector, holder)
+        .await
+        .expect("its own address's idle slot");
+    own.write_all(&request).await.expect("request");
+    let (status, _) = read_response(&mut own).await.expect("served");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert!(
+        closed_within(&mut open[0], Duration::from_secs(2)).await,
+        "the connection idle the longest made room"
+    );
+    for c in &mut open[1..] {
+        assert!(
+            !closed_within(c, Duration::from_millis(5)).await,
+            "only the one idle the longest was closed"
+        );
+    }
+    open[0] = own;
     drop(open.pop());
     // The slot is freed when the server sees the close; give it a moment.
     let mut admitted = None;
