@@ -11,6 +11,7 @@ run:
 ## (once the crates are fetched), no Go; the tests that need root, cgroups, kubectl or a control
 ## plane show as ignored (docs/testing.md has the figure and how it was checked unprivileged).
 check: style
+	python3 tests/lib/test_koordtest.py
 	$(CARGO) test --workspace
 
 ## Every test: formatting, lints, unit + integration tests, the webhook's performance
@@ -45,6 +46,7 @@ lint: style
 ## (tests/monitoring/check.sh; promtool is Debian's prometheus package, required under CI).
 unit:
 	tests/monitoring/check.sh
+	python3 tests/lib/test_koordtest.py
 	$(CARGO) test --workspace
 	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh

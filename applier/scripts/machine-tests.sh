@@ -6,7 +6,8 @@
 #   applier/scripts/machine-tests.sh --allow-not-run
 #   KOORD_MACHINE_TESTS_ALLOW_NOT_RUN=1 applier/scripts/machine-tests.sh
 # then it says "NOT RUN" and exits 0. Under CI (CI=true) a missing piece always fails.
-# A PMU is optional hardware: without one the needs_pmu_* tests stay ignored. Any other
+# A PMU is optional hardware: without one the needs_pmu_* tests stay ignored, with one the
+# no_pmu_* tests (their twins, which check the start without one). Any other
 # missing piece makes its tests fail with their "needs ..." message.
 # A fresh machine gets what it can install (not a cgroup v1 kernel) from .ci/run.
 set -euo pipefail
@@ -37,9 +38,12 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 
-skip=()
+# Each PMU test has a twin for the other kind of machine: the one this machine can run runs.
 if [ ! -e /sys/bus/event_source/devices/cpu ]; then
-    echo "machine-tests: no PMU here (/sys/bus/event_source/devices/cpu): needs_pmu_* tests stay ignored" >&2
+    echo "machine-tests: no PMU here (/sys/bus/event_source/devices/cpu): needs_pmu_* tests stay ignored, no_pmu_* run" >&2
     skip=(--skip needs_pmu_)
+else
+    echo "machine-tests: a PMU here (/sys/bus/event_source/devices/cpu): no_pmu_* tests stay ignored, needs_pmu_* run" >&2
+    skip=(--skip no_pmu_)
 fi
 exec "$cargo" test -p koord-applier --no-fail-fast -- --ignored "${skip[@]}"

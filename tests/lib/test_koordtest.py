@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import koordtest  # noqa: E402
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
@@ -69,7 +70,7 @@ class Runner(unittest.TestCase):
         self.assertEqual(lines[1], "FAIL second fails a check: nope")
         self.assertEqual(lines[2], "FAIL third raises KeyError: 'x'")
         self.assertRegex(lines[3], r"^PASS fourth passes after failures ")
-        self.assertEqual(lines[-1], "3 passed, 2 failed")  # teardown counts as passed
+        self.assertEqual(lines[-1], "3 passed, 2 failed, 0 skipped")  # teardown counts as passed
         self.assertEqual(h.torn_down, (["first passes", "fourth passes after failures"],
                                        ["second fails a check", "third raises KeyError"], False))
 
@@ -77,7 +78,7 @@ class Runner(unittest.TestCase):
         rc, lines, _ = run_suite(self.make(), env={"KOORD_TEST_ONLY": "first|fourth"})
         self.assertEqual(rc, 0)
         self.assertIn("SKIP second fails a check (KOORD_TEST_ONLY)", lines)
-        self.assertEqual(lines[-1], "3 passed, 0 failed")
+        self.assertEqual(lines[-1], "3 passed, 0 failed, 2 skipped")
 
     def test_setup_failure_skips_scenarios_but_tears_down(self):
         def setup(h):
@@ -85,7 +86,7 @@ class Runner(unittest.TestCase):
         rc, lines, h = run_suite(self.make(), setup)
         self.assertEqual(rc, 1)
         self.assertEqual(lines[0], "FAIL setup: no root")
-        self.assertEqual(lines[-1], "1 passed, 1 failed")
+        self.assertEqual(lines[-1], "1 passed, 1 failed, 0 skipped")
         self.assertEqual(h.torn_down, ([], ["setup"], False))
 
     def test_interrupt_is_reported_and_torn_down(self):
@@ -114,12 +115,35 @@ class Runner(unittest.TestCase):
         rc, lines, _ = run_suite(make())
         self.assertEqual(rc, 0)
         self.assertIn("SKIP long one (KOORD_TEST_FULL=1 runs it: 2 more minutes)", lines)
-        self.assertEqual(lines[-1], "2 passed, 0 failed")
+        self.assertEqual(lines[-1], "2 passed, 0 failed, 1 skipped")
         rc, lines, _ = run_suite(make(), env={"KOORD_TEST_FULL": "1"})
         self.assertEqual(rc, 1)
         self.assertIn("FAIL long one: ran", lines)
         with self.assertRaises(ValueError):
             Suite("KOORD_TEST_ONLY").scenario("x", full="needs a full_env")
+
+    def test_not_run_is_a_skip_and_under_ci_a_failure_unless_the_machine_cannot(self):
+        def make() -> Suite:
+            suite = Suite("KOORD_TEST_ONLY")
+
+            @suite.scenario("needs a newer apiserver")
+            def _a(h):
+                raise koordtest.NotRun("this apiserver drops the field")
+
+            @suite.scenario("needs a PMU")
+            def _b(h):
+                raise koordtest.NotRun("no PMU here", machine=True)
+            return suite
+        rc, lines, _ = run_suite(make(), env={"CI": ""})
+        self.assertEqual(rc, 0)
+        self.assertIn("SKIP needs a newer apiserver (this apiserver drops the field)", lines)
+        self.assertEqual(lines[-1], "1 passed, 0 failed, 2 skipped")
+        rc, lines, _ = run_suite(make(), env={"CI": "true"})
+        self.assertEqual(rc, 1)
+        self.assertIn("FAIL needs a newer apiserver: not run under CI=true, which provides what "
+                      "it needs: this apiserver drops the field", lines)
+        self.assertIn("SKIP needs a PMU (no PMU here)", lines)
+        self.assertEqual(lines[-1], "1 passed, 1 failed, 1 skipped")
 
     def test_wall_time_as_figure(self):
         rc, lines, _ = run_suite(Suite("KOORD_TEST_ONLY", wall_time_figure=True))

@@ -327,12 +327,20 @@ def s_cluster(h: Harness) -> None:
     for i in range(n):
         api.json("POST", "/api/v1/nodes", node_obj(i))
     created = time.monotonic() - t0
-    ready = wait_until(f"{n} Nodes Ready", lambda: sum(
-        1 for node in api.list_all("/api/v1/nodes")
-        if any(c["type"] == "Ready" and c["status"] == "True"
-               for c in node.get("status", {}).get("conditions") or [])) == n,
-        60 + n / 10, 2)
-    check(ready, "nodes not ready")
+    seen = {"ready": 0}
+
+    def all_ready() -> bool:
+        seen["ready"] = sum(
+            1 for node in api.list_all("/api/v1/nodes")
+            if any(c["type"] == "Ready" and c["status"] == "True"
+                   for c in node.get("status", {}).get("conditions") or []))
+        return seen["ready"] == n
+
+    # wait_until raises on its timeout; the message says how far the Nodes got.
+    try:
+        wait_until(f"{n} Nodes Ready", all_ready, 60 + n / 10, 2)
+    except Check as e:
+        raise Check(f"{e}: {seen['ready']} of {n} Ready") from None
     h.results["nodes"] = {"count": n, "created_s": round(created, 1),
                           "ready_s": round(time.monotonic() - t0, 1)}
     log(f"{n} kwok Nodes Ready {h.results['nodes']['ready_s']} s after the first was created")

@@ -3,8 +3,10 @@
   PASS <name> (<seconds>s)      a scenario passed
   FAIL <name>: <reason>         a scenario failed (a traceback on stderr if it was not a Check)
   SKIP <name> (<ONLY_ENV>)      not selected by the ONLY_ENV regex
-  SKIP <name> (<reason>)        left out of this run on purpose: the scenario raised NotRun
-  N passed, M failed            the last line; the exit code is 1 on any failure, 130 if
+  SKIP <name> (<reason>)        left out of this run: the scenario raised NotRun; under CI=true
+                                that is a FAIL unless the scenario said the machine cannot run it
+                                (NotRun(reason, machine=True))
+  N passed, M failed, K skipped the last line; the exit code is 1 on any failure, 130 if
                                 interrupted (SIGINT, SIGTERM, SIGHUP)
 
 Usage:
@@ -37,8 +39,14 @@ SETUP_ERRORS = (Fatal, Check, RenderError, subprocess.SubprocessError, OSError)
 
 
 class NotRun(Exception):
-    """Raised by a scenario that this run leaves out on purpose (the reason names how to run
-    it); reported as SKIP, neither passed nor failed."""
+    """Raised by a scenario that this run cannot or does not run (the reason names how to run
+    it); reported as SKIP, neither passed nor failed. machine=True: this machine cannot run it
+    (hardware, kernel); otherwise, under CI=true, where everything a scenario needs is
+    provided, it is a FAIL."""
+
+    def __init__(self, reason: str, machine: bool = False) -> None:
+        super().__init__(reason)
+        self.machine = machine
 
 
 class Suite:
@@ -64,25 +72,36 @@ class Suite:
             return fn
         return deco
 
-    def run_scenarios(self, h, passed: list[str], failed: list[str]) -> None:
-        # ONLY_ENV=REGEX runs only the scenarios whose name matches (a development aid: later
-        # scenarios may rely on earlier ones; skipped ones are neither passed nor failed).
+    def run_scenarios(self, h, passed: list[str], failed: list[str],
+                      skipped: list[str] | None = None) -> None:
+        # ONLY_ENV=REGEX runs only the scenarios whose name matches (skipped ones are neither
+        # passed nor failed, and counted).
+        skipped = [] if skipped is None else skipped
+        ci = os.environ.get("CI") == "true"
         only = os.environ.get(self.only_env)
         pattern = re.compile(only) if only else None
         run_full = bool(self.full_env) and os.environ.get(self.full_env) == "1"
         for name, fn, full in self.scenarios:
             if pattern and not pattern.search(name):
                 print(f"SKIP {name} ({self.only_env})", flush=True)
+                skipped.append(name)
                 continue
             if full is not None and not run_full:
                 print(f"SKIP {name} ({self.full_env}=1 runs it: {full})", flush=True)
+                skipped.append(name)
                 continue
             t0 = time.monotonic()
             log(f"--- {name}")
             try:
                 fn(h)
             except NotRun as e:
-                print(f"SKIP {name} ({e})", flush=True)
+                if ci and not e.machine:
+                    failed.append(name)
+                    print(f"FAIL {name}: not run under CI=true, which provides what it needs: {e}",
+                          flush=True)
+                else:
+                    skipped.append(name)
+                    print(f"SKIP {name} ({e})", flush=True)
                 continue
             except Exception as e:  # noqa: BLE001 - a broken scenario must not stop the others
                 failed.append(name)
@@ -105,6 +124,7 @@ class Suite:
         t_start = time.monotonic()
         passed: list[str] = []
         failed: list[str] = []
+        skipped: list[str] = []
 
         def on_signal(signum, _frame):
             raise KeyboardInterrupt(f"signal {signum}")
@@ -121,7 +141,7 @@ class Suite:
                 print(f"FAIL setup: {e}", flush=True)
                 failed.append("setup")
             else:
-                self.run_scenarios(h, passed, failed)
+                self.run_scenarios(h, passed, failed, skipped)
         except KeyboardInterrupt as e:
             interrupted = True
             print(f"FAIL interrupted ({e or 'Ctrl-C'})", flush=True)
@@ -134,5 +154,5 @@ class Suite:
                 print(f"figure suite wall time: {wall:.0f}s", flush=True)
             else:
                 print(f"suite time {wall:.0f}s", file=sys.stderr)
-            print(f"{len(passed)} passed, {len(failed)} failed", flush=True)
+            print(f"{len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped", flush=True)
         return 130 if interrupted else (1 if failed else 0)
