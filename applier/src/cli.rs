@@ -117,6 +117,12 @@ pub struct RunArgs {
     /// Re-apply every pod this often, to repair values changed behind our back.
     #[arg(long, env = "KOORD_RESYNC_SECONDS", default_value_t = 60)]
     pub resync_seconds: u64,
+    /// Re-read the `memory.min`/`memory.low` the ancestors pass left on `kubepods` and the
+    /// QoS-class cgroups this often, and run the pass at once when one has moved (the
+    /// kubelet zeroes them when it starts, a daemon-reload re-applies systemd's values):
+    /// milliseconds, 0 = only at the resync.
+    #[arg(long, env = "KOORD_ANCESTORS_CHECK_MS", default_value_t = 1000)]
+    pub ancestors_check_ms: u64,
     /// Address of /metrics, /healthz and /readyz (`:9316` = all interfaces).
     #[arg(long, env = "KOORD_METRICS_ADDR", default_value = ":9316")]
     pub metrics_addr: String,
@@ -180,6 +186,8 @@ pub struct Config {
 pub struct RunConfig {
     pub node_name: String,
     pub resync: Duration,
+    /// `--ancestors-check-ms`; `None` = off.
+    pub ancestors_check: Option<Duration>,
     pub metrics_addr: SocketAddr,
     pub event_window: Duration,
     /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
@@ -314,6 +322,8 @@ impl TryFrom<&RunArgs> for RunConfig {
         Ok(RunConfig {
             node_name: a.node_name.clone(),
             resync: Duration::from_secs(a.resync_seconds),
+            ancestors_check: (a.ancestors_check_ms > 0)
+                .then(|| Duration::from_millis(a.ancestors_check_ms)),
             metrics_addr: parse_addr(&a.metrics_addr)?,
             event_window: Duration::from_secs(a.event_window_seconds),
             colocation: crate::colocation::Settings::try_from(&a.colocation)?,

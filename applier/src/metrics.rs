@@ -28,6 +28,9 @@ pub struct Metrics {
     /// The sum of the direct children's `memory.min`/`memory.low` that the last pass computed
     /// for the same directories: what `qos_protection` should hold.
     pub qos_children: IntGaugeVec,
+    /// Ancestors passes run at once because a file the last pass left had moved (the
+    /// kubelet's restart, a daemon-reload), between resyncs.
+    pub qos_protection_repairs: IntCounter,
     /// Events by reason and whether they were posted or suppressed as duplicates.
     pub events: IntCounterVec,
     /// 1, labelled with the cgroup version, the kubelet's driver and its `cgroupRoot` as
@@ -112,6 +115,13 @@ impl Metrics {
                         "The sum of the direct children's memory.min/memory.low for kubepods and the QoS-class cgroups, as the last pass computed it.",
                     ),
                     &["cgroup", "file"],
+                ),
+            )?,
+            qos_protection_repairs: register(
+                r,
+                IntCounter::new(
+                    "koord_applier_qos_memory_protection_repairs_total",
+                    "Ancestors passes run between resyncs because a memory.min/memory.low the last pass left on kubepods or a QoS-class cgroup had changed (the kubelet's restart, a daemon-reload).",
                 ),
             )?,
             events: counters(

@@ -158,6 +158,16 @@ async fn next_nudge(rx: &mut Option<mpsc::Receiver<Nudge>>) -> Option<Nudge> {
     }
 }
 
+/// The next tick of the ancestors check; never, when it is off.
+async fn next_check(check: &mut Option<tokio::time::Interval>) {
+    match check {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_due(at: Option<tokio::time::Instant>) {
     if let Some(at) = at {
         tokio::time::sleep_until(at).await;
@@ -173,6 +183,8 @@ pub struct Watch {
     pub ancestors: Option<Arc<MemoryAncestors>>,
     pub events: mpsc::Sender<SinkMsg>,
     pub resync: Duration,
+    /// How often the files the ancestors pass left are re-read (`None`: only at the resync).
+    pub ancestors_check: Option<Duration>,
     pub ready: Arc<AtomicBool>,
     /// The NRI plugin's link (`--nri`).
     pub nri: Option<Arc<Link>>,
@@ -207,6 +219,21 @@ impl Watch {
             tokio::spawn(async move { link.send_updates(updates).await });
         }
         changed
+    }
+
+    /// Whether a file the last ancestors pass left has moved since (logged and counted).
+    fn ancestors_moved(&self) -> bool {
+        let Some(path) = self.ancestors.as_ref().and_then(|a| a.drifted()) else {
+            return false;
+        };
+        tracing::info!(
+            file = %path.display(),
+            "QoS-level memory protection changed outside the applier; reconciling now"
+        );
+        if let Some(m) = self.applier.metrics() {
+            m.qos_protection_repairs.inc();
+        }
+        true
     }
 
     /// One ancestors pass, then the Event of each pod in `told` (see
@@ -299,6 +326,14 @@ impl Watch {
         let mut stream = std::pin::pin!(stream);
         let mut resync = tokio::time::interval(self.resync);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = self
+            .ancestors_check
+            .filter(|_| self.ancestors.is_some())
+            .map(|period| {
+                let mut i = tokio::time::interval(period);
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                i
+            });
         let mut known: HashSet<String> = HashSet::new();
         let mut due = AncestorsDue::default();
         let mut nudges = self.nudges.take();
@@ -354,6 +389,11 @@ impl Watch {
                 }
                 () = sleep_until_due(due_at), if due_at.is_some() && self.ready.load(Ordering::Relaxed) => {
                     self.protect_ancestors(due.take()).await;
+                }
+                () = next_check(&mut check), if self.ready.load(Ordering::Relaxed) => {
+                    if self.ancestors_moved() {
+                        self.protect_ancestors(due.take()).await;
+                    }
                 }
                 Some((ns, name)) = next_nudge(&mut nudges) => {
                     // The runtime started the pod's sandbox: its pod cgroup exists, so the

@@ -218,6 +218,7 @@ def s_batch(h: Harness) -> None:
 SAMPLER = """
 import json, sys, time
 files, seconds, want = sys.argv[1].split(","), float(sys.argv[2]), int(sys.argv[3])
+every = float(sys.argv[4]) if len(sys.argv) > 4 else 0.5
 t0, out = time.monotonic(), []
 while time.monotonic() - t0 < seconds:
     row = [round(time.monotonic() - t0, 2)]
@@ -225,7 +226,7 @@ while time.monotonic() - t0 < seconds:
         with open(f) as fh:
             row.append(int(fh.read().strip()) >= want)
     out.append(row)
-    time.sleep(0.5)
+    time.sleep(every)
 print(json.dumps(out))
 """
 
@@ -341,6 +342,49 @@ def s_daemon_reload(h: Harness) -> None:
                      f"{len(files)} LS protection files reset by systemd, BE batch values "
                      f"{be_reset.split(' ')[0]}; all restored by the applier after {took:.1f}s "
                      f"({w1 - w0:.0f} writes; resync {RESYNC}s)")
+
+
+@scenario("a kubelet restart, then the QoS slices zeroed through systemd as the kubelet's "
+          "MemoryQoS does when it starts: the applier notices within its ancestors check (1 s) "
+          "and restores the sums; sampled at 5 Hz, no run below the LS pod's value longer "
+          "than 3 s")
+def s_kubelet_restart(h: Harness) -> None:
+    check("ls" in h.carry, "needs the LS pod of the earlier scenarios")
+    anc = h.ancestors()
+    files = [f"{a}/{f}" for a in anc for f in ("memory.min", "memory.low")]
+    want = 128 * 2**20
+    wait_until("the QoS slices at the applier's sums", lambda: all(
+        int(v) >= want for v in h.read_many(files).values()), RESYNC + SLACK, 0.5)
+    r0 = metric_sum(h.applier_metrics(), "koord_applier_qos_memory_protection_repairs_total")
+    kubepods_unit = anc[0].rsplit("/", 1)[1]
+    burstable_unit = anc[1].rsplit("/", 1)[1]
+    # The sampler runs through both events: the real restart (the kubelet may or may not write
+    # its QoS values at start), then the zeroing it does with MemoryQoS on, through systemd.
+    seconds = 40
+    out = h.guest(
+        f"python3 -B -c '{SAMPLER}' {','.join(files)} {seconds} {want} 0.2 > /tmp/restart.json & "
+        f"sleep 2; systemctl restart kv2-kubelet.service; sleep 18; "
+        f"systemctl set-property --runtime {kubepods_unit} MemoryMin=0 MemoryLow=0; "
+        f"systemctl set-property --runtime {burstable_unit} MemoryLow=0; "
+        f"wait; cat /tmp/restart.json", timeout=seconds + 40)
+    rows = json.loads(out)
+    check(len(rows) > seconds * 2, f"{len(rows)} samples in {seconds}s")
+    lines, worst, zeroed = [], 0.0, 0
+    for i, f in enumerate(files, start=1):
+        runs = below_runs(rows, i)
+        zeroed += len(runs)
+        worst = max([worst] + [d for _, d in runs])
+        name = "/".join(f.rsplit("/", 2)[-2:])
+        lines.append(f"{name}: {len(runs)} below, longest {max([0] + [d for _, d in runs]):.1f}s")
+    r1 = metric_sum(h.applier_metrics(), "koord_applier_qos_memory_protection_repairs_total")
+    log("; ".join(lines) + f"; repairs {r1 - r0:.0f}")
+    h.figures.append(f"figure a kubelet restart and its QoS zeroing through systemd on the "
+                     f"systemd node ({len(rows)} samples at 5 Hz over {rows[-1][0]:.0f}s): "
+                     + "; ".join(lines) + f"; the applier's repairs {r1 - r0:.0f} (resync "
+                     f"{RESYNC}s, ancestors check 1 s)")
+    check(zeroed > 0 and r1 > r0, f"the zeroing through systemd was never seen: {lines}, "
+          f"repairs {r1 - r0:.0f}")
+    check(worst <= 3, f"a QoS slice stayed below the LS pod's value {worst:.1f}s: {lines}")
 
 
 @scenario("uninstall: kubectl delete -k removes the product; the node's pods keep running")

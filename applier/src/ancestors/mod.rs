@@ -5,12 +5,14 @@
 //! decided: the applier stays policy-free. KEP-2570 (the kubelet's `MemoryQoS`) does the same
 //! with requests.
 //!
-//! `plan` is the pure arithmetic, `report` what a pass did (pure), `pass` the IO (one pass over
+//! `plan` is the pure arithmetic, `report` what a pass did (pure), `drift` whether a file the
+//! last pass left has moved since (pure), `pass` the IO (one pass over
 //! the node), `above` the check of a non-`/` kubelet cgroupRoot's own protection. `run` calls the pass
 //! after the initial list, after each resync, and (coalesced) after pod deletions and pods
 //! whose protection changed; `once` after its pod's pass.
 
 pub mod above;
+pub mod drift;
 pub mod pass;
 pub mod plan;
 pub mod report;

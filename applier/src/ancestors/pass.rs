@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::io::Errno;
 
+use super::drift::{Left, first_drift};
 use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
 use crate::cgroup::file;
@@ -37,6 +38,8 @@ pub struct MemoryAncestors {
     kept: Mutex<HashMap<PathBuf, KeptPair>>,
     /// On the systemd driver: the slices' values are set through systemd first.
     systemd: Option<Arc<crate::systemd::Units>>,
+    /// The files the last pass left at the sum (not the kubelet's), for [`Self::drifted`].
+    left: Mutex<Vec<Left>>,
 }
 
 /// A child's two files (`ProtectionFile::BOTH` order), each kept open when the fd budget allows.
@@ -66,6 +69,7 @@ impl MemoryAncestors {
             unsupported_logged: AtomicBool::new(false),
             kept: Mutex::default(),
             systemd: None,
+            left: Mutex::default(),
         }
     }
 
@@ -138,7 +142,39 @@ impl MemoryAncestors {
             report.cgroups.extend(entries);
         }
         self.account(&report);
+        *self.left.lock().unwrap_or_else(PoisonError::into_inner) = self.left_by(&report);
         report
+    }
+
+    /// The files `report`'s pass left at the value it decided (none in a dry run).
+    fn left_by(&self, report: &AncestorsReport) -> Vec<Left> {
+        if self.writer.dry_run {
+            return Vec::new();
+        }
+        report
+            .cgroups
+            .iter()
+            .filter(|c| !c.kept_kubelet_value)
+            .filter(|c| matches!(c.outcome, Outcome::Written | Outcome::Unchanged))
+            .filter_map(|c| {
+                let value = Protection::parse(c.new.as_deref()?).ok()?;
+                Some(Left {
+                    path: c.path.clone(),
+                    value,
+                })
+            })
+            .collect()
+    }
+
+    /// A file the last pass left at its value that reads otherwise now (the kubelet's restart,
+    /// a daemon-reload): the next pass is due at once. A few small reads, no pass.
+    pub fn drifted(&self) -> Option<PathBuf> {
+        let left = self
+            .left
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        first_drift(&left, |p| std::fs::read_to_string(p).ok()).map(|l| l.path.clone())
     }
 
     /// One ancestor's two files; also the values they hold afterwards (`None`: no such file).

@@ -113,6 +113,7 @@ pub async fn run_with_client(
         ancestors,
         events: ctx.events.clone(),
         resync: run.resync,
+        ancestors_check: run.ancestors_check,
         ready,
         nri,
         nudges,

@@ -1,6 +1,7 @@
 //! `run` against an in-process fake API server: after the initial list the ancestors hold the
 //! sum of the pods' protection and the LS pod is told so in one Event; a DELETED watch event
-//! (its cgroup removed by the kubelet) shrinks the sums within the coalescing delay, without
+//! (its cgroup removed by the kubelet) shrinks the sums within the coalescing delay, and the
+//! kubelet's restart zeroing `kubepods` is undone within the ancestors check, both without
 //! waiting for the resync.
 
 use crate::common;
@@ -35,7 +36,8 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
 
     let config = common::run_config(tmp.path(), CgroupDriver::Systemd);
     // Resync far away: what happens below is the list and the deletion, not a resync.
-    let run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
+    let mut run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
+    run.ancestors_check = Some(Duration::from_millis(200));
     let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(svc, "default");
     let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
@@ -113,6 +115,39 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
             assert_eq!(read(&dir.join(f)), REDIS_POD, "{}", dir.display());
         }
     }
+
+    // The kubelet restarts with its MemoryQoS gate on (the 1.37 default): it writes 0 into
+    // kubepods' memory.min/memory.low and the Burstable class's memory.low. Back at the sums
+    // within the check's period, not at the hour-long resync.
+    for f in [
+        kubepods.join("memory.min"),
+        kubepods.join("memory.low"),
+        burstable.join("memory.low"),
+    ] {
+        std::fs::write(&f, "0").expect("zero");
+    }
+    let zeroed = std::time::Instant::now();
+    let repaired = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if [&burstable, &kubepods].iter().all(|d| {
+                read(&d.join("memory.min")) == REDIS_POD && read(&d.join("memory.low")) == REDIS_POD
+            }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        repaired.is_ok(),
+        "kubepods still zeroed {:?} later",
+        zeroed.elapsed()
+    );
+    assert!(
+        zeroed.elapsed() < Duration::from_secs(2),
+        "repaired {:?} after the zeroing (check every 200 ms)",
+        zeroed.elapsed()
+    );
 
     // The kubelet removes the pod's cgroup, the API server says DELETED: the sums go to 0
     // within the coalescing delay (2 s), long before the hour-long resync.

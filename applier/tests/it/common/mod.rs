@@ -253,6 +253,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
     RunConfig {
         node_name: node.into(),
         resync: std::time::Duration::from_secs(3600),
+        ancestors_check: None,
         metrics_addr,
         event_window: std::time::Duration::from_secs(600),
         colocation: Default::default(),

@@ -1,0 +1,109 @@
+//! Between passes: has anything moved a file the last pass left at its value? The kubelet
+//! writes 0 into `kubepods` `memory.min`/`memory.low` and the Burstable class's `memory.low`
+//! when it starts with its `MemoryQoS` gate on (the 1.37 default), and through systemd on the
+//! systemd driver; `systemctl daemon-reload` re-applies what systemd stores. Waiting for the
+//! next resync leaves every pod below unprotected for up to its period (60 s); reading the
+//! few files the pass owns every second notices within one. Pure: the caller reads.
+
+use std::path::{Path, PathBuf};
+
+use super::plan::Protection;
+use crate::cgroup::readback;
+
+/// A file the last pass left at `value` (written, or found already there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Left {
+    pub path: PathBuf,
+    pub value: Protection,
+}
+
+/// The first file whose content no longer reads as the value the pass left (as the writer
+/// compares: memcg keeps pages), if any. A file that cannot be read or parsed is not counted
+/// (the pass reports it, and a removed cgroup is the kubelet's business).
+pub fn first_drift(left: &[Left], read: impl Fn(&Path) -> Option<String>) -> Option<&Left> {
+    left.iter().find(|l| {
+        read(&l.path).is_some_and(|text| {
+            Protection::parse(&text).is_ok() && !readback::matches(l.value.expect(), &text)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn left(path: &str, value: &str) -> Left {
+        Left {
+            path: PathBuf::from(path),
+            value: Protection::parse(value).expect("value"),
+        }
+    }
+
+    #[test]
+    fn a_file_moved_behind_the_pass_is_found_and_nothing_else() {
+        let pass = [
+            left("kubepods/memory.min", "1073741824"),
+            left("kubepods/memory.low", "0"),
+            left("kubepods/burstable/memory.min", "1073741824"),
+            left("kubepods/besteffort/memory.min", "max"),
+            left("kubepods/besteffort/memory.low", "1000000"),
+        ];
+        // (what the files hold now, the drift expected)
+        type Row<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+        let table: [Row<'_>; 8] = [
+            // Every file as left.
+            (
+                &[
+                    ("kubepods/memory.min", "1073741824\n"),
+                    ("kubepods/memory.low", "0\n"),
+                    ("kubepods/burstable/memory.min", "1073741824\n"),
+                    ("kubepods/besteffort/memory.min", "max\n"),
+                ],
+                None,
+            ),
+            // The kubelet's restart: kubepods back to 0.
+            (
+                &[
+                    ("kubepods/memory.min", "0\n"),
+                    ("kubepods/memory.low", "0\n"),
+                    ("kubepods/burstable/memory.min", "1073741824\n"),
+                ],
+                Some("kubepods/memory.min"),
+            ),
+            // memcg keeps pages: a value read back rounded is the value left.
+            (&[("kubepods/besteffort/memory.low", "999424\n")], None),
+            // Moved up counts too: the pass decides what the sum is.
+            (
+                &[("kubepods/memory.low", "4096\n")],
+                Some("kubepods/memory.low"),
+            ),
+            // The first moved file in the pass's order.
+            (
+                &[
+                    ("kubepods/burstable/memory.min", "0"),
+                    ("kubepods/besteffort/memory.min", "0"),
+                ],
+                Some("kubepods/burstable/memory.min"),
+            ),
+            // Unreadable (cgroup gone) or garbage: not drift.
+            (&[("kubepods/memory.min", "")], None),
+            (&[("kubepods/memory.min", "twelve\n")], None),
+            (&[], None),
+        ];
+        for (files, want) in table {
+            let files: HashMap<&str, &str> = files.iter().copied().collect();
+            let got = first_drift(&pass, |p| {
+                files
+                    .get(p.to_str().expect("utf-8"))
+                    .map(|s| (*s).to_owned())
+            });
+            assert_eq!(
+                got.map(|l| l.path.to_str().expect("utf-8")),
+                want,
+                "{files:?}"
+            );
+        }
+    }
+}
