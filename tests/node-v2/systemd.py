@@ -344,6 +344,60 @@ def s_daemon_reload(h: Harness) -> None:
                      f"({w1 - w0:.0f} writes; resync {RESYNC}s)")
 
 
+@scenario("BE suppression on the systemd node: with an LS pod burning CPU the BestEffort slice's "
+          "cpu.max holds a quota, stored by systemd as the slice's CPUQuotaPerSecUSec, and at "
+          "2 Hz across a kubelet minute no reset to max stands longer than 1 s")
+def s_be_suppress(h: Harness) -> None:
+    protection.applier_args(h, add="--be-suppress-min-cpus=0.05")
+    v2.patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
+        "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
+    burn = ["koord-stress", "-c", "1"]
+    h.apply_obj(v2.be_batch_pod("be-burn", h.env["WORKLOAD_IMAGE"], burn, cpu=("50m", "1"),
+                                mem=("16Mi", "32Mi")))
+    ls = v2.ls_pod("ls-burn", h.env["WORKLOAD_IMAGE"])
+    ls["metadata"]["namespace"] = NS_BATCH
+    ls["spec"]["containers"][0].update(command=burn, resources={
+        "requests": {"cpu": "200m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}})
+    slice_dir = h.kubelet_dir("besteffort")
+    unit = slice_dir.rsplit("/", 1)[1]
+    parent = f"{slice_dir}/cpu.max"
+    seconds = 70
+    try:
+        h.wait_running(NS_BATCH, "be-burn")
+        h.apply_obj(ls)
+        h.wait_running(NS_BATCH, "ls-burn")
+        wait_until("the BestEffort slice's quota (suppression on, LS busy)",
+                   lambda: h.read(parent).split()[0] != "max", 60, 1)
+        stored = h.guest(f"systemctl show -p CPUQuotaPerSecUSec --value {unit}").strip()
+        check(stored not in ("", "infinity"),
+              f"systemd stores no quota for {unit} (CPUQuotaPerSecUSec={stored!r})")
+        out = h.guest(f"t0=$(date +%s%N); end=$((t0 + {seconds} * 1000000000)); "
+                      f"while [ $(date +%s%N) -lt $end ]; do "
+                      f"echo \"$(( ($(date +%s%N) - t0) / 1000000 )) $(cat {parent})\"; "
+                      f"sleep 0.5; done", timeout=seconds + 30)
+        rows = []
+        for line in out.splitlines():
+            ms, quota, _period = line.split()
+            rows.append([int(ms) / 1000, quota != "max"])
+        check(len(rows) > seconds, f"{len(rows)} samples in {seconds}s")
+        runs = below_runs(rows, 1)
+        longest = max([0.0] + [d for _, d in runs])
+        quotas = sorted({line.split()[1] for line in out.splitlines()})
+        line = (f"{len(rows)} samples over {rows[-1][0]:.0f}s: {len(runs)} resets to max, "
+                f"longest {longest:.1f}s; systemd's CPUQuotaPerSecUSec {stored}; "
+                f"quotas seen {', '.join(quotas[:4])}{' ...' if len(quotas) > 4 else ''}")
+        log(line)
+        h.figures.append(f"figure BE suppression through the kubelet's minute on the systemd "
+                         f"node: {line}")
+        check(longest <= 1.0, f"the BestEffort slice's quota was lifted for {longest:.1f}s: {line}")
+    finally:
+        h.delete_pods(NS_BATCH, "ls-burn", "be-burn")
+        v2.patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {"enable": False}})
+        protection.applier_args(h, remove="--be-suppress-min-cpus=0.05")
+    wait_until("the BestEffort slice's quota lifted",
+               lambda: h.read(parent).split()[0] == "max", 60, 1)
+
+
 @scenario("a kubelet restart, then the QoS slices zeroed through systemd as the kubelet's "
           "MemoryQoS does when it starts: the applier notices within its ancestors check (1 s) "
           "and restores the sums; sampled at 5 Hz, no run below the LS pod's value longer "
