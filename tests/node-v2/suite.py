@@ -423,8 +423,8 @@ def s_protect_p(h: Harness) -> None:
 
 
 @scenario("protection C (installed, the reference's ack-slo-config: LS protected, BE throttled): "
-          "C keeps >= 90% of the LS working set and has at most a tenth of A's refaults on its "
-          "re-read; under the flood the applier keeps "
+          "C keeps >= 90% of the LS working set and has at most a tenth of the refaults on its "
+          "re-read that the harder-hit of A and B had; under the flood the applier keeps "
           "applying (a pod created then is protected) and is neither restarted nor OOM-killed")
 def s_protect_c(h: Harness) -> None:
     protection.run_config(h, "C")
