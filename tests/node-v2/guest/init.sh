@@ -53,6 +53,11 @@ if [ "$KV2_CGROUP_DRIVER" = cgroupfs ]; then
     fi
 fi
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || true
+# A reserve for allocations that cannot wait for reclaim. The kernel's default for 1.5 GiB is
+# ~5 MB; under the protection proof's BE flood the guest's network and block paths
+# (GFP_ATOMIC, in the UML NIC's receive and in kblockd) failed against it with 16 KiB free and
+# the node never came back. A real node of a few GiB or more has several times this reserve.
+sysctl -q -w vm.min_free_kbytes=65536 || true
 hostname "$KV2_NODE_NAME"
 # UML's /proc/cpuinfo has no clock speed, and the kubelet's cAdvisor refuses to start without
 # one ("could not detect clock speed"): the guest's own view gets the host's figure, as LXCFS
