@@ -16,6 +16,7 @@ from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 from koordtest import prometheus as promlib  # noqa: E402
+from koordtest import published  # noqa: E402
 
 
 class FakeHarness:
@@ -294,6 +295,24 @@ class PromQL(unittest.TestCase):
         self.assertEqual(promlib.dashboard_queries(board, 900),
                          [("panel 't' A", 'rate(m{node=~".*",p="avg10"}[1m])'),
                           ("variable $node", "m")])
+
+
+class Published(unittest.TestCase):
+    def test_a_table_goes_between_its_markers_and_nothing_else_moves(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            f = Path(d) / "README.md"
+            f.write_text("intro\n<!-- t: begin -->\nold\nrows\n<!-- t: end -->\nafter\n")
+            published.replace_between_markers(f, "t", "| a |\n|---|\n| 1 |\n")
+            self.assertEqual(f.read_text(), "intro\n<!-- t: begin -->\n| a |\n|---|\n| 1 |\n"
+                                            "<!-- t: end -->\nafter\n")
+            published.replace_between_markers(f, "t", "new")
+            self.assertEqual(f.read_text(), "intro\n<!-- t: begin -->\nnew\n<!-- t: end -->\nafter\n")
+            for text in ("no markers\n", "<!-- t: end -->\n<!-- t: begin -->\n"):
+                f.write_text(text)
+                with self.assertRaises(Check):
+                    published.replace_between_markers(f, "t", "x")
+                self.assertEqual(f.read_text(), text)
 
 
 if __name__ == "__main__":
