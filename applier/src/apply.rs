@@ -15,9 +15,11 @@ use crate::cgroup::layout::Layout;
 use crate::cgroup::readback::matches;
 use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead, WriteResult};
 use crate::cgroup::{CgroupVersion, Outcome};
+use crate::knob_map::{Knob, Value};
 use crate::metrics::Metrics;
 use crate::plan::{self, Plan, PlannedWrite};
 use crate::pod_spec_view::PodSpecView;
+use crate::reclaim::{AsyncReclaim, Registration};
 use crate::report::{KnobPath, KnobReport, PodReport, PodStatus};
 
 /// Applies resolved-qos annotations to the cgroups of one node.
@@ -39,6 +41,9 @@ pub struct Applier {
     no_wmark_high: AtomicBool,
     /// On the systemd driver: the values of its units are set through systemd first.
     systemd: Option<Arc<crate::systemd::Units>>,
+    /// Where the kernel lacks `memory.wmark_*`: containers asking for async reclaim are
+    /// registered with its emulation.
+    reclaim: Option<Arc<AsyncReclaim>>,
 }
 
 /// Cached pods not applied for this long are dropped (a deleted pod the watch did not report;
@@ -109,7 +114,14 @@ impl Applier {
             last_sweep: Mutex::new(Instant::now()),
             no_wmark_high: AtomicBool::new(false),
             systemd: None,
+            reclaim: None,
         }
+    }
+
+    /// Emulates async reclaim for containers whose kernel lacks it ([`crate::reclaim`]).
+    pub fn with_async_reclaim(mut self, reclaim: Option<Arc<AsyncReclaim>>) -> Self {
+        self.reclaim = reclaim;
+        self
     }
 
     /// Sets the values of systemd units through systemd ([`crate::systemd`]) before reading
@@ -125,6 +137,9 @@ impl Applier {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
+        if let Some(r) = &self.reclaim {
+            r.forget(uid);
+        }
     }
 
     /// How many pods have a cached plan.
@@ -283,6 +298,7 @@ impl Applier {
             pod_level_resources: pod.pod_level.request.is_some() || pod.pod_level.limit.is_some(),
             first_pass: false,
             set_at_creation: false,
+            emulated: Vec::new(),
         }
     }
 
@@ -410,6 +426,7 @@ impl Applier {
                 knob_report(w, r.old, r.outcome, reason)
             })
             .collect();
+        report.emulated = self.register_async_reclaim(pod, plan, &report);
         if !plan.wmark_high.is_empty() && !self.no_wmark_high.load(Ordering::Relaxed) {
             for (container, path) in &plan.wmark_high {
                 match file::or_report(path, file::read(path)) {
@@ -443,6 +460,57 @@ impl Applier {
             report.status = PodStatus::Applied;
         }
         report
+    }
+
+    /// Registers each container whose `memory.wmark_ratio` this kernel lacks with the async
+    /// reclaim emulation (ratio > 0), or takes it off (ratio 0); returns the containers under
+    /// emulation. The paths are the plan's, built from the layout.
+    fn register_async_reclaim(
+        &self,
+        pod: &PodSpecView,
+        plan: &Plan,
+        report: &PodReport,
+    ) -> Vec<String> {
+        let Some(reclaim) = &self.reclaim else {
+            return Vec::new();
+        };
+        let int_of = |target: &plan::Target, knob: Knob| {
+            plan.writes
+                .iter()
+                .find(|w| &w.target == target && w.knob == knob)
+                .and_then(|w| match w.value {
+                    Value::Int(v) => Some(v),
+                    _ => None,
+                })
+        };
+        let mut emulated = Vec::new();
+        for (w, k) in plan.writes.iter().zip(&report.knobs) {
+            let plan::Target::Container(name) = &w.target else {
+                continue;
+            };
+            if w.knob != Knob::WmarkRatio || k.outcome != Outcome::Unsupported {
+                continue;
+            }
+            let ratio = int_of(&w.target, Knob::WmarkRatio).unwrap_or(0);
+            let scale = int_of(&w.target, Knob::WmarkScaleFactor).unwrap_or(0);
+            if ratio > 0 {
+                reclaim.set(
+                    &pod.uid,
+                    name,
+                    Registration {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        dir: w.dir.clone(),
+                        ratio,
+                        scale_factor: scale,
+                    },
+                );
+                emulated.push(name.clone());
+            } else {
+                reclaim.unset(&pod.uid, name);
+            }
+        }
+        emulated
     }
 
     /// For a CFS quota the kernel refused (`EINVAL`): the nearest ancestor cgroup (up to the

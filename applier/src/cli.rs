@@ -104,7 +104,7 @@ pub struct GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Watch this node's pods and keep their cgroups in line with their annotation.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Apply one pod manifest (with status.containerStatuses) and print a JSON report.
     Once(OnceArgs),
 }
@@ -137,6 +137,9 @@ pub struct RunArgs {
     /// The NRI plugin: container values set at creation.
     #[command(flatten)]
     pub nri: crate::nri::NriArgs,
+    /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
+    #[command(flatten)]
+    pub reclaim: crate::reclaim::ReclaimArgs,
 }
 
 #[derive(Debug, Args)]
@@ -196,6 +199,8 @@ pub struct RunConfig {
     pub endpoint: crate::server::EndpointSettings,
     /// The NRI plugin (`crate::nri`); `Default` = off.
     pub nri: crate::nri::Settings,
+    /// The async reclaim emulation (`crate::reclaim`); `Default` = off.
+    pub reclaim: crate::reclaim::Settings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -246,6 +251,8 @@ pub enum ConfigError {
     Endpoint(#[from] crate::server::EndpointError),
     #[error(transparent)]
     Nri(#[from] crate::nri::SettingsError),
+    #[error(transparent)]
+    Reclaim(#[from] crate::reclaim::SettingsError),
 }
 
 /// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
@@ -329,6 +336,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             colocation: crate::colocation::Settings::try_from(&a.colocation)?,
             endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
             nri: crate::nri::Settings::try_from(&a.nri)?,
+            reclaim: crate::reclaim::Settings::try_from(&a.reclaim)?,
         })
     }
 }
@@ -359,7 +367,7 @@ mod tests {
         let Command::Run(run) = &cli.command else {
             panic!("run")
         };
-        let rc = RunConfig::try_from(run).expect("valid");
+        let rc = RunConfig::try_from(run.as_ref()).expect("valid");
         assert_eq!(rc.metrics_addr, "0.0.0.0:9316".parse().expect("addr"));
         assert_eq!(rc.resync, Duration::from_secs(60));
         assert_eq!(rc.endpoint, crate::server::EndpointSettings::default());

@@ -13,6 +13,7 @@ use crate::cgroup::{CgroupVersion, Outcome};
 use crate::knob_map::CPU_IDLE;
 use crate::plan::Target;
 use crate::pod_event::{EventKind, PodEvent, truncate_note};
+use crate::reclaim;
 use crate::report::{KnobReport, PodReport, PodStatus};
 
 pub const REASON_APPLIED: &str = "MemoryQOSApplied";
@@ -54,7 +55,11 @@ pub fn applied_message(report: &PodReport) -> String {
                 Outcome::Written | Outcome::Unchanged => {
                     let _ = write!(msg, " {}={}", k.file, value_text(&k.new));
                 }
-                Outcome::Unsupported if !unsupported.contains(&k.file) => unsupported.push(k.file),
+                Outcome::Unsupported
+                    if !unsupported.contains(&k.file) && !emulated_here(report, k.file) =>
+                {
+                    unsupported.push(k.file);
+                }
                 _ => {}
             }
         }
@@ -68,6 +73,15 @@ pub fn applied_message(report: &PodReport) -> String {
         unsupported.sort_unstable();
         let _ = write!(msg, "; unsupported on this node: {}", unsupported.join(" "));
     }
+    if !report.emulated.is_empty() {
+        let _ = write!(
+            msg,
+            "; emulated on this node with {}: {} for {}",
+            reclaim::EMULATED_BY,
+            reclaim::EMULATED_KNOBS.join(" "),
+            report.emulated.join(" ")
+        );
+    }
     if !report.pending.is_empty() {
         let _ = write!(msg, "; not started yet: {}", report.pending.join(" "));
     }
@@ -75,6 +89,11 @@ pub fn applied_message(report: &PodReport) -> String {
         msg.push_str("; set at container creation (NRI)");
     }
     truncate_note(msg)
+}
+
+/// The knob is one the applier emulates for a container of this pod ([`crate::reclaim`]).
+fn emulated_here(report: &PodReport, file: &str) -> bool {
+    !report.emulated.is_empty() && reclaim::EMULATED_KNOBS.contains(&file)
 }
 
 /// A pod none of whose knobs this kernel has (an LS pod's memory QoS on mainline cgroup v1)
@@ -291,7 +310,42 @@ mod tests {
             pod_level_resources: false,
             first_pass,
             set_at_creation: false,
+            emulated: Vec::new(),
         }
+    }
+
+    /// A knob the kernel lacks and the applier emulates is named as emulated (with the
+    /// containers), not as unsupported; one it neither has nor emulates stays unsupported.
+    #[test]
+    fn emulated_knobs_are_named_as_such() {
+        use Outcome::{Unsupported, Written};
+        let knobs = vec![
+            knob("memory.min", "134217728", Written),
+            knob("memory.wmark_ratio", "95", Unsupported),
+            knob("memory.wmark_scale_factor", "20", Unsupported),
+            knob("memory.wmark_min_adj", "-25", Unsupported),
+        ];
+        let mut r = unchanged_report(true, knobs);
+        r.status = PodStatus::Applied;
+        let plain = applied_message(&r);
+        assert!(
+            plain.contains(
+                "unsupported on this node: memory.wmark_min_adj memory.wmark_ratio memory.wmark_scale_factor"
+            ),
+            "{plain}"
+        );
+        r.emulated = vec!["app".into()];
+        let msg = applied_message(&r);
+        assert!(
+            msg.contains("unsupported on this node: memory.wmark_min_adj;"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "emulated on this node with memory.reclaim: memory.wmark_ratio memory.wmark_scale_factor for app"
+            ),
+            "{msg}"
+        );
     }
 
     /// Containers created with their values (NRI): the first complete pass, unchanged, says

@@ -34,6 +34,7 @@ pub mod pod_event;
 pub mod pod_phase;
 pub mod pod_spec_view;
 pub mod pods;
+pub mod reclaim;
 pub mod report;
 pub mod resctrl;
 pub mod server;

@@ -43,7 +43,7 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(cmd::once::exit_code(&report));
         }
         Command::Run(args) => {
-            let run = RunConfig::try_from(args)?;
+            let run = RunConfig::try_from(args.as_ref())?;
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()

@@ -82,6 +82,10 @@ pub struct PodReport {
     /// its first complete pass finds them in place and still says so in an Event.
     #[serde(skip)]
     pub set_at_creation: bool,
+    /// Containers whose `memory.wmark_ratio` this kernel lacks and the applier emulates
+    /// (`crate::reclaim`): the Event names them instead of calling the knob unsupported.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub emulated: Vec<String>,
 }
 
 impl PodReport {

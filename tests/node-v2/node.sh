@@ -157,12 +157,14 @@ build_test_images() { # OUTDIR
     gcc -O2 -static -Wall -Wextra -Werror -o "$b/pause" "$node/pause.c" || die "building pause failed"
     gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stress" "$node/stress.c" -lm ||
         die "building koord-stress failed"
+    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stream" "$node/stream.c" ||
+        die "building koord-stream failed"
     python3 "$REPO/images/oci.py" --name "$PAUSE_IMAGE" --out "$out/pause.oci.tar" \
         --add "$b/pause:/pause:0755" --user 65535:65535 --entrypoint '["/pause"]' >/dev/null ||
         die "assembling $PAUSE_IMAGE failed"
     local args=(--name "$WORKLOAD_IMAGE" --out "$out/workload.oci.tar"
         --add /bin/busybox:/bin/busybox:0755 --add "$b/koord-stress:/usr/local/bin/koord-stress:0755"
-        --add "$b/pause:/usr/local/bin/pause:0755"
+        --add "$b/pause:/usr/local/bin/pause:0755" --add "$b/koord-stream:/usr/local/bin/koord-stream:0755"
         --text "/etc/passwd=root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
         --text "/etc/group=root:x:0:\nnobody:x:65534:\n"
         --dir /tmp:1777 --dir /root:0700 --cmd '["sh"]')

@@ -339,8 +339,7 @@ def bytes_text(v: str) -> str:
 def publish(h) -> None:
     """The asserted run's table into the README between its markers. Not under CI=true (a
     checkout thrown away); KOORD_NODE_V2_PUBLISH=0 leaves the README alone too."""
-    default = "0" if os.environ.get("CI") == "true" else "1"
-    if os.environ.get("KOORD_NODE_V2_PUBLISH", default) != "1":
+    if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     rows = [f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
             f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the verdict):", "",

@@ -39,6 +39,7 @@ from koordtest.metrics import metric_sum, percentile  # noqa: E402
 from koordtest.node import NodeHarness, build_images  # noqa: E402
 import protection  # noqa: E402  (the seed's promise on real pods)
 import nri  # noqa: E402  (the applier as an NRI plugin)
+import reclaim  # noqa: E402  (async reclaim emulated with memory.reclaim)
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"  # the v1 node suite's overlay + --cpu-idle-fallback
@@ -436,6 +437,13 @@ def s_protect_c(h: Harness) -> None:
           "kill, and the LS pod next to it keeps its working set")
 def s_throttled(h: Harness) -> None:
     protection.throttled(h)
+
+
+@scenario("async reclaim on mainline (wmarkRatio 95, emulated with memory.reclaim): a container "
+          "reading a file larger than its limit meets the limit (memory.events max) a quarter as "
+          "often or less than the same stream with wmarkRatio 0, and the applier says so")
+def s_async_reclaim(h: Harness) -> None:
+    reclaim.async_reclaim(h)
 
 
 def shares_to_weight(shares: int) -> int:

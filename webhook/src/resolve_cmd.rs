@@ -240,6 +240,19 @@ fn explain_class(out: &mut String, r: &Resolution) {
     );
 }
 
+/// How a node's kernel realizes the parameters (the applier's `MemoryQOSApplied` Event says it
+/// per node: docs/async-reclaim.md).
+fn explain_realization(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "  on the node (the applier's Event names what it applies, emulates or lacks):\n    \
+         min/low/throttling: cgroup v2 and Alibaba Cloud Linux; none on mainline cgroup v1\n    \
+         wmarkRatio, wmarkScalePermill: Alibaba Cloud Linux; emulated with memory.reclaim on \
+         mainline cgroup v2 (5.19+)\n    \
+         wmarkMinAdj, priority, priorityEnable: Alibaba Cloud Linux only"
+    );
+}
+
 fn explain_memory_qos(out: &mut String, r: &Resolution) {
     let m = &r.resolved.memory_qos;
     let _ = writeln!(
@@ -261,6 +274,9 @@ fn explain_memory_qos(out: &mut String, r: &Resolution) {
             ParamSource::PodAnnotation => "pod annotation",
         };
         let _ = writeln!(out, "    {} = {value} ({from})", spec.name);
+    }
+    if m.enabled {
+        explain_realization(out);
     }
     let e = &r.explanation;
     if !e.sidecars.is_empty() {

@@ -25,6 +25,7 @@ use crate::nri::decide::Decider;
 use crate::nri::link::{Link, Plugged};
 use crate::nri::metrics::NriMetrics;
 use crate::pods::Watch;
+use crate::reclaim::{AsyncReclaim, ReclaimMetrics};
 use crate::server;
 use crate::{collectors, colocation, nri, numa};
 
@@ -40,6 +41,8 @@ pub enum RunError {
     Metrics(#[from] MetricError),
     #[error(transparent)]
     Endpoint(#[from] server::EndpointError),
+    #[error("cannot start the async reclaim worker: {0}")]
+    Thread(#[source] std::io::Error),
     #[error("metrics listener {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -90,7 +93,7 @@ pub async fn run_with_client(
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     start_features(&ctx, &config, &run)?;
-    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config);
+    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config, run.reclaim)?;
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
     tokio::spawn(
@@ -161,10 +164,13 @@ fn start_nri(
 
 /// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's
 /// capabilities detected once, and the ancestors' memory protection (unless turned off).
+type CgroupPasses = (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>);
+
 fn cgroup_passes(
     ctx: &RunContext,
     config: &Config,
-) -> (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>) {
+    reclaim: crate::reclaim::Settings,
+) -> Result<CgroupPasses, RunError> {
     let caps = detect_caps(
         &ctx.layout,
         config.cpu_idle_fallback,
@@ -186,7 +192,8 @@ fn cgroup_passes(
             Some(ctx.metrics.clone()),
         )
         .with_caps(caps)
-        .with_systemd(ctx.systemd.clone()),
+        .with_systemd(ctx.systemd.clone())
+        .with_async_reclaim(async_reclaim(ctx, reclaim)?),
     );
     let ancestors = config.ancestors.enabled.then(|| {
         Arc::new(
@@ -215,7 +222,29 @@ fn cgroup_passes(
                 "sums of the children, except in the files the kubelet's Memory QoS rewrites, which are left to it",
         }
     );
-    (applier, node_qos, ancestors)
+    Ok((applier, node_qos, ancestors))
+}
+
+/// The async reclaim emulation, its worker started, when the settings and the kernel allow it
+/// (never in a dry run: it would reclaim).
+fn async_reclaim(
+    ctx: &RunContext,
+    settings: crate::reclaim::Settings,
+) -> Result<Option<Arc<AsyncReclaim>>, RunError> {
+    if ctx.dry_run {
+        return Ok(None);
+    }
+    let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
+    let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
+        return Ok(None);
+    };
+    reclaim.start().map_err(RunError::Thread)?;
+    tracing::info!(
+        interval_ms = settings.interval.as_millis(),
+        cpu_percent = settings.cpu_percent,
+        "async reclaim: containers asking for memory.wmark_ratio on this kernel (which lacks it) are kept below their wmark_high with memory.reclaim"
+    );
+    Ok(Some(reclaim))
 }
 
 /// Binds `/metrics`, `/healthz` and `/readyz` and serves them in the background.

@@ -157,7 +157,7 @@ fn flags_and_settings() {
     let Command::Run(args) = &cli.command else {
         panic!("run")
     };
-    let rc = RunConfig::try_from(args).expect("valid");
+    let rc = RunConfig::try_from(args.as_ref()).expect("valid");
     assert!(rc.colocation.enabled);
     assert_eq!(rc.colocation.configmap_namespace, "kube-system");
     assert_eq!(rc.colocation.configmap_name, "ack-slo-config");
@@ -186,7 +186,7 @@ fn flags_and_settings() {
     let Command::Run(args) = &cli.command else {
         panic!("run")
     };
-    let rc = RunConfig::try_from(args).expect("valid");
+    let rc = RunConfig::try_from(args.as_ref()).expect("valid");
     assert!(!rc.colocation.enabled);
     assert_eq!(rc.colocation.be_suppress_min_milli, 200);
     assert_eq!(rc.colocation.sample_interval, Duration::from_millis(500));
@@ -208,7 +208,7 @@ fn flags_and_settings() {
         let Command::Run(args) = &cli.command else {
             panic!("run")
         };
-        let err = RunConfig::try_from(args)
+        let err = RunConfig::try_from(args.as_ref())
             .expect_err("out of range")
             .to_string();
         assert!(err.contains(flag), "{bad}: {err}");

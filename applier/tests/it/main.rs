@@ -14,6 +14,7 @@ mod common;
 
 mod ancestor_trees;
 mod ancestors_run;
+mod async_reclaim;
 mod collectors_manifests;
 mod collectors_once;
 mod collectors_perf;

@@ -5,9 +5,17 @@ edited by hand: the next run that asserts the same figures writes them again.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .checks import Check
+
+
+def wanted(switch: str) -> bool:
+    """Whether a run publishes: not under CI=true (a checkout thrown away), and not when the
+    suite's switch (an environment variable) is 0."""
+    default = "0" if os.environ.get("CI") == "true" else "1"
+    return os.environ.get(switch, default) == "1"
 
 
 def replace_between_markers(path: Path, name: str, body: str) -> None:

@@ -112,6 +112,10 @@ fn explain_names_the_sources() {
         stderr.contains("memoryQOS enabled (policy auto) decided by pod-annotation"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("wmarkRatio, wmarkScalePermill: Alibaba Cloud Linux; emulated with memory.reclaim on mainline cgroup v2 (5.19+)"),
+        "{stderr}"
+    );
 }
 
 /// `--cluster-config` carries colocation-config: BE pods are translated only with it on, and

@@ -259,6 +259,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         colocation: Default::default(),
         endpoint: Default::default(),
         nri: Default::default(),
+        reclaim: Default::default(),
     }
 }
 

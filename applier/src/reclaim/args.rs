@@ -1,0 +1,111 @@
+//! Flags of `run` for the async reclaim emulation (flattened into its arguments).
+
+use std::time::Duration;
+
+use clap::ArgAction;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReclaimArgs {
+    /// Where the kernel has no `memory.wmark_*` (every mainline kernel) but has
+    /// `memory.reclaim` (5.19+), keep each container whose annotation asks for async reclaim
+    /// (`memory.wmark_ratio` > 0) below its `wmark_high` by writing `memory.reclaim`, as the
+    /// Alibaba kernel's background worker does. `--async-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_ASYNC_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub async_reclaim: bool,
+    /// How often each such container's `memory.current` is read (milliseconds).
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_INTERVAL_MS", default_value_t = 100)]
+    pub async_reclaim_interval_ms: u64,
+    /// The reclaim worker's CPU budget: percent of one core, per second (1..=100). Reclaims
+    /// due past it wait for the next second and are counted.
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_CPU_PERCENT", default_value_t = 5)]
+    pub async_reclaim_cpu_percent: u32,
+}
+
+/// Settings of the emulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    pub enabled: bool,
+    pub interval: Duration,
+    pub cpu_percent: u32,
+}
+
+impl Default for Settings {
+    /// Off (a `RunConfig` built in code starts no worker unless asked).
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            interval: Duration::from_millis(100),
+            cpu_percent: 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("--async-reclaim-interval-ms {0} must be 10..=10000")]
+    Interval(u64),
+    #[error("--async-reclaim-cpu-percent {0} must be 1..=100")]
+    CpuPercent(u32),
+}
+
+impl TryFrom<&ReclaimArgs> for Settings {
+    type Error = SettingsError;
+    fn try_from(a: &ReclaimArgs) -> Result<Self, SettingsError> {
+        if !(10..=10_000).contains(&a.async_reclaim_interval_ms) {
+            return Err(SettingsError::Interval(a.async_reclaim_interval_ms));
+        }
+        if !(1..=100).contains(&a.async_reclaim_cpu_percent) {
+            return Err(SettingsError::CpuPercent(a.async_reclaim_cpu_percent));
+        }
+        Ok(Self {
+            enabled: a.async_reclaim,
+            interval: Duration::from_millis(a.async_reclaim_interval_ms),
+            cpu_percent: a.async_reclaim_cpu_percent,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(interval: u64, cpu: u32) -> ReclaimArgs {
+        ReclaimArgs {
+            async_reclaim: true,
+            async_reclaim_interval_ms: interval,
+            async_reclaim_cpu_percent: cpu,
+        }
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_by_name_and_range() {
+        let cases: [(u64, u32, Result<(), &str>); 6] = [
+            (100, 5, Ok(())),
+            (10, 1, Ok(())),
+            (10_000, 100, Ok(())),
+            (
+                9,
+                5,
+                Err("--async-reclaim-interval-ms 9 must be 10..=10000"),
+            ),
+            (100, 0, Err("--async-reclaim-cpu-percent 0 must be 1..=100")),
+            (
+                100,
+                101,
+                Err("--async-reclaim-cpu-percent 101 must be 1..=100"),
+            ),
+        ];
+        for (interval, cpu, want) in cases {
+            let got = Settings::try_from(&args(interval, cpu))
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            assert_eq!(got, want.map_err(str::to_owned), "{interval} ms, {cpu}%");
+        }
+    }
+}

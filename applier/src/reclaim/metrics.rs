@@ -1,0 +1,90 @@
+//! Async reclaim's metric families, registered in the applier's registry.
+//!
+//! Per pod, not per container: `namespace` and `pod` label sets exist only for pods under
+//! emulation on this node (at most the kubelet's `maxPods`) and are removed with the pod, so
+//! the series count is bounded by the node's pod count whatever the containers do.
+
+use koord_runtime::metrics::{MetricError, register};
+use prometheus::{CounterVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+#[derive(Clone)]
+pub struct ReclaimMetrics {
+    /// Bytes the kernel reclaimed for `memory.reclaim` writes.
+    pub bytes: IntCounterVec,
+    /// `memory.reclaim` writes, by how they ended (`full`, `short`, `failed`).
+    pub passes: IntCounterVec,
+    /// Seconds spent in `memory.reclaim` writes.
+    pub seconds: CounterVec,
+    /// Reclaims due but not made because the worker had spent its CPU budget for the second.
+    pub over_budget: IntCounter,
+    /// Containers under emulation.
+    pub containers: IntGauge,
+    /// 1 per knob this node emulates, by knob and by what emulates it.
+    pub emulated: IntGaugeVec,
+}
+
+const POD: [&str; 2] = ["namespace", "pod"];
+
+impl ReclaimMetrics {
+    pub fn register(registry: &Registry) -> Result<Self, MetricError> {
+        let per_pod = |name: &str, help: &str, extra: &[&'static str]| {
+            let labels: Vec<&str> = POD.iter().copied().chain(extra.iter().copied()).collect();
+            register(registry, IntCounterVec::new(Opts::new(name, help), &labels))
+        };
+        Ok(Self {
+            bytes: per_pod(
+                "koord_applier_async_reclaim_bytes_total",
+                "Bytes reclaimed from the pod's containers by the async reclaim emulation (memory.reclaim).",
+                &[],
+            )?,
+            passes: per_pod(
+                "koord_applier_async_reclaim_writes_total",
+                "memory.reclaim writes for the pod's containers, by result: full, short (the kernel found less to reclaim; the container backs off), failed.",
+                &["result"],
+            )?,
+            seconds: register(
+                registry,
+                CounterVec::new(
+                    Opts::new(
+                        "koord_applier_async_reclaim_seconds_total",
+                        "Time spent in memory.reclaim writes for the pod's containers.",
+                    ),
+                    &POD,
+                ),
+            )?,
+            over_budget: register(
+                registry,
+                IntCounter::new(
+                    "koord_applier_async_reclaim_over_budget_total",
+                    "Reclaims due but deferred because the worker had spent its CPU budget for the second.",
+                ),
+            )?,
+            containers: register(
+                registry,
+                IntGauge::new(
+                    "koord_applier_async_reclaim_containers",
+                    "Containers whose usage the async reclaim emulation keeps below wmark_high.",
+                ),
+            )?,
+            emulated: register(
+                registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "koord_applier_emulated_knobs",
+                        "Knobs this node's kernel lacks that the applier emulates (1 each), by what emulates them.",
+                    ),
+                    &["knob", "by"],
+                ),
+            )?,
+        })
+    }
+
+    /// Drops a pod's series.
+    pub fn forget(&self, namespace: &str, pod: &str) {
+        let _ = self.bytes.remove_label_values(&[namespace, pod]);
+        let _ = self.seconds.remove_label_values(&[namespace, pod]);
+        for result in ["full", "short", "failed"] {
+            let _ = self.passes.remove_label_values(&[namespace, pod, result]);
+        }
+    }
+}
