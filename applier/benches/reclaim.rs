@@ -29,8 +29,10 @@ fn tree(root: &Path) -> Arc<AsyncReclaim> {
     std::fs::write(kubepods.join("memory.reclaim"), "").expect("seed");
     let settings = Settings {
         enabled: true,
+        be_first: false,
         interval: Duration::from_millis(100),
         cpu_percent: 5,
+        proc_root: "/proc".into(),
     };
     let reclaim = AsyncReclaim::detect(&layout, settings, None).expect("memory.reclaim");
     for i in 0..CONTAINERS {
@@ -54,6 +56,7 @@ fn tree(root: &Path) -> Arc<AsyncReclaim> {
                 dir: dir.into(),
                 ratio: 95,
                 scale_factor: 20,
+                min_adj: 0,
             },
         );
     }

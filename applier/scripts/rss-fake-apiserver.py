@@ -3,7 +3,10 @@
 
 Serves GET /api/v1/pods (the list, N pods built from tests/fixtures/ls-redis.json with unique
 UIDs and container IDs), keeps watch requests open (silent), accepts Event POSTs.
-Also creates the matching cgroup v2 tree under ROOT so every pod is really applied.
+Also creates the matching cgroup v2 tree under ROOT so every pod is really applied, with
+`memory.current` (16 MiB, below every container's wmark_high) and `memory.reclaim` in each
+directory: the fixture asks for async reclaim (`memory.wmark_ratio` 95) and the tree has no
+`memory.wmark_*`, so `run` emulates it for every container (`--async-reclaim=false` does not).
 
 usage: rss-fake-apiserver.py PORT ROOT N
 """
@@ -14,8 +17,11 @@ here = os.path.dirname(os.path.abspath(__file__))
 base = json.load(open(os.path.join(here, "../tests/fixtures/ls-redis.json")))
 pods = []
 defaults = {"memory.min": "0", "memory.low": "0", "memory.high": "max", "memory.max": "max",
-            "memory.oom.group": "0", "cpu.weight": "100", "cpu.max": "max 100000"}
+            "memory.oom.group": "0", "cpu.weight": "100", "cpu.max": "max 100000",
+            "memory.current": "16777216", "memory.reclaim": ""}
 open(os.path.join(root, "cgroup.controllers"), "w").write("cpu memory\n")
+os.makedirs(os.path.join(root, "kubepods.slice"), exist_ok=True)
+open(os.path.join(root, "kubepods.slice/memory.reclaim"), "w").write("")
 for i in range(n):
     p = copy.deepcopy(base)
     uid = "%08x-0000-4000-8000-%012x" % (i, i)

@@ -2,7 +2,7 @@
 //! and account for it (report, metrics, the once-per-node log of unsupported knobs).
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -298,7 +298,7 @@ impl Applier {
             pod_level_resources: pod.pod_level.request.is_some() || pod.pod_level.limit.is_some(),
             first_pass: false,
             set_at_creation: false,
-            emulated: Vec::new(),
+            emulated: Default::default(),
         }
     }
 
@@ -426,7 +426,7 @@ impl Applier {
                 knob_report(w, r.old, r.outcome, reason)
             })
             .collect();
-        report.emulated = self.register_async_reclaim(pod, plan, &report);
+        report.emulated = self.register_emulations(pod, plan, &report);
         if !plan.wmark_high.is_empty() && !self.no_wmark_high.load(Ordering::Relaxed) {
             for (container, path) in &plan.wmark_high {
                 match file::or_report(path, file::read(path)) {
@@ -462,52 +462,74 @@ impl Applier {
         report
     }
 
-    /// Registers each container whose `memory.wmark_ratio` this kernel lacks with the async
-    /// reclaim emulation (ratio > 0), or takes it off (ratio 0); returns the containers under
-    /// emulation. The paths are the plan's, built from the layout.
-    fn register_async_reclaim(
+    /// Registers each container whose `memory.wmark_ratio` (ratio > 0) or `memory.wmark_min_adj`
+    /// (> 0, BE) this kernel lacks with their emulation, or takes it off; returns, per container,
+    /// the knobs emulated (a negative `memory.wmark_min_adj`, LS, is realized by BE-first
+    /// choosing the others: named, not registered). The paths are the plan's, from the layout.
+    fn register_emulations(
         &self,
         pod: &PodSpecView,
         plan: &Plan,
         report: &PodReport,
-    ) -> Vec<String> {
+    ) -> BTreeMap<String, Vec<&'static str>> {
+        let mut emulated = BTreeMap::new();
         let Some(reclaim) = &self.reclaim else {
-            return Vec::new();
+            return emulated;
         };
-        let int_of = |target: &plan::Target, knob: Knob| {
+        let settings = reclaim.settings();
+        // The value of a knob this kernel lacks, with the write's directory.
+        let lacking = |target: &plan::Target, knob: Knob| {
             plan.writes
                 .iter()
-                .find(|w| &w.target == target && w.knob == knob)
-                .and_then(|w| match w.value {
-                    Value::Int(v) => Some(v),
+                .zip(&report.knobs)
+                .find(|(w, k)| {
+                    &w.target == target && w.knob == knob && k.outcome == Outcome::Unsupported
+                })
+                .and_then(|(w, _)| match w.value {
+                    Value::Int(v) => Some((v, w.dir.clone())),
                     _ => None,
                 })
         };
-        let mut emulated = Vec::new();
-        for (w, k) in plan.writes.iter().zip(&report.knobs) {
+        let mut seen: BTreeSet<&String> = BTreeSet::new();
+        for w in &plan.writes {
             let plan::Target::Container(name) = &w.target else {
                 continue;
             };
-            if w.knob != Knob::WmarkRatio || k.outcome != Outcome::Unsupported {
+            if !seen.insert(name) {
                 continue;
             }
-            let ratio = int_of(&w.target, Knob::WmarkRatio).unwrap_or(0);
-            let scale = int_of(&w.target, Knob::WmarkScaleFactor).unwrap_or(0);
-            if ratio > 0 {
-                reclaim.set(
-                    &pod.uid,
-                    name,
-                    Registration {
-                        namespace: pod.namespace.clone(),
-                        pod: pod.name.clone(),
-                        dir: w.dir.clone(),
-                        ratio,
-                        scale_factor: scale,
-                    },
-                );
-                emulated.push(name.clone());
-            } else {
-                reclaim.unset(&pod.uid, name);
+            let ratio = lacking(&w.target, Knob::WmarkRatio).filter(|_| settings.enabled);
+            let min_adj = lacking(&w.target, Knob::WmarkMinAdj).filter(|_| settings.be_first);
+            let mut knobs = Vec::new();
+            if ratio.as_ref().is_some_and(|(r, _)| *r > 0) {
+                knobs.extend(crate::reclaim::ASYNC_KNOBS);
+            }
+            if min_adj.as_ref().is_some_and(|(a, _)| *a != 0) {
+                knobs.push(crate::reclaim::BE_FIRST_KNOB);
+            }
+            let ratio_v = ratio.as_ref().map_or(0, |(r, _)| (*r).max(0));
+            let adj_v = min_adj.as_ref().map_or(0, |(a, _)| (*a).max(0));
+            let dir = ratio.or(min_adj).map(|(_, d)| d);
+            match dir {
+                Some(dir) if ratio_v > 0 || adj_v > 0 => {
+                    let scale = lacking(&w.target, Knob::WmarkScaleFactor).map_or(0, |(v, _)| v);
+                    reclaim.set(
+                        &pod.uid,
+                        name,
+                        Registration {
+                            namespace: pod.namespace.clone(),
+                            pod: pod.name.clone(),
+                            dir,
+                            ratio: ratio_v,
+                            scale_factor: scale,
+                            min_adj: adj_v,
+                        },
+                    );
+                }
+                _ => reclaim.unset(&pod.uid, name),
+            }
+            if !knobs.is_empty() {
+                emulated.insert(name.clone(), knobs);
             }
         }
         emulated

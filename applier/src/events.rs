@@ -74,12 +74,23 @@ pub fn applied_message(report: &PodReport) -> String {
         let _ = write!(msg, "; unsupported on this node: {}", unsupported.join(" "));
     }
     if !report.emulated.is_empty() {
+        // Containers with the same knobs emulated named together.
+        let mut groups: Vec<(&[&str], Vec<&str>)> = Vec::new();
+        for (container, knobs) in &report.emulated {
+            match groups.iter_mut().find(|(k, _)| *k == knobs.as_slice()) {
+                Some((_, names)) => names.push(container),
+                None => groups.push((knobs, vec![container])),
+            }
+        }
+        let groups: Vec<String> = groups
+            .iter()
+            .map(|(knobs, names)| format!("{} for {}", knobs.join(" "), names.join(" ")))
+            .collect();
         let _ = write!(
             msg,
-            "; emulated on this node with {}: {} for {}",
+            "; emulated on this node with {}: {}",
             reclaim::EMULATED_BY,
-            reclaim::EMULATED_KNOBS.join(" "),
-            report.emulated.join(" ")
+            groups.join(", ")
         );
     }
     if !report.pending.is_empty() {
@@ -93,7 +104,7 @@ pub fn applied_message(report: &PodReport) -> String {
 
 /// The knob is one the applier emulates for a container of this pod ([`crate::reclaim`]).
 fn emulated_here(report: &PodReport, file: &str) -> bool {
-    !report.emulated.is_empty() && reclaim::EMULATED_KNOBS.contains(&file)
+    report.emulated.values().any(|knobs| knobs.contains(&file))
 }
 
 /// A pod none of whose knobs this kernel has (an LS pod's memory QoS on mainline cgroup v1)
@@ -310,7 +321,7 @@ mod tests {
             pod_level_resources: false,
             first_pass,
             set_at_creation: false,
-            emulated: Vec::new(),
+            emulated: Default::default(),
         }
     }
 
@@ -334,7 +345,7 @@ mod tests {
             ),
             "{plain}"
         );
-        r.emulated = vec!["app".into()];
+        r.emulated = [("app".to_owned(), reclaim::ASYNC_KNOBS.to_vec())].into();
         let msg = applied_message(&r);
         assert!(
             msg.contains("unsupported on this node: memory.wmark_min_adj;"),
@@ -343,6 +354,21 @@ mod tests {
         assert!(
             msg.contains(
                 "emulated on this node with memory.reclaim: memory.wmark_ratio memory.wmark_scale_factor for app"
+            ),
+            "{msg}"
+        );
+        // BE-first too, and more containers: grouped by the knobs.
+        let mut all = reclaim::ASYNC_KNOBS.to_vec();
+        all.push(reclaim::BE_FIRST_KNOB);
+        r.emulated.insert("app".into(), all.clone());
+        r.emulated.insert("side".into(), all);
+        r.emulated
+            .insert("solo".into(), vec![reclaim::BE_FIRST_KNOB]);
+        let msg = applied_message(&r);
+        assert!(!msg.contains("unsupported on this node"), "{msg}");
+        assert!(
+            msg.contains(
+                "emulated on this node with memory.reclaim: memory.wmark_ratio memory.wmark_scale_factor memory.wmark_min_adj for app side, memory.wmark_min_adj for solo"
             ),
             "{msg}"
         );

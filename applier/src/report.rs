@@ -82,10 +82,10 @@ pub struct PodReport {
     /// its first complete pass finds them in place and still says so in an Event.
     #[serde(skip)]
     pub set_at_creation: bool,
-    /// Containers whose `memory.wmark_ratio` this kernel lacks and the applier emulates
-    /// (`crate::reclaim`): the Event names them instead of calling the knob unsupported.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub emulated: Vec<String>,
+    /// Per container, the knobs this kernel lacks that the applier emulates
+    /// (`crate::reclaim`): the Event names them instead of calling them unsupported.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub emulated: BTreeMap<String, Vec<&'static str>>,
 }
 
 impl PodReport {

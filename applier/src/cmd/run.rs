@@ -93,7 +93,11 @@ pub async fn run_with_client(
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     start_features(&ctx, &config, &run)?;
-    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config, run.reclaim)?;
+    let reclaim = crate::reclaim::Settings {
+        proc_root: config.proc_root.clone(),
+        ..run.reclaim.clone()
+    };
+    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config, reclaim)?;
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
     tokio::spawn(
@@ -235,14 +239,18 @@ fn async_reclaim(
         return Ok(None);
     }
     let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
+    let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
+    let (wmark, be_first) = (settings.enabled, settings.be_first);
     let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
         return Ok(None);
     };
     reclaim.start().map_err(RunError::Thread)?;
     tracing::info!(
-        interval_ms = settings.interval.as_millis(),
-        cpu_percent = settings.cpu_percent,
-        "async reclaim: containers asking for memory.wmark_ratio on this kernel (which lacks it) are kept below their wmark_high with memory.reclaim"
+        interval_ms = interval.as_millis(),
+        cpu_percent,
+        async_reclaim = wmark,
+        be_first,
+        "memory.reclaim emulates what this kernel lacks: memory.wmark_ratio (containers kept below their wmark_high) and memory.wmark_min_adj (BE containers reclaimed first when the node's free memory nears the watermarks)"
     );
     Ok(Some(reclaim))
 }

@@ -1,5 +1,6 @@
 //! Flags of `run` for the async reclaim emulation (flattened into its arguments).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ArgAction;
@@ -18,21 +19,40 @@ pub struct ReclaimArgs {
         default_value_t = true
     )]
     pub async_reclaim: bool,
-    /// How often each such container's `memory.current` is read (milliseconds).
+    /// Where the kernel has no `memory.wmark_min_adj` but has `memory.reclaim`: when the node's
+    /// free memory nears the kernel's watermarks, reclaim from the containers whose annotation
+    /// has a positive `memory.wmark_min_adj` (BE, 50 by default) before the kernel's global
+    /// reclaim reaches the others (LS). `--be-first-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_reclaim: bool,
+    /// How often each such container's `memory.current` (and the node's `/proc/zoneinfo`) is
+    /// read (milliseconds).
     #[arg(long, env = "KOORD_ASYNC_RECLAIM_INTERVAL_MS", default_value_t = 100)]
     pub async_reclaim_interval_ms: u64,
-    /// The reclaim worker's CPU budget: percent of one core, per second (1..=100). Reclaims
+    /// The reclaim worker's CPU budget (both emulations): percent of one core, per second
+    /// (1..=100). Reclaims
     /// due past it wait for the next second and are counted.
     #[arg(long, env = "KOORD_ASYNC_RECLAIM_CPU_PERCENT", default_value_t = 5)]
     pub async_reclaim_cpu_percent: u32,
 }
 
-/// Settings of the emulation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Settings of the emulations.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// `memory.wmark_ratio` (async reclaim) emulated.
     pub enabled: bool,
+    /// `memory.wmark_min_adj` (BE first under node pressure) emulated.
+    pub be_first: bool,
     pub interval: Duration,
     pub cpu_percent: u32,
+    /// Where `zoneinfo` is read (`--proc-root`).
+    pub proc_root: PathBuf,
 }
 
 impl Default for Settings {
@@ -40,9 +60,18 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             enabled: false,
+            be_first: false,
             interval: Duration::from_millis(100),
             cpu_percent: 5,
+            proc_root: PathBuf::from("/proc"),
         }
+    }
+}
+
+impl Settings {
+    /// Either emulation is on.
+    pub fn any(&self) -> bool {
+        self.enabled || self.be_first
     }
 }
 
@@ -65,8 +94,10 @@ impl TryFrom<&ReclaimArgs> for Settings {
         }
         Ok(Self {
             enabled: a.async_reclaim,
+            be_first: a.be_first_reclaim,
             interval: Duration::from_millis(a.async_reclaim_interval_ms),
             cpu_percent: a.async_reclaim_cpu_percent,
+            proc_root: PathBuf::from("/proc"),
         })
     }
 }
@@ -78,6 +109,7 @@ mod tests {
     fn args(interval: u64, cpu: u32) -> ReclaimArgs {
         ReclaimArgs {
             async_reclaim: true,
+            be_first_reclaim: true,
             async_reclaim_interval_ms: interval,
             async_reclaim_cpu_percent: cpu,
         }

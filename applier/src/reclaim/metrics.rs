@@ -9,12 +9,17 @@ use prometheus::{CounterVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, O
 
 #[derive(Clone)]
 pub struct ReclaimMetrics {
-    /// Bytes the kernel reclaimed for `memory.reclaim` writes.
+    /// Bytes the kernel reclaimed for `memory.reclaim` writes, by `why` (`wmark`: async
+    /// reclaim; `be-first`: node pressure).
     pub bytes: IntCounterVec,
-    /// `memory.reclaim` writes, by how they ended (`full`, `short`, `failed`).
+    /// `memory.reclaim` writes, by `why` and how they ended (`full`, `short`, `failed`).
     pub passes: IntCounterVec,
-    /// Seconds spent in `memory.reclaim` writes.
+    /// Seconds spent in `memory.reclaim` writes, by `why`.
     pub seconds: CounterVec,
+    /// Ticks that found the node's free memory under the BE-first floor.
+    pub be_first_episodes: IntCounter,
+    /// The node's free memory at the last BE-first look (`/proc/zoneinfo`), bytes.
+    pub node_free: IntGauge,
     /// Reclaims due but not made because the worker had spent its CPU budget for the second.
     pub over_budget: IntCounter,
     /// Containers under emulation.
@@ -23,7 +28,7 @@ pub struct ReclaimMetrics {
     pub emulated: IntGaugeVec,
 }
 
-const POD: [&str; 2] = ["namespace", "pod"];
+const POD: [&str; 3] = ["namespace", "pod", "why"];
 
 impl ReclaimMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricError> {
@@ -34,12 +39,12 @@ impl ReclaimMetrics {
         Ok(Self {
             bytes: per_pod(
                 "koord_applier_async_reclaim_bytes_total",
-                "Bytes reclaimed from the pod's containers by the async reclaim emulation (memory.reclaim).",
+                "Bytes reclaimed from the pod's containers with memory.reclaim, by why: wmark (async reclaim below wmark_high), be-first (node memory pressure, BE containers first).",
                 &[],
             )?,
             passes: per_pod(
                 "koord_applier_async_reclaim_writes_total",
-                "memory.reclaim writes for the pod's containers, by result: full, short (the kernel found less to reclaim; the container backs off), failed.",
+                "memory.reclaim writes for the pod's containers, by why and result: full, short (the kernel found less to reclaim; the container backs off), failed.",
                 &["result"],
             )?,
             seconds: register(
@@ -47,9 +52,23 @@ impl ReclaimMetrics {
                 CounterVec::new(
                     Opts::new(
                         "koord_applier_async_reclaim_seconds_total",
-                        "Time spent in memory.reclaim writes for the pod's containers.",
+                        "Time spent in memory.reclaim writes for the pod's containers, by why.",
                     ),
                     &POD,
+                ),
+            )?,
+            be_first_episodes: register(
+                registry,
+                IntCounter::new(
+                    "koord_applier_be_first_episodes_total",
+                    "Worker ticks that found the node's free memory under the BE-first floor and reclaimed from BE containers.",
+                ),
+            )?,
+            node_free: register(
+                registry,
+                IntGauge::new(
+                    "koord_applier_be_first_node_free_bytes",
+                    "The node's free memory (/proc/zoneinfo) at the BE-first worker's last look.",
                 ),
             )?,
             over_budget: register(
@@ -81,10 +100,14 @@ impl ReclaimMetrics {
 
     /// Drops a pod's series.
     pub fn forget(&self, namespace: &str, pod: &str) {
-        let _ = self.bytes.remove_label_values(&[namespace, pod]);
-        let _ = self.seconds.remove_label_values(&[namespace, pod]);
-        for result in ["full", "short", "failed"] {
-            let _ = self.passes.remove_label_values(&[namespace, pod, result]);
+        for why in ["wmark", "be-first"] {
+            let _ = self.bytes.remove_label_values(&[namespace, pod, why]);
+            let _ = self.seconds.remove_label_values(&[namespace, pod, why]);
+            for result in ["full", "short", "failed"] {
+                let _ = self
+                    .passes
+                    .remove_label_values(&[namespace, pod, why, result]);
+            }
         }
     }
 }

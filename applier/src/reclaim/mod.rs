@@ -1,11 +1,14 @@
-//! Async reclaim where the kernel lacks it: the Alibaba kernel's memcg background reclaim
-//! (`memory.wmark_ratio`), emulated with mainline's `memory.reclaim` (Linux 5.19+).
+//! The Alibaba kernel's memcg background reclaim (`memory.wmark_ratio`) and its BE-first
+//! minimum watermark (`memory.wmark_min_adj`), emulated with mainline's `memory.reclaim`
+//! (Linux 5.19+) where the kernel lacks them.
 //!
 //! The pod pass ([`crate::apply`]) finds a container's `memory.wmark_ratio` unsupported and
 //! registers the container here with the annotation's ratio and scale factor; one worker
 //! thread ([`worker`]) reads each registered container's `memory.current` every tick and,
 //! above `wmark_high` ([`watermarks`]), asks the kernel to reclaim down to `wmark_low`
-//! ([`pace`]). `memory.reclaim` reclaims in the writer's context, so the worker is its own
+//! ([`pace`]); and when the node's free memory nears the kernel's watermarks it reclaims from
+//! the containers with a positive `memory.wmark_min_adj` (BE) first ([`be_first`],
+//! [`zoneinfo`]). `memory.reclaim` reclaims in the writer's context, so the worker is its own
 //! thread: the pod watch, the resync and the NRI answers never wait for it. It is bounded per
 //! write (a chunk), per second (a CPU budget) and per container (back-off when the kernel
 //! finds nothing to take). Nothing is left behind on exit: a reclaim changes no setting.
@@ -14,10 +17,12 @@
 //! asks for it the worker sleeps on a condition variable and costs nothing.
 
 mod args;
+pub mod be_first;
 pub mod metrics;
 pub mod pace;
 pub mod watermarks;
 mod worker;
+pub mod zoneinfo;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,11 +37,14 @@ use crate::cgroup::{CgroupVersion, Controller};
 
 /// What emulates the knobs, as the Event and the metrics name it.
 pub const EMULATED_BY: &str = "memory.reclaim";
-/// The annotation's knobs the emulation realizes.
-pub const EMULATED_KNOBS: [&str; 2] = [
+/// The knobs async reclaim realizes.
+pub const ASYNC_KNOBS: [&str; 2] = [
     koord_api::knobs::MEMORY_WMARK_RATIO,
     koord_api::knobs::MEMORY_WMARK_SCALE_FACTOR,
 ];
+/// The knob BE-first realizes (positive values by reclaiming those containers first,
+/// negative ones by never choosing them).
+pub const BE_FIRST_KNOB: &str = koord_api::knobs::MEMORY_WMARK_MIN_ADJ;
 
 /// One container's request, from the pod pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,8 +53,11 @@ pub struct Registration {
     pub pod: String,
     /// The container's memory cgroup directory, from the layout (never from the annotation).
     pub dir: Arc<Path>,
+    /// `memory.wmark_ratio`, 0 when the kernel has it or async reclaim is off.
     pub ratio: i64,
     pub scale_factor: i64,
+    /// `memory.wmark_min_adj` when positive (BE) and emulated, else 0.
+    pub min_adj: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -70,7 +81,7 @@ impl AsyncReclaim {
         settings: Settings,
         metrics: Option<ReclaimMetrics>,
     ) -> Option<Arc<Self>> {
-        if !settings.enabled {
+        if !settings.any() {
             return None;
         }
         let has_reclaim = layout.version == CgroupVersion::V2
@@ -91,6 +102,11 @@ impl AsyncReclaim {
         }))
     }
 
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// Starts the worker thread.
     pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
         let me = self.clone();
@@ -109,8 +125,15 @@ impl AsyncReclaim {
         let mut t = self.lock();
         if t.get(&key) != Some(&reg) {
             if let Some(m) = &self.metrics {
-                for knob in EMULATED_KNOBS {
-                    m.emulated.with_label_values(&[knob, EMULATED_BY]).set(1);
+                if reg.ratio > 0 {
+                    for knob in ASYNC_KNOBS {
+                        m.emulated.with_label_values(&[knob, EMULATED_BY]).set(1);
+                    }
+                }
+                if reg.min_adj > 0 {
+                    m.emulated
+                        .with_label_values(&[BE_FIRST_KNOB, EMULATED_BY])
+                        .set(1);
                 }
             }
             t.insert(key, reg);
@@ -124,7 +147,9 @@ impl AsyncReclaim {
             uid: uid.to_owned(),
             container: container.to_owned(),
         };
-        if let Some(reg) = self.lock().remove(&key) {
+        // The guard must go before `forget_series` locks again (a std Mutex is not reentrant).
+        let removed = self.lock().remove(&key);
+        if let Some(reg) = removed {
             self.forget_series(uid, &reg);
         }
     }
@@ -178,5 +203,62 @@ impl AsyncReclaim {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(pod: &str) -> Registration {
+        Registration {
+            namespace: "ns".into(),
+            pod: pod.into(),
+            dir: Path::new("/sys/fs/cgroup/kubepods/x").into(),
+            ratio: 95,
+            scale_factor: 20,
+            min_adj: 0,
+        }
+    }
+
+    fn registry() -> AsyncReclaim {
+        AsyncReclaim {
+            settings: Settings::default(),
+            targets: Mutex::default(),
+            changed: Condvar::new(),
+            metrics: Some(ReclaimMetrics::register(&prometheus::Registry::new()).expect("metrics")),
+        }
+    }
+
+    /// Each call in a thread of its own, bounded in time: a call that locks the registry twice
+    /// would hang the test rather than fail it.
+    fn within_a_second(r: &Arc<AsyncReclaim>, f: fn(&AsyncReclaim)) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = r.clone();
+        std::thread::spawn(move || {
+            f(&r);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(1))
+            .expect("the call returned (no lock taken twice)");
+    }
+
+    #[test]
+    fn set_unset_and_forget_keep_the_registry_and_return() {
+        let r = Arc::new(registry());
+        within_a_second(&r, |r| {
+            r.set("u1", "a", reg("p1"));
+            r.set("u1", "b", reg("p1"));
+            r.set("u2", "a", reg("p2"));
+        });
+        assert_eq!(r.len(), 3);
+        // A ratio gone to 0 for a registered container (a ConfigMap flip): taken off.
+        within_a_second(&r, |r| r.unset("u1", "a"));
+        assert_eq!(r.len(), 2);
+        within_a_second(&r, |r| r.unset("u1", "nothing-here"));
+        within_a_second(&r, |r| r.forget("u1"));
+        assert_eq!(r.len(), 1);
+        within_a_second(&r, |r| r.unset("u2", "a"));
+        assert!(r.is_empty());
     }
 }

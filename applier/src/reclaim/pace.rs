@@ -54,6 +54,41 @@ pub enum Reclaimed {
     Short,
 }
 
+/// Short reclaims in a row and the wait they earned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backoff {
+    shorts: u32,
+    /// Back-off until this time (the worker's clock).
+    resume_at: Option<Duration>,
+}
+
+impl Backoff {
+    /// Whether a write must wait.
+    pub fn waiting(&self, now: Duration) -> bool {
+        self.resume_at.is_some_and(|at| now < at)
+    }
+
+    /// A write's end: a full one clears the back-off, a short one doubles it up to the bound.
+    pub fn record(&mut self, now: Duration, outcome: Reclaimed, b: &Bounds) {
+        match outcome {
+            Reclaimed::Full => {
+                self.shorts = 0;
+                self.resume_at = None;
+            }
+            Reclaimed::Short => {
+                self.shorts = self.shorts.saturating_add(1);
+                let factor = 1u32 << self.shorts.saturating_sub(1).min(16);
+                let wait = b.backoff.saturating_mul(factor).min(b.max_backoff);
+                self.resume_at = Some(now + wait);
+            }
+        }
+    }
+
+    pub fn shorts(&self) -> u32 {
+        self.shorts
+    }
+}
+
 /// One container's pace: its recent growth and its back-off.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pace {
@@ -61,9 +96,7 @@ pub struct Pace {
     /// Growth per tick, the larger of the last tick's and half the previous estimate (a
     /// burst is remembered for a few ticks, then forgotten).
     growth: u64,
-    shorts: u32,
-    /// Back-off until this time (the worker's clock).
-    resume_at: Option<Duration>,
+    backoff: Backoff,
 }
 
 impl Pace {
@@ -75,7 +108,7 @@ impl Pace {
         if current.saturating_add(self.growth) <= wm.high {
             return Step::Idle;
         }
-        if self.resume_at.is_some_and(|at| now < at) {
+        if self.backoff.waiting(now) {
             return Step::BackingOff;
         }
         // Down to wmark_low, or lower when the container grows faster than the gap; never
@@ -93,23 +126,12 @@ impl Pace {
     /// The write's end and the usage read after it.
     pub fn done(&mut self, now: Duration, outcome: Reclaimed, current_after: u64, b: &Bounds) {
         self.last = Some(current_after);
-        match outcome {
-            Reclaimed::Full => {
-                self.shorts = 0;
-                self.resume_at = None;
-            }
-            Reclaimed::Short => {
-                self.shorts = self.shorts.saturating_add(1);
-                let factor = 1u32 << self.shorts.saturating_sub(1).min(16);
-                let wait = b.backoff.saturating_mul(factor).min(b.max_backoff);
-                self.resume_at = Some(now + wait);
-            }
-        }
+        self.backoff.record(now, outcome, b);
     }
 
     /// Short reclaims in a row.
     pub fn shorts(&self) -> u32 {
-        self.shorts
+        self.backoff.shorts()
     }
 }
 

@@ -1,20 +1,26 @@
-//! The reclaim worker: one thread, one tick per `--async-reclaim-interval-ms`, one `pread` of
-//! `memory.current` per registered container per tick, a `memory.reclaim` write where
-//! [`Pace::step`] says so. The limits (`memory.max`, `memory.high`) are re-read once a second,
-//! so an in-place resize moves the watermarks within a second.
+//! The reclaim worker: one thread, one tick per `--async-reclaim-interval-ms`. Each tick: one
+//! `pread` of `memory.current` per registered container and a `memory.reclaim` write where
+//! [`Pace::step`] says so (async reclaim); then, when a BE container is registered, one read of
+//! `/proc/zoneinfo` and, below the floor [`BeFirst::step`] sets, `memory.reclaim` writes to the
+//! BE containers, the largest first ([`share`]). The limits (`memory.max`, `memory.high`) are
+//! re-read once a second, so an in-place resize moves the watermarks within a second.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::pace::{Bounds, Budget, Pace, Reclaimed, Step};
+use super::be_first::{BeFirst, share};
+use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step};
 use super::watermarks::{Watermarks, parse_limit};
+use super::zoneinfo::parse_zoneinfo;
 use super::{AsyncReclaim, Key, Registration};
 use crate::reclaim::metrics::ReclaimMetrics;
 
 /// The limits are re-read this often.
 const LIMITS_EVERY: Duration = Duration::from_secs(1);
+const PAGE: u64 = 4096;
 
 pub(super) fn run(shared: &AsyncReclaim) {
     let mut worker = Worker::new(shared);
@@ -34,6 +40,8 @@ pub struct Worker<'a> {
     budget: Budget,
     tracked: BTreeMap<Key, Tracked>,
     limits_at: Duration,
+    be_first: BeFirst,
+    zoneinfo: PathBuf,
 }
 
 impl<'a> Worker<'a> {
@@ -45,6 +53,8 @@ impl<'a> Worker<'a> {
             budget: Budget::percent_of_a_core(shared.settings.cpu_percent),
             tracked: BTreeMap::new(),
             limits_at: Duration::ZERO,
+            be_first: BeFirst::default(),
+            zoneinfo: shared.settings.proc_root.join("zoneinfo"),
         }
     }
 
@@ -71,21 +81,78 @@ impl<'a> Worker<'a> {
         for t in self.tracked.values_mut() {
             t.tick(now, read_limits, &self.bounds, &mut self.budget, metrics);
         }
+        self.be_first_pass(now);
         if let Some(m) = metrics {
             m.containers
                 .set(i64::try_from(self.tracked.len()).unwrap_or(i64::MAX));
         }
         self.tracked.len()
     }
+
+    /// Below the floor: the BE containers' share of the deficit, the largest first.
+    fn be_first_pass(&mut self, now: Duration) {
+        let adj = self
+            .tracked
+            .values()
+            .map(|t| t.reg.min_adj)
+            .max()
+            .unwrap_or(0);
+        if adj <= 0 {
+            return;
+        }
+        let Some(node) = std::fs::read_to_string(&self.zoneinfo)
+            .ok()
+            .and_then(|t| parse_zoneinfo(&t))
+        else {
+            return;
+        };
+        let metrics = self.shared.metrics.as_ref();
+        if let Some(m) = metrics {
+            m.node_free
+                .set(i64::try_from(node.free * PAGE).unwrap_or(i64::MAX));
+        }
+        let pages = self.be_first.step(&node, adj);
+        if pages == 0 {
+            return;
+        }
+        if let Some(m) = metrics {
+            m.be_first_episodes.inc();
+        }
+        let be: Vec<&mut Tracked> = self
+            .tracked
+            .values_mut()
+            .filter(|t| t.reg.min_adj > 0 && !t.be_backoff.waiting(now))
+            .collect();
+        let usage: Vec<u64> = be.iter().map(|t| t.last_usage.unwrap_or(0)).collect();
+        let asks = share(pages * PAGE, &usage, self.bounds.max_chunk);
+        let mut freed = 0;
+        for (t, ask) in be.into_iter().zip(asks) {
+            if ask == 0 {
+                continue;
+            }
+            if !self.budget.allows(now) {
+                if let Some(m) = metrics {
+                    m.over_budget.inc();
+                }
+                break;
+            }
+            let (outcome, got) = t.reclaim(ask, &mut self.budget, metrics, "be-first");
+            t.be_backoff.record(now, outcome, &self.bounds);
+            freed += got;
+        }
+        self.be_first.reclaimed(freed / PAGE);
+    }
 }
 
-/// One container's open files and pace.
+/// One container's open files, pace and back-off.
 struct Tracked {
     reg: Registration,
     current: Option<File>,
     reclaim: Option<File>,
     wm: Option<Watermarks>,
     pace: Pace,
+    be_backoff: Backoff,
+    last_usage: Option<u64>,
 }
 
 impl Tracked {
@@ -96,6 +163,8 @@ impl Tracked {
             reclaim: None,
             wm: None,
             pace: Pace::default(),
+            be_backoff: Backoff::default(),
+            last_usage: None,
         }
     }
 
@@ -107,10 +176,11 @@ impl Tracked {
         budget: &mut Budget,
         metrics: Option<&ReclaimMetrics>,
     ) {
-        if read_limits || self.wm.is_none() {
+        if self.reg.ratio > 0 && (read_limits || self.wm.is_none()) {
             self.wm = self.watermarks();
         }
-        let (Some(wm), Some(current)) = (self.wm, self.usage()) else {
+        self.last_usage = self.usage();
+        let (Some(wm), Some(current)) = (self.wm, self.last_usage) else {
             return;
         };
         let Step::Reclaim(bytes) = self.pace.step(now, current, wm, bounds) else {
@@ -122,15 +192,31 @@ impl Tracked {
             }
             return;
         }
+        let (outcome, _) = self.reclaim(bytes, budget, metrics, "wmark");
+        let after = self.usage().unwrap_or(current);
+        self.pace.done(now, outcome, after, bounds);
+    }
+
+    /// One `memory.reclaim` write of `bytes`, its CPU time spent from `budget`, counted under
+    /// `why`; how it ended and the bytes taken (all of them when the kernel says so, else the
+    /// drop of `memory.current`).
+    fn reclaim(
+        &mut self,
+        bytes: u64,
+        budget: &mut Budget,
+        metrics: Option<&ReclaimMetrics>,
+        why: &str,
+    ) -> (Reclaimed, u64) {
+        let before = self.last_usage.unwrap_or(0);
         let (cpu0, t0) = (thread_cpu(), Instant::now());
         let wrote = self.ask(bytes);
         budget.spend(thread_cpu().saturating_sub(cpu0));
         let spent = t0.elapsed();
-        let after = self.usage().unwrap_or(current);
         let (outcome, result, got) = match wrote {
             Ok(()) => (Reclaimed::Full, "full", bytes),
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error()) => {
-                (Reclaimed::Short, "short", current.saturating_sub(after))
+                let after = self.usage().unwrap_or(before);
+                (Reclaimed::Short, "short", before.saturating_sub(after))
             }
             Err(e) => {
                 tracing::debug!(dir = %self.reg.dir.display(), error = %e, "memory.reclaim failed");
@@ -138,15 +224,15 @@ impl Tracked {
                 (Reclaimed::Short, "failed", 0)
             }
         };
-        self.pace.done(now, outcome, after, bounds);
         if let Some(m) = metrics {
-            let pod = [self.reg.namespace.as_str(), self.reg.pod.as_str()];
-            m.bytes.with_label_values(&pod).inc_by(got);
+            let (ns, pod) = (self.reg.namespace.as_str(), self.reg.pod.as_str());
+            m.bytes.with_label_values(&[ns, pod, why]).inc_by(got);
             m.seconds
-                .with_label_values(&pod)
+                .with_label_values(&[ns, pod, why])
                 .inc_by(spent.as_secs_f64());
-            m.passes.with_label_values(&[pod[0], pod[1], result]).inc();
+            m.passes.with_label_values(&[ns, pod, why, result]).inc();
         }
+        (outcome, got)
     }
 
     /// The watermarks from the container's limits now (`None`: unlimited or unreadable).
