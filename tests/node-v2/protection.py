@@ -321,14 +321,16 @@ def verdict(h) -> None:
     if c0:
         # The reference's ConfigMap as it ships: no protection parameters, so memory.min is 0
         # everywhere, and what is left is BE-first (the BE pod's wmarkMinAdj 50, emulated):
-        # the applier reclaims the BE pod before the kernel's global reclaim reaches the LS
-        # pod. One run: C0 72.9% kept and 11,370 refaults against A's 5.1% and 24,581.
+        # the applier reclaims the BE pod's page cache before the kernel's global reclaim
+        # reaches the LS pod. How much that keeps depends on how much of the BE pod's growth is
+        # page cache: its anonymous memory cannot be reclaimed without swap, and the Alibaba
+        # kernel's throttle, which would hold it, is not emulated. So the direction is
+        # asserted, not a size; the refaults of the re-read are no measure here (the kernel
+        # drops the shadow entries that count them under heavy pressure).
         check(c0["be_first_mib"] > 0 and c0["be_first_episodes"] > 0,
               f"C0: the applier reclaimed nothing from the BE pod first: {c0}")
-        check(c0["kept"] >= base["kept"] + 25, f"C0 kept {c0['kept']:.1f}%, {base_name} "
-              f"{base['kept']:.1f}% (want 25 points more)")
-        check(c0["refaults"] <= base["refaults"] * 0.8, f"refaults on the LS re-read: C0 "
-              f"{c0['refaults']}, {base_name} {base['refaults']} (want C0 <= 0.8 x {base_name})")
+        check(c0["kept"] > base["kept"], f"C0 kept {c0['kept']:.1f}%, {base_name} "
+              f"{base['kept']:.1f}%: BE-first kept less than nothing")
     p = RESULTS.get("P")
     if p:
         # The kernel caps a cgroup's protection at its ancestors': pod-level values alone
