@@ -445,7 +445,10 @@ cmd_start() {
     if port_busy "$APISERVER_PORT" "$BIND_ADDRESS"; then
         die "port $BIND_ADDRESS:$APISERVER_PORT is already in use (override with KOORD_E2E_APISERVER_PORT)"
     fi
-    if [[ $BIND_ADDRESS != 127.0.0.1 ]] && ! ip -4 -o addr show | grep -q " inet $BIND_ADDRESS/"; then
+    # Read whole, then matched: `ip ... | grep -q` under pipefail fails when grep exits at its
+    # match before ip has written everything (SIGPIPE), which a host with many interfaces
+    # (the other node suites' veths) made happen.
+    if [[ $BIND_ADDRESS != 127.0.0.1 ]] && ! grep -q " inet $BIND_ADDRESS/" <<<"$(ip -4 -o addr show)"; then
         die "KOORD_E2E_BIND_ADDRESS=$BIND_ADDRESS is not an address of this machine"
     fi
 

@@ -659,7 +659,7 @@ leftovers() { # [DIR]
     local out=() l
     ip link show "$TAP" >/dev/null 2>&1 && out+=("tap $TAP")
     ip link show "$BRIDGE" >/dev/null 2>&1 && out+=("bridge $BRIDGE (on the host)")
-    iptables -S FORWARD 2>/dev/null | grep -q "$GUARD_COMMENT" && out+=("iptables FORWARD guard rule")
+    grep -q "$GUARD_COMMENT" <<<"$(iptables -S FORWARD 2>/dev/null)" && out+=("iptables FORWARD guard rule")
     while read -r l; do [[ -n $l ]] && out+=("route $l"); done < <(ip route show | grep -E "^(${POD_CIDR%/*}|${SERVICE_CIDR%/*})/" || true)
     local p
     for p in "$KOORD_E2E_ETCD_PORT" "$KOORD_E2E_ETCD_PEER_PORT"; do

@@ -616,7 +616,7 @@ leftovers() { # [DIR]
     ip link show "$BRIDGE" >/dev/null 2>&1 && out+=("bridge $BRIDGE")
     while read -r l; do [[ -n $l ]] && out+=("iptables chain $l"); done < <(kube_chains iptables)
     while read -r l; do [[ -n $l ]] && out+=("ip6tables chain $l"); done < <(kube_chains ip6tables)
-    iptables -S FORWARD 2>/dev/null | grep -q "$GUARD_COMMENT" && out+=("iptables FORWARD guard rule")
+    grep -q "$GUARD_COMMENT" <<<"$(iptables -S FORWARD 2>/dev/null)" && out+=("iptables FORWARD guard rule")
     while read -r l; do [[ -n $l ]] && out+=("cgroup $l"); done < <(kubepods_dirs)
     local comm
     for comm in kubelet kube-proxy; do
