@@ -13,8 +13,8 @@ pub struct Watermarks {
     pub low: u64,
 }
 
-/// The memcg page: the kernel computes the watermarks in pages.
-const PAGE: u64 = 4096;
+/// The memcg page (the contract's, as the pod pass compares in it).
+const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
 
 /// `wmark_ratio` is a percent of the limit; 0 turns async reclaim off.
 pub const RATIO_RANGE: std::ops::RangeInclusive<i64> = 0..=100;

@@ -20,7 +20,8 @@ use crate::reclaim::metrics::ReclaimMetrics;
 
 /// The limits are re-read this often.
 const LIMITS_EVERY: Duration = Duration::from_secs(1);
-const PAGE: u64 = 4096;
+/// The memcg page (the contract's, as the pod pass compares in it).
+const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
 
 pub(super) fn run(shared: &AsyncReclaim) {
     let mut worker = Worker::new(shared);
