@@ -26,6 +26,7 @@ pub mod zoneinfo;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 pub use args::{ReclaimArgs, Settings, SettingsError};
@@ -71,6 +72,8 @@ pub struct AsyncReclaim {
     settings: Settings,
     targets: Mutex<BTreeMap<Key, Registration>>,
     changed: Condvar,
+    /// Bumped by every change of `targets`: the worker copies them only when it moved.
+    generation: AtomicU64,
     metrics: Option<ReclaimMetrics>,
 }
 
@@ -98,6 +101,7 @@ impl AsyncReclaim {
             settings,
             targets: Mutex::default(),
             changed: Condvar::new(),
+            generation: AtomicU64::new(0),
             metrics,
         }))
     }
@@ -137,6 +141,7 @@ impl AsyncReclaim {
                 }
             }
             t.insert(key, reg);
+            self.generation.fetch_add(1, Ordering::Release);
             self.changed.notify_all();
         }
     }
@@ -150,6 +155,7 @@ impl AsyncReclaim {
         // The guard must go before `forget_series` locks again (a std Mutex is not reentrant).
         let removed = self.lock().remove(&key);
         if let Some(reg) = removed {
+            self.generation.fetch_add(1, Ordering::Release);
             self.forget_series(uid, &reg);
         }
     }
@@ -164,6 +170,7 @@ impl AsyncReclaim {
         }
         drop(t);
         if let Some(reg) = last {
+            self.generation.fetch_add(1, Ordering::Release);
             self.forget_series(uid, &reg);
         }
     }
@@ -197,6 +204,11 @@ impl AsyncReclaim {
         }
     }
 
+    /// The registry's version: changes whenever a container is set, unset or forgotten.
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// The registered containers now.
     fn snapshot(&self) -> Vec<(Key, Registration)> {
         self.lock()
@@ -226,6 +238,7 @@ mod tests {
             settings: Settings::default(),
             targets: Mutex::default(),
             changed: Condvar::new(),
+            generation: AtomicU64::new(0),
             metrics: Some(ReclaimMetrics::register(&prometheus::Registry::new()).expect("metrics")),
         }
     }

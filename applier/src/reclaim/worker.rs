@@ -43,6 +43,8 @@ pub struct Worker<'a> {
     limits_at: Duration,
     be_first: BeFirst,
     zoneinfo: PathBuf,
+    /// The registry's generation `tracked` was last synced to (`None`: never).
+    synced: Option<u64>,
 }
 
 impl<'a> Worker<'a> {
@@ -56,23 +58,13 @@ impl<'a> Worker<'a> {
             limits_at: Duration::ZERO,
             be_first: BeFirst::default(),
             zoneinfo: shared.settings.proc_root.join("zoneinfo"),
+            synced: None,
         }
     }
 
     /// Takes in the registry's changes, then looks at every container once; returns how many.
     pub fn tick(&mut self) -> usize {
-        let snapshot = self.shared.snapshot();
-        self.tracked
-            .retain(|k, _| snapshot.iter().any(|(s, _)| s == k));
-        for (key, reg) in snapshot {
-            match self.tracked.get_mut(&key) {
-                Some(t) if t.reg == reg => {}
-                Some(t) => *t = Tracked::new(reg),
-                None => {
-                    self.tracked.insert(key, Tracked::new(reg));
-                }
-            }
-        }
+        self.sync();
         let now = self.clock.elapsed();
         let read_limits = now >= self.limits_at;
         if read_limits {
@@ -88,6 +80,28 @@ impl<'a> Worker<'a> {
                 .set(i64::try_from(self.tracked.len()).unwrap_or(i64::MAX));
         }
         self.tracked.len()
+    }
+
+    /// Takes in the registry's changes, if it has moved since the last tick (a steady node
+    /// copies nothing).
+    fn sync(&mut self) {
+        let generation = self.shared.generation();
+        if self.synced == Some(generation) {
+            return;
+        }
+        self.synced = Some(generation);
+        let snapshot = self.shared.snapshot();
+        self.tracked
+            .retain(|k, _| snapshot.iter().any(|(s, _)| s == k));
+        for (key, reg) in snapshot {
+            match self.tracked.get_mut(&key) {
+                Some(t) if t.reg == reg => {}
+                Some(t) => *t = Tracked::new(reg),
+                None => {
+                    self.tracked.insert(key, Tracked::new(reg));
+                }
+            }
+        }
     }
 
     /// Below the floor: the BE containers' share of the deficit, the largest first.
