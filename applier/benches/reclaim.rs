@@ -30,6 +30,7 @@ fn tree(root: &Path) -> Arc<AsyncReclaim> {
     let settings = Settings {
         enabled: true,
         be_first: false,
+        throttle: false,
         interval: Duration::from_millis(100),
         cpu_percent: 5,
         proc_root: "/proc".into(),

@@ -124,6 +124,11 @@ impl Applier {
         self
     }
 
+    /// The emulation of what the kernel lacks, if this node has it.
+    pub fn async_reclaim(&self) -> Option<&Arc<AsyncReclaim>> {
+        self.reclaim.as_ref()
+    }
+
     /// Sets the values of systemd units through systemd ([`crate::systemd`]) before reading
     /// their files back.
     pub fn with_systemd(mut self, units: Option<Arc<crate::systemd::Units>>) -> Self {
@@ -370,7 +375,10 @@ impl Applier {
             .writes
             .iter()
             .zip(kept.iter_mut())
-            .map(|(w, k)| self.read(&mut dirs, w, k))
+            .map(|(w, k)| match self.throttle_holds(pod, w) {
+                Some(held) => Err(held),
+                None => self.read(&mut dirs, w, k),
+            })
             .collect();
         // systemd units first, all of a unit's values in one call; then every file is read
         // back and what still differs is written.
@@ -460,6 +468,36 @@ impl Applier {
             report.status = PodStatus::Applied;
         }
         report
+    }
+
+    /// A container `memory.high` the BE throttle holds now ([`crate::reclaim::throttle`]): left
+    /// to the reclaim worker, which puts the value before back when it releases it; the next
+    /// pass then compares it with the annotation's as usual. A container this process has not
+    /// registered yet may carry a throttle a crashed applier left: its value before goes back
+    /// first ([`crate::reclaim::held`]), then the pass reads and compares as usual.
+    fn throttle_holds(&self, pod: &PodSpecView, w: &PlannedWrite) -> Option<WriteResult> {
+        let plan::Target::Container(name) = &w.target else {
+            return None;
+        };
+        let reclaim = self
+            .reclaim
+            .as_ref()
+            .filter(|_| w.knob == Knob::MemoryHigh)?;
+        if !reclaim.is_registered(&pod.uid, name) {
+            if let Ok(Some(v)) = crate::reclaim::held::restore(&w.dir) {
+                tracing::info!(pod = %pod.name, container = %name, value = %v, "memory.high restored: a BE throttle left by an earlier run");
+            }
+            return None;
+        }
+        reclaim.holds_high(&pod.uid, name).then(|| WriteResult {
+            outcome: Outcome::Held,
+            old: None,
+            error: Some(
+                "held by the BE-first throttle while the node is short of memory (memory.wmark_min_adj, emulated)"
+                    .to_owned(),
+            ),
+            errno: None,
+        })
     }
 
     /// Registers each container whose `memory.wmark_ratio` (ratio > 0) or `memory.wmark_min_adj`

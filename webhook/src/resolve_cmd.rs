@@ -247,8 +247,10 @@ fn explain_realization(out: &mut String) {
         out,
         "  on the node (the applier's Event names what it applies, emulates or lacks):\n    \
          min/low/throttling: cgroup v2 and Alibaba Cloud Linux; none on mainline cgroup v1\n    \
-         wmarkRatio, wmarkScalePermill, wmarkMinAdj: Alibaba Cloud Linux; emulated with \
-         memory.reclaim on mainline cgroup v2 (5.19+)\n    \
+         wmarkRatio, wmarkScalePermill: Alibaba Cloud Linux; emulated with memory.reclaim on \
+         mainline cgroup v2 (5.19+)\n    \
+         wmarkMinAdj: Alibaba Cloud Linux; emulated with memory.reclaim and memory.high (the \
+         BE throttle) on mainline cgroup v2 (5.19+)\n    \
          priority, priorityEnable: Alibaba Cloud Linux only"
     );
 }

@@ -114,6 +114,8 @@ pub async fn run_with_client(
         Some(p) => (Some(p.link), Some(p.nudges)),
         None => (None, None),
     };
+    // Kept for the exit: a BE throttle in force is released before the process goes.
+    let reclaim = applier.async_reclaim().cloned();
     let watch = Watch {
         applier,
         node_qos: Some(node_qos),
@@ -130,6 +132,9 @@ pub async fn run_with_client(
         () = watch.run_with_store(api, &run.node_name, store, writer)
             .instrument(tracing::info_span!("pod_watch", node = %run.node_name)) => {}
         () = koord_runtime::shutdown_signal() => tracing::info!("signalled; exiting"),
+    }
+    if let Some(r) = reclaim {
+        r.release_all();
     }
     Ok(())
 }
@@ -240,7 +245,7 @@ fn async_reclaim(
     }
     let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
     let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
-    let (wmark, be_first) = (settings.enabled, settings.be_first);
+    let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);
     let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
         return Ok(None);
     };
@@ -250,7 +255,8 @@ fn async_reclaim(
         cpu_percent,
         async_reclaim = wmark,
         be_first,
-        "memory.reclaim emulates what this kernel lacks: memory.wmark_ratio (containers kept below their wmark_high) and memory.wmark_min_adj (BE containers reclaimed first when the node's free memory nears the watermarks)"
+        be_first_throttle = throttle,
+        "memory.reclaim emulates what this kernel lacks: memory.wmark_ratio (containers kept below their wmark_high) and memory.wmark_min_adj (BE containers reclaimed first, and their growth held with memory.high, when the node's free memory nears the watermarks)"
     );
     Ok(Some(reclaim))
 }

@@ -31,6 +31,19 @@ pub struct ReclaimArgs {
         default_value_t = true
     )]
     pub be_first_reclaim: bool,
+    /// With BE-first on: while the node's free memory is below the Alibaba kernel's throttle
+    /// point for the adjustment (`min + (low - min) * adj / 100` of the zones' watermarks),
+    /// also hold each such container's growth with `memory.high` at its usage (never below 32
+    /// MiB or its `memory.min`), as that kernel throttles those allocations; released with the
+    /// value before put back once free memory is at the `high` watermark again.
+    /// `--be-first-throttle=false` only reclaims.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_THROTTLE",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_throttle: bool,
     /// How often each such container's `memory.current` (and the node's `/proc/zoneinfo`) is
     /// read (milliseconds).
     #[arg(long, env = "KOORD_ASYNC_RECLAIM_INTERVAL_MS", default_value_t = 100)]
@@ -49,6 +62,8 @@ pub struct Settings {
     pub enabled: bool,
     /// `memory.wmark_min_adj` (BE first under node pressure) emulated.
     pub be_first: bool,
+    /// BE-first also throttles (`memory.high`) while the node is under its floor.
+    pub throttle: bool,
     pub interval: Duration,
     pub cpu_percent: u32,
     /// Where `zoneinfo` is read (`--proc-root`).
@@ -61,6 +76,7 @@ impl Default for Settings {
         Self {
             enabled: false,
             be_first: false,
+            throttle: false,
             interval: Duration::from_millis(100),
             cpu_percent: 5,
             proc_root: PathBuf::from("/proc"),
@@ -95,6 +111,7 @@ impl TryFrom<&ReclaimArgs> for Settings {
         Ok(Self {
             enabled: a.async_reclaim,
             be_first: a.be_first_reclaim,
+            throttle: a.be_first_reclaim && a.be_first_throttle,
             interval: Duration::from_millis(a.async_reclaim_interval_ms),
             cpu_percent: a.async_reclaim_cpu_percent,
             proc_root: PathBuf::from("/proc"),
@@ -110,6 +127,7 @@ mod tests {
         ReclaimArgs {
             async_reclaim: true,
             be_first_reclaim: true,
+            be_first_throttle: true,
             async_reclaim_interval_ms: interval,
             async_reclaim_cpu_percent: cpu,
         }

@@ -9,9 +9,11 @@
 //! has to run while BE pods hold reclaimable memory: so the worker reclaims from the BE containers first,
 //! before free memory reaches the watermarks. A poller sees free memory once a tick, so it acts
 //! one band early — below `high + (high − min) × a / 100` free pages, one tick's fall included
-//! — and brings free memory back one band above that. BE allocations are never blocked: only
-//! their reclaimable memory is taken, and nothing is left to restore.
+//! — and brings free memory back one band above that. What reclaim cannot take (anonymous
+//! memory without swap) is held by the throttle ([`super::throttle`]), from the pressure
+//! [`BeFirst::pressure`] reports.
 
+use super::throttle::Pressure;
 use super::zoneinfo::NodeMemory;
 
 /// The node's recent fall of free memory, between ticks.
@@ -58,6 +60,24 @@ impl BeFirst {
             return 0;
         }
         (floor.refill_to + self.fall).saturating_sub(m.free)
+    }
+
+    /// The node as the throttle sees it, after [`BeFirst::step`] this tick (one tick's fall
+    /// included). Under: below the Alibaba kernel's own throttle point for the adjustment,
+    /// `min + (low − min) × a / 100` — below kswapd's `low`, so a node whose page cache keeps
+    /// free memory between `low` and `high` (every busy node) never throttles its BE pods, as
+    /// on that kernel. Clear: at or above `high` again (kswapd's goal, the node balanced).
+    pub fn pressure(&self, m: &NodeMemory, adj: i64) -> Pressure {
+        let adj = u64::try_from(adj.clamp(0, 100)).unwrap_or(0);
+        let throttle_below = m.min + m.low.saturating_sub(m.min) * adj / 100;
+        let ahead = m.free.saturating_sub(self.fall);
+        if ahead < throttle_below {
+            Pressure::Under
+        } else if ahead >= m.high {
+            Pressure::Clear
+        } else {
+            Pressure::Near
+        }
     }
 
     /// The reclaim took `pages`: the next tick's fall is measured from there.
@@ -154,6 +174,28 @@ mod tests {
                 assert_eq!(b.step(&at(*free), c.adj), *want, "{}: tick {i}", c.name);
             }
         }
+    }
+
+    #[test]
+    fn the_pressure_the_throttle_sees() {
+        // adj 50: throttled below min + half the min-low band = 18,432 pages, released at high
+        // (24,576); between them held.
+        for (free, want) in [
+            (15_000, Pressure::Under),
+            (18_431, Pressure::Under),
+            (18_432, Pressure::Near),
+            (24_575, Pressure::Near),
+            (24_576, Pressure::Clear),
+        ] {
+            let mut b = BeFirst::default();
+            b.step(&at(free), 50);
+            assert_eq!(b.pressure(&at(free), 50), want, "{free} pages free");
+        }
+        // Falling 8,000 pages a tick: 22,000 is under 18,432 one tick ahead.
+        let mut b = BeFirst::default();
+        b.step(&at(30_000), 50);
+        b.step(&at(22_000), 50);
+        assert_eq!(b.pressure(&at(22_000), 50), Pressure::Under);
     }
 
     #[test]

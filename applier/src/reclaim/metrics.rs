@@ -18,6 +18,10 @@ pub struct ReclaimMetrics {
     pub seconds: CounterVec,
     /// Ticks that found the node's free memory under the BE-first floor.
     pub be_first_episodes: IntCounter,
+    /// BE throttles set (a container's `memory.high` held at its usage under node pressure).
+    pub throttles: IntCounterVec,
+    /// Containers whose `memory.high` the BE throttle holds now.
+    pub throttled: IntGauge,
     /// The node's free memory at the last BE-first look (`/proc/zoneinfo`), bytes.
     pub node_free: IntGauge,
     /// Reclaims due but not made because the worker had spent its CPU budget for the second.
@@ -64,6 +68,23 @@ impl ReclaimMetrics {
                     "Worker ticks that found the node's free memory under the BE-first floor and reclaimed from BE containers.",
                 ),
             )?,
+            throttles: register(
+                registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "koord_applier_be_throttles_total",
+                        "BE throttles set on the pod's containers: memory.high held at the container's usage while the node's free memory is under the BE-first floor (Alibaba's memory.wmark_min_adj throttle, emulated).",
+                    ),
+                    &["namespace", "pod"],
+                ),
+            )?,
+            throttled: register(
+                registry,
+                IntGauge::new(
+                    "koord_applier_be_throttled_containers",
+                    "BE containers whose memory.high the BE-first throttle holds now.",
+                ),
+            )?,
             node_free: register(
                 registry,
                 IntGauge::new(
@@ -100,6 +121,7 @@ impl ReclaimMetrics {
 
     /// Drops a pod's series.
     pub fn forget(&self, namespace: &str, pod: &str) {
+        let _ = self.throttles.remove_label_values(&[namespace, pod]);
         for why in ["wmark", "be-first"] {
             let _ = self.bytes.remove_label_values(&[namespace, pod, why]);
             let _ = self.seconds.remove_label_values(&[namespace, pod, why]);

@@ -8,25 +8,31 @@
 //! above `wmark_high` ([`watermarks`]), asks the kernel to reclaim down to `wmark_low`
 //! ([`pace`]); and when the node's free memory nears the kernel's watermarks it reclaims from
 //! the containers with a positive `memory.wmark_min_adj` (BE) first ([`be_first`],
-//! [`zoneinfo`]). `memory.reclaim` reclaims in the writer's context, so the worker is its own
-//! thread: the pod watch, the resync and the NRI answers never wait for it. It is bounded per
-//! write (a chunk), per second (a CPU budget) and per container (back-off when the kernel
-//! finds nothing to take). Nothing is left behind on exit: a reclaim changes no setting.
+//! [`zoneinfo`]) and holds their growth with `memory.high` while the pressure lasts
+//! ([`throttle`]; the value before is kept on the cgroup, [`held`]). `memory.reclaim` reclaims
+//! in the writer's context, so the worker is its own thread: the pod watch, the resync and the
+//! NRI answers never wait for it. It is bounded per write (a chunk), per second (a CPU budget)
+//! and per container (back-off when the kernel finds nothing to take). Nothing is left behind:
+//! a reclaim changes no setting, a throttle is released when the pressure goes, when the
+//! container leaves the emulation and on exit ([`AsyncReclaim::release_all`]), and one left by
+//! a crash is released by the next applier when it first sees the container.
 //!
 //! Detected once at start (cgroup v2 and `memory.reclaim` in `kubepods`); while no container
 //! asks for it the worker sleeps on a condition variable and costs nothing.
 
 mod args;
 pub mod be_first;
+pub mod held;
 pub mod metrics;
 pub mod pace;
+pub mod throttle;
 pub mod watermarks;
 mod worker;
 pub mod zoneinfo;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 pub use args::{ReclaimArgs, Settings, SettingsError};
@@ -43,9 +49,11 @@ pub const ASYNC_KNOBS: [&str; 2] = [
     koord_api::knobs::MEMORY_WMARK_RATIO,
     koord_api::knobs::MEMORY_WMARK_SCALE_FACTOR,
 ];
-/// The knob BE-first realizes (positive values by reclaiming those containers first,
-/// negative ones by never choosing them).
+/// The knob BE-first realizes (positive values by reclaiming and throttling those containers
+/// first, negative ones by never choosing them).
 pub const BE_FIRST_KNOB: &str = koord_api::knobs::MEMORY_WMARK_MIN_ADJ;
+/// What emulates BE-first when it throttles too.
+pub const THROTTLED_BY: &str = "memory.reclaim+memory.high";
 
 /// One container's request, from the pod pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +82,11 @@ pub struct AsyncReclaim {
     changed: Condvar,
     /// Bumped by every change of `targets`: the worker copies them only when it moved.
     generation: AtomicU64,
+    /// Containers whose `memory.high` the BE throttle holds now (the pod pass leaves it to the
+    /// worker), with their directories.
+    throttled: Mutex<BTreeMap<Key, Arc<Path>>>,
+    /// Set on exit: the throttles are released and no new one is set.
+    closing: AtomicBool,
     metrics: Option<ReclaimMetrics>,
 }
 
@@ -97,13 +110,19 @@ impl AsyncReclaim {
             );
             return None;
         }
-        Some(Arc::new(Self {
+        Some(Arc::new(Self::new(settings, metrics)))
+    }
+
+    fn new(settings: Settings, metrics: Option<ReclaimMetrics>) -> Self {
+        Self {
             settings,
             targets: Mutex::default(),
             changed: Condvar::new(),
             generation: AtomicU64::new(0),
+            throttled: Mutex::default(),
+            closing: AtomicBool::new(false),
             metrics,
-        }))
+        }
     }
 
     /// The settings in force.
@@ -136,7 +155,7 @@ impl AsyncReclaim {
                 }
                 if reg.min_adj > 0 {
                     m.emulated
-                        .with_label_values(&[BE_FIRST_KNOB, EMULATED_BY])
+                        .with_label_values(&[BE_FIRST_KNOB, self.be_first_by()])
                         .set(1);
                 }
             }
@@ -181,6 +200,60 @@ impl AsyncReclaim {
         if let (false, Some(m)) = (still, &self.metrics) {
             m.forget(&reg.namespace, &reg.pod);
         }
+    }
+
+    /// What realizes `memory.wmark_min_adj` here, as the Event and the metrics name it.
+    pub fn be_first_by(&self) -> &'static str {
+        if self.settings.throttle {
+            THROTTLED_BY
+        } else {
+            EMULATED_BY
+        }
+    }
+
+    /// Whether the BE throttle holds this container's `memory.high` now: the pod pass leaves
+    /// the file to the worker until it is released.
+    pub fn holds_high(&self, uid: &str, container: &str) -> bool {
+        let key = Key {
+            uid: uid.to_owned(),
+            container: container.to_owned(),
+        };
+        self.lock_throttled().contains_key(&key)
+    }
+
+    /// Whether this process has registered the container (seen it since it started).
+    pub fn is_registered(&self, uid: &str, container: &str) -> bool {
+        let key = Key {
+            uid: uid.to_owned(),
+            container: container.to_owned(),
+        };
+        self.lock().contains_key(&key)
+    }
+
+    /// Releases every throttle (the values before put back) and sets no new one: on exit.
+    pub fn release_all(&self) {
+        self.closing.store(true, Ordering::Release);
+        let held = std::mem::take(&mut *self.lock_throttled());
+        for dir in held.values() {
+            match held::restore(dir) {
+                Ok(Some(v)) => {
+                    tracing::info!(dir = %dir.display(), value = %v, "BE throttle released on exit")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not release the BE throttle on exit")
+                }
+            }
+        }
+        if let Some(m) = &self.metrics {
+            m.throttled.set(0);
+        }
+    }
+
+    fn lock_throttled(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Path>>> {
+        self.throttled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many containers are under emulation.
@@ -234,13 +307,10 @@ mod tests {
     }
 
     fn registry() -> AsyncReclaim {
-        AsyncReclaim {
-            settings: Settings::default(),
-            targets: Mutex::default(),
-            changed: Condvar::new(),
-            generation: AtomicU64::new(0),
-            metrics: Some(ReclaimMetrics::register(&prometheus::Registry::new()).expect("metrics")),
-        }
+        AsyncReclaim::new(
+            Settings::default(),
+            Some(ReclaimMetrics::register(&prometheus::Registry::new()).expect("metrics")),
+        )
     }
 
     /// Each call in a thread of its own, bounded in time: a call that locks the registry twice

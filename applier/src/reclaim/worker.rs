@@ -2,8 +2,11 @@
 //! `pread` of `memory.current` per registered container and a `memory.reclaim` write where
 //! [`Pace::step`] says so (async reclaim); then, when a BE container is registered, one read of
 //! `/proc/zoneinfo` and, below the floor [`BeFirst::step`] sets, `memory.reclaim` writes to the
-//! BE containers, the largest first ([`share`]). The limits (`memory.max`, `memory.high`) are
-//! re-read once a second, so an in-place resize moves the watermarks within a second.
+//! BE containers, the largest first ([`share`]), then the throttle's step for each
+//! ([`throttle::decide`]). The limits (`memory.max`, `memory.high`) are re-read once a second,
+//! so an in-place resize moves the watermarks within a second; a throttled container's
+//! `memory.high` then too, so a value written behind the worker's back (systemd re-applying
+//! its own) becomes the value to restore and the throttle is written again.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -11,11 +14,14 @@ use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::Ordering;
+
 use super::be_first::{BeFirst, share};
 use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step};
+use super::throttle::{self, Decision, Pressure, Seen};
 use super::watermarks::{Watermarks, parse_limit};
 use super::zoneinfo::parse_zoneinfo;
-use super::{AsyncReclaim, Key, Registration};
+use super::{AsyncReclaim, Key, Registration, held};
 use crate::reclaim::metrics::ReclaimMetrics;
 
 /// The limits are re-read this often.
@@ -74,7 +80,7 @@ impl<'a> Worker<'a> {
         for t in self.tracked.values_mut() {
             t.tick(now, read_limits, &self.bounds, &mut self.budget, metrics);
         }
-        self.be_first_pass(now);
+        self.be_first_pass(now, read_limits);
         if let Some(m) = metrics {
             m.containers
                 .set(i64::try_from(self.tracked.len()).unwrap_or(i64::MAX));
@@ -91,21 +97,61 @@ impl<'a> Worker<'a> {
         }
         self.synced = Some(generation);
         let snapshot = self.shared.snapshot();
-        self.tracked
-            .retain(|k, _| snapshot.iter().any(|(s, _)| s == k));
+        let gone: Vec<Key> = self
+            .tracked
+            .keys()
+            .filter(|k| !snapshot.iter().any(|(s, _)| s == *k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(t) = self.tracked.remove(&key)
+                && t.throttle.is_some()
+            {
+                // Left the emulation (deleted, or no longer BE): its value goes back.
+                self.release(&key, &t.reg.dir, "the container left the emulation");
+            }
+        }
         for (key, reg) in snapshot {
             match self.tracked.get_mut(&key) {
                 Some(t) if t.reg == reg => {}
-                Some(t) => *t = Tracked::new(reg),
+                Some(t) => {
+                    let throttle = t.throttle.take();
+                    *t = Tracked::new(reg);
+                    t.throttle = throttle;
+                }
                 None => {
+                    // First seen by this process: a throttle recorded there is a crashed
+                    // applier's, released before anything else.
+                    if let Ok(Some(v)) = held::restore(&reg.dir) {
+                        tracing::info!(dir = %reg.dir.display(), value = %v, "memory.high restored: a BE throttle left by an earlier run");
+                    }
                     self.tracked.insert(key, Tracked::new(reg));
                 }
             }
         }
     }
 
-    /// Below the floor: the BE containers' share of the deficit, the largest first.
-    fn be_first_pass(&mut self, now: Duration) {
+    /// Puts the value before back and tells the registry.
+    fn release(&self, key: &Key, dir: &std::path::Path, why: &str) {
+        match held::restore(dir) {
+            Ok(_) => tracing::debug!(dir = %dir.display(), why, "BE throttle released"),
+            // The cgroup is gone with its record: nothing to put back.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not release the BE throttle")
+            }
+        }
+        let mut held = self.shared.lock_throttled();
+        held.remove(key);
+        if let Some(m) = &self.shared.metrics {
+            m.throttled
+                .set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Below the floor: the BE containers' share of the deficit, the largest first; then the
+    /// throttle.
+    fn be_first_pass(&mut self, now: Duration, read_limits: bool) {
         let adj = self
             .tracked
             .values()
@@ -127,9 +173,17 @@ impl<'a> Worker<'a> {
                 .set(i64::try_from(node.free * PAGE).unwrap_or(i64::MAX));
         }
         let pages = self.be_first.step(&node, adj);
-        if pages == 0 {
-            return;
+        if pages > 0 {
+            self.reclaim_be(now, pages);
         }
+        if self.shared.settings.throttle {
+            let pressure = self.be_first.pressure(&node, adj);
+            self.throttle_pass(pressure, read_limits);
+        }
+    }
+
+    fn reclaim_be(&mut self, now: Duration, pages: u64) {
+        let metrics = self.shared.metrics.as_ref();
         if let Some(m) = metrics {
             m.be_first_episodes.inc();
         }
@@ -157,6 +211,67 @@ impl<'a> Worker<'a> {
         }
         self.be_first.reclaimed(freed / PAGE);
     }
+
+    /// The throttle's step for each BE container ([`throttle::decide`]): only containers
+    /// already held are read when the node is not under the floor.
+    fn throttle_pass(&mut self, pressure: Pressure, read_limits: bool) {
+        // On exit `release_all` has put every value back: nothing more is written.
+        if self.shared.closing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut released = Vec::new();
+        for (key, t) in &mut self.tracked {
+            if t.reg.min_adj <= 0 || t.unrecordable {
+                continue;
+            }
+            if t.throttle.is_none() && pressure != Pressure::Under {
+                continue;
+            }
+            if read_limits && t.throttle.is_some() {
+                t.check_throttle();
+            }
+            let Some(usage) = t.usage() else { continue };
+            let seen = match t.throttle {
+                Some(th) => Seen {
+                    usage,
+                    min: th.min,
+                    prior: th.prior,
+                },
+                None => match t.limits_now() {
+                    Some((prior, min)) => Seen { usage, min, prior },
+                    None => continue,
+                },
+            };
+            let decision = throttle::decide(t.throttle.map(|th| th.value), pressure, seen);
+            match decision {
+                Decision::Leave => {}
+                Decision::Release => released.push((key.clone(), t.reg.dir.clone())),
+                Decision::Set(v) => {
+                    if t.throttle.is_none() && !t.start_throttle(seen, key, self.shared) {
+                        continue;
+                    }
+                    t.write_throttle(v);
+                }
+            }
+        }
+        for (key, dir) in released {
+            if let Some(t) = self.tracked.get_mut(&key) {
+                t.throttle = None;
+            }
+            self.release(&key, &dir, "the node's pressure went");
+        }
+    }
+}
+
+/// A container's throttle in force.
+#[derive(Debug, Clone, Copy)]
+struct Throttle {
+    /// What `memory.high` holds now (written by the worker).
+    value: u64,
+    /// What it held before (`u64::MAX`: `max`), recorded on the cgroup.
+    prior: u64,
+    /// The container's `memory.min` when the throttle began.
+    min: u64,
 }
 
 /// One container's open files, pace and back-off.
@@ -168,6 +283,9 @@ struct Tracked {
     pace: Pace,
     be_backoff: Backoff,
     last_usage: Option<u64>,
+    throttle: Option<Throttle>,
+    /// Its cgroup takes no record (no user xattrs): reclaimed first, never throttled.
+    unrecordable: bool,
 }
 
 impl Tracked {
@@ -180,6 +298,86 @@ impl Tracked {
             pace: Pace::default(),
             be_backoff: Backoff::default(),
             last_usage: None,
+            throttle: None,
+            unrecordable: false,
+        }
+    }
+
+    /// `memory.high` (what a throttle would restore) and `memory.min` now.
+    fn limits_now(&self) -> Option<(u64, u64)> {
+        let read = |file: &str| std::fs::read_to_string(self.reg.dir.join(file)).ok();
+        let prior = high_bytes(&read("memory.high")?)?;
+        let min = read("memory.min")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        Some((prior, min))
+    }
+
+    /// Records the value before on the cgroup, then tells the registry the pod pass must leave
+    /// `memory.high` alone; false (and never again for this container) when no record can be
+    /// kept: a throttle that a crash could leave behind is not set.
+    fn start_throttle(&mut self, seen: Seen, key: &Key, shared: &AsyncReclaim) -> bool {
+        let prior = if seen.prior == u64::MAX {
+            "max".to_owned()
+        } else {
+            seen.prior.to_string()
+        };
+        if let Err(e) = held::record(&self.reg.dir, &prior) {
+            tracing::warn!(dir = %self.reg.dir.display(), error = %e, "cannot record memory.high on the cgroup (user xattrs): this container is reclaimed first under node pressure, not throttled");
+            self.unrecordable = true;
+            return false;
+        }
+        self.throttle = Some(Throttle {
+            value: seen.prior,
+            prior: seen.prior,
+            min: seen.min,
+        });
+        let mut held = shared.lock_throttled();
+        held.insert(key.clone(), self.reg.dir.clone());
+        if let Some(m) = &shared.metrics {
+            m.throttles
+                .with_label_values(&[&self.reg.namespace, &self.reg.pod])
+                .inc();
+            m.throttled
+                .set(i64::try_from(held.len()).unwrap_or(i64::MAX));
+        }
+        true
+    }
+
+    fn write_throttle(&mut self, value: u64) {
+        match std::fs::write(self.reg.dir.join("memory.high"), value.to_string()) {
+            Ok(()) => {
+                if let Some(th) = self.throttle.as_mut() {
+                    th.value = value;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(dir = %self.reg.dir.display(), error = %e, "memory.high write failed")
+            }
+        }
+    }
+
+    /// Once a second while throttled: a value someone else wrote (systemd re-applying its
+    /// own, the kubelet resizing) is the value to restore from now on; the throttle is then
+    /// written again by the next step.
+    fn check_throttle(&mut self) {
+        let Some(th) = self.throttle.as_mut() else {
+            return;
+        };
+        let now = std::fs::read_to_string(self.reg.dir.join("memory.high"))
+            .ok()
+            .and_then(|t| high_bytes(&t));
+        let Some(now) = now.filter(|v| *v != th.value) else {
+            return;
+        };
+        let text = if now == u64::MAX {
+            "max".to_owned()
+        } else {
+            now.to_string()
+        };
+        if held::record(&self.reg.dir, &text).is_ok() {
+            th.prior = now;
+            th.value = now;
         }
     }
 
@@ -258,7 +456,12 @@ impl Tracked {
                 .and_then(|t| parse_limit(&t).ok())
         };
         let max = read("memory.max")?;
-        let high = read("memory.high")?;
+        // Throttled: the watermarks stay those of the value before (the throttle's own would
+        // have async reclaim chase it down).
+        let high = match self.throttle {
+            Some(th) => (th.prior != u64::MAX).then_some(th.prior),
+            None => read("memory.high")?,
+        };
         Watermarks::of(max, high, self.reg.ratio, self.reg.scale_factor)
     }
 
@@ -291,6 +494,11 @@ impl Tracked {
         };
         f.write_at(bytes.to_string().as_bytes(), 0).map(|_| ())
     }
+}
+
+/// `memory.high` in bytes (`max` -> `u64::MAX`).
+fn high_bytes(text: &str) -> Option<u64> {
+    parse_limit(text).ok().map(|v| v.unwrap_or(u64::MAX))
 }
 
 /// This thread's CPU time (user and system: the kernel's reclaim runs in this thread).

@@ -5,16 +5,20 @@
 //! longer touched. The effect on a real kernel is in the cgroup v2 node suite.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
 use koord_applier::apply::Applier;
+use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::events::applied_message;
+use koord_applier::plan::Target;
 use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::reclaim::{AsyncReclaim, Settings};
+use koord_applier::reclaim::{AsyncReclaim, Settings, held};
+use koord_applier::report::PodReport;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const MIB: u64 = 1 << 20;
@@ -23,6 +27,7 @@ fn settings() -> Settings {
     Settings {
         enabled: true,
         be_first: true,
+        throttle: true,
         interval: Duration::from_millis(20),
         cpu_percent: 100,
         proc_root: "/proc".into(),
@@ -177,51 +182,98 @@ fn be_pod() -> PodSpecView {
     PodSpecView::from_pod(&pod).expect("view")
 }
 
+/// An LS pod (redis) and a BE pod (ffmpeg 400 MiB, uploader 10 MiB) on a mainline cgroup v2
+/// tree with `memory.reclaim`, and where the BE-first tests keep their `zoneinfo`.
+struct Node {
+    tmp: tempfile::TempDir,
+    ls: PodSpecView,
+    be: PodSpecView,
+    ffmpeg: PathBuf,
+    uploader: PathBuf,
+    redis: PathBuf,
+    proc: PathBuf,
+}
+
+impl Node {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        let ls = PodSpecView::from_pod(&with_runtime(fixture("ls-redis.json"), "containerd"))
+            .expect("view");
+        let be = be_pod();
+        make_pod_tree(&l, Kernel::MainlineV2, &ls);
+        make_pod_tree(&l, Kernel::MainlineV2, &be);
+        std::fs::write(tmp.path().join("kubepods/memory.reclaim"), "").expect("seed");
+        let be_dir = tmp
+            .path()
+            .join("kubepods/besteffort/pod9c8b7a65-4321-4fed-cba9-876543210fed");
+        let redis = tmp
+            .path()
+            .join("kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab")
+            .join(REDIS);
+        let node = Self {
+            ffmpeg: be_dir.join("1111111111111111111111111111111111111111111111111111111111111111"),
+            uploader: be_dir
+                .join("2222222222222222222222222222222222222222222222222222222222222222"),
+            redis,
+            // Plenty free: nothing asked of anyone.
+            proc: zoneinfo(&tmp.path().join("proc"), 100_000),
+            tmp,
+            ls,
+            be,
+        };
+        for (dir, usage) in [
+            (&node.ffmpeg, 400 * MIB),
+            (&node.uploader, 10 * MIB),
+            (&node.redis, 60 * MIB),
+        ] {
+            node.usage(dir, usage);
+            std::fs::write(dir.join("memory.reclaim"), "").expect("seed");
+        }
+        node
+    }
+
+    fn usage(&self, dir: &Path, bytes: u64) {
+        std::fs::write(dir.join("memory.current"), format!("{bytes}\n")).expect("usage");
+    }
+
+    fn free(&self, pages: u64) {
+        zoneinfo(&self.proc, pages);
+    }
+
+    /// A registry and worker with BE-first on (async reclaim off), and an applier that has
+    /// applied both pods.
+    fn start(&self, throttle: bool) -> (Arc<AsyncReclaim>, Applier, PodReport) {
+        let settings = Settings {
+            enabled: false,
+            throttle,
+            proc_root: self.proc.clone(),
+            ..settings()
+        };
+        let l = layout(self.tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        let reclaim = AsyncReclaim::detect(&l, settings, None).expect("memory.reclaim is there");
+        reclaim.start().expect("worker");
+        let applier = Applier::new(l, false, None).with_async_reclaim(Some(reclaim.clone()));
+        let r = applier.apply(&self.ls);
+        assert!(r.reason.is_none(), "{r:#?}");
+        let r = applier.apply(&self.be);
+        assert!(r.reason.is_none(), "{r:#?}");
+        (reclaim, applier, r)
+    }
+}
+
 #[test]
 fn under_node_pressure_the_be_containers_are_reclaimed_first_the_largest_first() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
-    let (ls, be) = (
-        PodSpecView::from_pod(&with_runtime(fixture("ls-redis.json"), "containerd")).expect("view"),
-        be_pod(),
+    let node = Node::new();
+    let (ffmpeg, uploader, redis) = (&node.ffmpeg, &node.uploader, &node.redis);
+    let (_reclaim, applier, _) = node.start(false);
+    assert_eq!(
+        applier.apply(&node.be).emulated.len(),
+        2,
+        "both BE containers"
     );
-    make_pod_tree(&l, Kernel::MainlineV2, &ls);
-    make_pod_tree(&l, Kernel::MainlineV2, &be);
-    std::fs::write(tmp.path().join("kubepods/memory.reclaim"), "").expect("seed");
-    let be_dir = tmp
-        .path()
-        .join("kubepods/besteffort/pod9c8b7a65-4321-4fed-cba9-876543210fed");
-    let ffmpeg = be_dir.join("1111111111111111111111111111111111111111111111111111111111111111");
-    let uploader = be_dir.join("2222222222222222222222222222222222222222222222222222222222222222");
-    let redis = tmp
-        .path()
-        .join("kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab")
-        .join(REDIS);
-    for (dir, usage) in [
-        (&ffmpeg, 400 * MIB),
-        (&uploader, 10 * MIB),
-        (&redis, 60 * MIB),
-    ] {
-        std::fs::write(dir.join("memory.current"), format!("{usage}\n")).expect("usage");
-        std::fs::write(dir.join("memory.reclaim"), "").expect("seed");
-    }
-    // Plenty free: nothing asked of anyone.
-    let proc = zoneinfo(&tmp.path().join("proc"), 100_000);
-    let settings = Settings {
-        enabled: false,
-        proc_root: proc.clone(),
-        ..settings()
-    };
-    let reclaim = AsyncReclaim::detect(&l, settings, None).expect("memory.reclaim is there");
-    reclaim.start().expect("worker");
-    let applier = Applier::new(l, false, None).with_async_reclaim(Some(reclaim.clone()));
-    for v in [&ls, &be] {
-        let r = applier.apply(v);
-        assert!(r.reason.is_none(), "{r:#?}");
-    }
-    assert_eq!(applier.apply(&be).emulated.len(), 2, "both BE containers");
     std::thread::sleep(Duration::from_millis(200));
-    for dir in [&ffmpeg, &uploader, &redis] {
+    for dir in [ffmpeg, uploader, redis] {
         assert_eq!(
             take_request(&dir.join("memory.reclaim")),
             None,
@@ -233,7 +285,7 @@ fn under_node_pressure_the_be_containers_are_reclaimed_first_the_largest_first()
     // deficit to one band above it, plus the tick's fall (80,000 pages), from the BE
     // containers, the largest first, each at most half its usage and 64 MiB (both bounds are
     // met here); never the LS container.
-    zoneinfo(&proc, 20_000);
+    node.free(20_000);
     assert_eq!(
         wait_for_request(&ffmpeg.join("memory.reclaim"), Duration::from_secs(5)),
         Some(64 * MIB)
@@ -247,4 +299,149 @@ fn under_node_pressure_the_be_containers_are_reclaimed_first_the_largest_first()
         None,
         "LS is not chosen"
     );
+}
+
+fn high(dir: &Path) -> String {
+    common::read(&dir.join("memory.high"))
+}
+
+fn wait_for_high(dir: &Path, want: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if high(dir) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!(
+        "{}: memory.high {} after 5 s, not {want}",
+        dir.display(),
+        high(dir)
+    );
+}
+
+/// A `user.` xattr on the temp dir's filesystem (the record the throttle needs), or a loud skip.
+fn has_user_xattrs(dir: &Path) -> bool {
+    match held::record(dir, "max") {
+        Ok(()) => held::restore(dir).is_ok(),
+        Err(e) => {
+            eprintln!("NOT RUN: no user xattrs on {}: {e}", dir.display());
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI has user xattrs on its temp dir"
+            );
+            false
+        }
+    }
+}
+
+#[test]
+fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
+    let node = Node::new();
+    if !has_user_xattrs(node.tmp.path()) {
+        return;
+    }
+    let (ffmpeg, uploader, redis) = (&node.ffmpeg, &node.uploader, &node.redis);
+    // Under the BE-first floor but above the Alibaba throttle point (min + half the min-low
+    // band = 18,432 pages) from the first look: reclaimed, not throttled.
+    node.free(20_000);
+    let (reclaim, applier, _) = node.start(true);
+    assert_eq!(
+        wait_for_request(&ffmpeg.join("memory.reclaim"), Duration::from_secs(5)),
+        Some(64 * MIB)
+    );
+    for dir in [ffmpeg, uploader] {
+        assert_eq!(high(dir), "max", "not throttled");
+        assert_eq!(held::recorded(dir), None);
+    }
+    let redis_high = high(redis);
+
+    // Under the throttle point: each BE container held at its usage (the small one at 32 MiB),
+    // the value before recorded on its cgroup; the LS container untouched.
+    node.free(15_000);
+    wait_for_high(ffmpeg, &(400 * MIB).to_string());
+    wait_for_high(uploader, &(32 * MIB).to_string());
+    assert_eq!(held::recorded(ffmpeg).as_deref(), Some("max"));
+    assert!(reclaim.holds_high(&node.be.uid, "ffmpeg"));
+    assert_eq!(high(redis), redis_high, "LS is not throttled");
+    assert!(!reclaim.holds_high(&node.ls.uid, "redis"));
+
+    // The pod pass leaves the held file alone (its annotation says max).
+    let r = applier.apply(&node.be);
+    let knob = r
+        .knobs
+        .iter()
+        .find(|k| k.target == Target::Container("ffmpeg".into()) && k.file == "memory.high")
+        .unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(knob.outcome, Outcome::Held, "{knob:#?}");
+    assert_eq!(high(ffmpeg), (400 * MIB).to_string());
+
+    // Reclaimed while the pressure lasts: the throttle follows usage down.
+    node.usage(ffmpeg, 300 * MIB);
+    wait_for_high(ffmpeg, &(300 * MIB).to_string());
+
+    // Between the throttle point and the zones' high watermark: held.
+    node.free(20_000);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(high(ffmpeg), (300 * MIB).to_string());
+    // Free memory back at high: the values before, the records gone.
+    node.free(100_000);
+    for dir in [ffmpeg, uploader] {
+        wait_for_high(dir, "max");
+        assert_eq!(held::recorded(dir), None);
+    }
+    assert!(!reclaim.holds_high(&node.be.uid, "ffmpeg"));
+
+    // On exit every throttle is released and none is set again.
+    node.free(15_000);
+    wait_for_high(ffmpeg, &(300 * MIB).to_string());
+    reclaim.release_all();
+    assert_eq!(high(ffmpeg), "max");
+    assert_eq!(held::recorded(ffmpeg), None);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(high(ffmpeg), "max", "nothing set after release_all");
+}
+
+#[test]
+fn a_throttle_left_by_a_crash_is_released_by_the_next_applier() {
+    let node = Node::new();
+    if !has_user_xattrs(node.tmp.path()) {
+        return;
+    }
+    // An applier killed mid-throttle: the file holds the throttle, the cgroup the value before
+    // (200 MiB here, not the annotation's max, to tell the two apart).
+    held::record(&node.ffmpeg, "209715200").expect("record");
+    std::fs::write(node.ffmpeg.join("memory.high"), (100 * MIB).to_string()).expect("throttle");
+    let (reclaim, _applier, r) = node.start(true);
+    // The first pass put the value before back, then read and compared it as usual: the
+    // annotation's max is written over the value before, not over the throttle.
+    let knob = r
+        .knobs
+        .iter()
+        .find(|k| k.target == Target::Container("ffmpeg".into()) && k.file == "memory.high")
+        .unwrap_or_else(|| panic!("{r:#?}"));
+    assert_eq!(knob.old.as_deref(), Some("209715200"), "{knob:#?}");
+    assert_eq!(high(&node.ffmpeg), "max");
+    assert_eq!(held::recorded(&node.ffmpeg), None);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        high(&node.ffmpeg),
+        "max",
+        "the worker finds nothing left to restore"
+    );
+    assert!(!reclaim.holds_high(&node.be.uid, "ffmpeg"));
+}
+
+#[test]
+fn without_the_throttle_be_first_only_reclaims() {
+    let node = Node::new();
+    let (reclaim, _applier, _) = node.start(false);
+    node.free(15_000);
+    assert_eq!(
+        wait_for_request(&node.ffmpeg.join("memory.reclaim"), Duration::from_secs(5)),
+        Some(64 * MIB)
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(high(&node.ffmpeg), "max");
+    assert!(!reclaim.holds_high(&node.be.uid, "ffmpeg"));
 }

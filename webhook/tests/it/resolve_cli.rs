@@ -113,7 +113,11 @@ fn explain_names_the_sources() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("wmarkRatio, wmarkScalePermill, wmarkMinAdj: Alibaba Cloud Linux; emulated with memory.reclaim on mainline cgroup v2 (5.19+)"),
+        stderr.contains("wmarkRatio, wmarkScalePermill: Alibaba Cloud Linux; emulated with memory.reclaim on mainline cgroup v2 (5.19+)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("wmarkMinAdj: Alibaba Cloud Linux; emulated with memory.reclaim and memory.high (the BE throttle) on mainline cgroup v2 (5.19+)"),
         "{stderr}"
     );
 }
