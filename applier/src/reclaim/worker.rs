@@ -114,10 +114,18 @@ impl<'a> Worker<'a> {
         for (key, reg) in snapshot {
             match self.tracked.get_mut(&key) {
                 Some(t) if t.reg == reg => {}
-                Some(t) => {
+                // New values for the same cgroup: a throttle in force stays.
+                Some(t) if t.reg.dir == reg.dir => {
                     let throttle = t.throttle.take();
                     *t = Tracked::new(reg);
                     t.throttle = throttle;
+                }
+                // A new cgroup (the container restarted): the old one's throttle goes with it.
+                Some(t) => {
+                    let old = std::mem::replace(t, Tracked::new(reg));
+                    if old.throttle.is_some() {
+                        self.release(&key, &old.reg.dir, "the container restarted");
+                    }
                 }
                 None => {
                     // First seen by this process: a throttle recorded there is a crashed
@@ -213,7 +221,7 @@ impl<'a> Worker<'a> {
     }
 
     /// The throttle's step for each BE container ([`throttle::decide`]): only containers
-    /// already held are read when the node is not under the floor.
+    /// already held are read when the node is not under the throttle point.
     fn throttle_pass(&mut self, pressure: Pressure, read_limits: bool) {
         // On exit `release_all` has put every value back: nothing more is written.
         if self.shared.closing.load(Ordering::Acquire) {

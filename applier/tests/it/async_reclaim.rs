@@ -445,3 +445,38 @@ fn without_the_throttle_be_first_only_reclaims() {
     assert_eq!(high(&node.ffmpeg), "max");
     assert!(!reclaim.holds_high(&node.be.uid, "ffmpeg"));
 }
+
+#[test]
+fn a_restarted_container_leaves_its_old_throttle_behind_and_gets_its_own() {
+    let node = Node::new();
+    if !has_user_xattrs(node.tmp.path()) {
+        return;
+    }
+    node.free(20_000);
+    let (reclaim, applier, _) = node.start(true);
+    node.free(15_000);
+    wait_for_high(&node.ffmpeg, &(400 * MIB).to_string());
+    // The container restarts: a new ID, a new cgroup (the old one still there, as the runtime
+    // may leave it for a moment).
+    let mut be = node.be.clone();
+    let c = be
+        .containers
+        .iter_mut()
+        .find(|c| c.name == "ffmpeg")
+        .expect("ffmpeg");
+    let new_id = "3".repeat(64);
+    c.container_id = Some(format!("containerd://{new_id}"));
+    let l = layout(node.tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    make_pod_tree(&l, Kernel::MainlineV2, &be);
+    let restarted = node.ffmpeg.with_file_name(&new_id);
+    node.usage(&restarted, 50 * MIB);
+    std::fs::write(restarted.join("memory.reclaim"), "").expect("seed");
+    applier.apply(&be);
+    // The old cgroup's value comes back; the new one is throttled in its own right, with its
+    // own record.
+    wait_for_high(&node.ffmpeg, "max");
+    assert_eq!(held::recorded(&node.ffmpeg), None);
+    wait_for_high(&restarted, &(50 * MIB).to_string());
+    assert_eq!(held::recorded(&restarted).as_deref(), Some("max"));
+    assert!(reclaim.holds_high(&be.uid, "ffmpeg"));
+}
