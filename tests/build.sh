@@ -2,9 +2,10 @@
 # Every tool the tests build from source, once per version, cached outside the repo (Go modules
 # under ${KOORD_E2E_CACHE:-~/.cache/koord-qos-e2e}, cargo tools by tests/rust-tools.sh); a no-op
 # when all are cached. Helm first (`make unit`'s chart tests wait for it), the cargo tools of
-# `make lint`, then Kubernetes and etcd (every cluster) and kwok (the scale suite), then containerd 2 and the User-Mode Linux kernel (the cgroup v2 node).
-# Each builder takes its own lock, so a suite that needs
-# a binary while this runs waits for it instead of building it twice.
+# `make lint`, then Kubernetes and etcd (every cluster) and kwok (the scale suite), then
+# containerd 2 and the User-Mode Linux kernel (the cgroup v2 node; KOORD_BUILD_KERNEL=0 leaves
+# it out: tests/all.sh builds it beside the suites). Each builder takes its own lock, so a
+# suite that needs a binary while this runs waits for it instead of building it twice.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 t0=$SECONDS
@@ -17,5 +18,7 @@ lap "cargo-deny and cargo-machete"
 lap "kubernetes + etcd + kwok"
 "$here/node-v2/build-containerd.sh"
 lap containerd
-"$here/node-v2/uml/kernel.sh" build
-lap "the cgroup v2 node's kernel"
+if [[ ${KOORD_BUILD_KERNEL:-1} != 0 ]]; then
+    "$here/node-v2/uml/kernel.sh" build
+    lap "the cgroup v2 node's kernel"
+fi

@@ -25,6 +25,8 @@ source "$here/lib/lanes.sh"
 
 # Every binary both lanes need, before they start (a no-op when tests/all.sh built them; the
 # lanes would wait on the builders' locks anyway, and building first keeps their timings honest).
+# Under tests/all.sh (KOORD_BUILD_KERNEL=0) the v2 node's kernel is still being built beside
+# this: the v2 lanes wait for it on its builder's lock, the host lane starts at once.
 step build "$here/build.sh" || { echo "suites: the builds failed" >&2; exit 1; }
 
 # The kubelet Memory QoS scenario's name starts "the kubelet's own Memory QoS"; it needs only
