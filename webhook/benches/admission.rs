@@ -6,8 +6,8 @@
 
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use koord_runtime::LogFormat;
+use koord_webhook::admission::{ReviewContext, Reviewed, admission_span, review};
 use koord_webhook::policy::{Colocation, PolicyConfig};
-use koord_webhook::server::admission::{ReviewContext, Reviewed, admission_span, review};
 
 fn compact(path: &str) -> Vec<u8> {
     let text = std::fs::read(path).expect("fixture");

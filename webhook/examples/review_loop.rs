@@ -20,10 +20,10 @@ use std::hint::black_box;
 use std::process::ExitCode;
 
 use koord_runtime::LogFormat;
+use koord_webhook::admission::{ReviewContext, admission_span, review};
 use koord_webhook::mutation::json_patch;
 use koord_webhook::policy::{ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig};
 use koord_webhook::resolve::{Operation, PodInput, ResolveContext, resolve_pod};
-use koord_webhook::server::admission::{ReviewContext, admission_span, review};
 
 #[path = "common/floor_review.rs"]
 mod floor_review;

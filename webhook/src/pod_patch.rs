@@ -1,7 +1,7 @@
 //! One pod and one policy snapshot in, the resolution and its RFC 6902 patch out (pure).
 //!
 //! Both writers of `koordinator.sh/resolved-qos` call [`patch_pod`]: admission
-//! ([`crate::server::admission`]) for the pod in an AdmissionReview, and the re-resolver
+//! ([`crate::admission`]) for the pod in an AdmissionReview, and the re-resolver
 //! ([`crate::reresolve`]) for a pod as it is stored. Whatever the re-resolver writes then
 //! passes through admission as an UPDATE of the same pod, which must come to the same answer,
 //! or the two would fight: one engine, one answer (docs/contract.md §5).

@@ -3,7 +3,7 @@
 //! `floor_server` and `review_loop`'s `floor` case, so the instruction count per review and the
 //! server's CPU per request measure the same code.
 
-use koord_webhook::server::response::write_response;
+use koord_webhook::admission::response::write_response;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

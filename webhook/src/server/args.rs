@@ -136,7 +136,7 @@ pub struct ServeArgs {
     #[arg(long, env = "KOORD_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
     #[command(flatten)]
-    pub reresolve: super::reresolver::ReresolveArgs,
+    pub reresolve: crate::reresolve::controller::ReresolveArgs,
     #[command(flatten)]
-    pub self_certs: super::self_certs::SelfCertArgs,
+    pub self_certs: crate::certs::self_managed::SelfCertArgs,
 }

@@ -30,7 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Limits of a connection, as configured.
 #[derive(Debug, Clone, Copy)]

@@ -22,11 +22,11 @@ use http_body_util::BodyExt as _;
 
 use tracing::{Instrument as _, Span};
 
-use super::admission::{
+use crate::admission::review_names::ReviewNames;
+use crate::admission::{
     Decision, OperationLabel, ReviewContext, Reviewed, admission_span, allow_unresolved, review,
 };
-use super::review_names::ReviewNames;
-use super::state::{AppState, NOT_OPTED_IN, has_opt_in_label};
+use crate::live::state::{AppState, NOT_OPTED_IN, has_opt_in_label};
 
 fn json(body: Vec<u8>) -> Response {
     let mut resp = Response::new(Body::from(body));
@@ -477,9 +477,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::live::state::{Limits, NamespaceGate, Readiness};
+    use crate::metrics::Metrics;
     use crate::policy::PolicyConfig;
-    use crate::server::metrics::Metrics;
-    use crate::server::state::{Limits, NamespaceGate, Readiness};
 
     /// Every admission's future is moved and stored on each request; the rare paths (the
     /// apiserver call that confirms a namespace label, the timers of an admission that waits)

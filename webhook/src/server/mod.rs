@@ -4,21 +4,13 @@
 //! [`Config`] (typed, validated) -> [`WebhookServer::new`] (binds the listeners) -> [`WebhookServer::router`] /
 //! [`WebhookServer::run`].
 
-pub mod admission;
 mod args;
 pub mod connections;
 mod duration_arg;
 mod handler;
 mod handshake_turns;
-pub mod metrics;
-pub mod reresolver;
-pub mod response;
-pub mod review_names;
-pub mod self_certs;
-pub mod state;
 pub mod tls;
 mod tls_accept;
-pub mod watch;
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -37,15 +29,17 @@ use kube::runtime::reflector::store::Writer;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
+use crate::certs::self_managed::{SelfCertConfig, SelfCertConfigError};
+use crate::live::state::{AppState, Limits, NamespaceGate, Readiness};
+use crate::live::watch::ConfigMapNames;
+use crate::metrics::Metrics;
+use crate::reresolve::controller::{
+    Election, LeaseConfig, ReresolveConfig, ReresolveConfigError, Triggers,
+};
 pub use args::{ServeArgs, parse_duration};
 use connections::{ConnectionLimits, FirstBytesAcceptor, GuardedAcceptor};
-use metrics::Metrics;
-use reresolver::{Election, LeaseConfig, ReresolveConfig, ReresolveConfigError, Triggers};
-use self_certs::{SelfCertConfig, SelfCertConfigError};
-use state::{AppState, Limits, NamespaceGate, Readiness};
 use tls::CertFiles;
 use tls_accept::TlsAcceptor;
-use watch::ConfigMapNames;
 
 use crate::policy::{PolicyConfig, PolicyLoadError, load_policy};
 
@@ -292,7 +286,7 @@ type NamespaceStore = Store<PartialObjectMeta<Namespace>>;
 /// The background tasks of cluster mode, the re-resolver and the Lease loop.
 type Background = (
     Vec<JoinHandle<()>>,
-    Option<reresolver::Running>,
+    Option<crate::reresolve::controller::Running>,
     Option<Election>,
 );
 type NamespaceWriter = Writer<PartialObjectMeta<Namespace>>;
@@ -333,7 +327,7 @@ impl InitialPolicy {
                 })
             }
             PolicySource::Cluster(_) => {
-                let (store, writer) = watch::namespace_store();
+                let (store, writer) = crate::live::watch::namespace_store();
                 Ok(InitialPolicy {
                     policy: PolicyConfig::default(),
                     readiness: Readiness::default(),
@@ -382,7 +376,7 @@ impl WebhookServer {
             // The throwaway certificate is trusted by nobody: not ready until the Secret's is served.
             state
                 .readiness
-                .set_certificate_problem(Some(self_certs::NOT_CHECKED.into()));
+                .set_certificate_problem(Some(crate::certs::self_managed::NOT_CHECKED.into()));
         }
         let listener = bind(config.listen)?;
         let metrics_listener = config.metrics_listen.map(bind).transpose()?;
@@ -517,12 +511,12 @@ impl WebhookServer {
         let _ = self.state.kube.set(client.clone());
         let (triggers, reresolver) = match self.config.reresolve.clone() {
             Some(config) => {
-                let (tx, rx) = reresolver::triggers();
+                let (tx, rx) = crate::reresolve::controller::triggers();
                 (tx.clone(), Some((config, (tx, rx))))
             }
             None => (Triggers::default(), None),
         };
-        let mut tasks = watch::spawn_watches(
+        let mut tasks = crate::live::watch::spawn_watches(
             client.clone(),
             self.state.clone(),
             names.clone(),
@@ -533,7 +527,7 @@ impl WebhookServer {
             Election::spawn(client.clone(), lease, self.state.metrics.reresolve.clone())
         });
         if let (TlsSource::Secret(config), Some(e)) = (&self.config.tls, &election) {
-            let task = self_certs::run(
+            let task = crate::certs::self_managed::run(
                 client.clone(),
                 config.clone(),
                 self.tls.clone(),
@@ -548,7 +542,7 @@ impl WebhookServer {
         let running = reresolver
             .zip(election.as_ref())
             .map(|((config, channel), e)| {
-                reresolver::spawn(
+                crate::reresolve::controller::spawn(
                     client,
                     self.state.clone(),
                     store,

@@ -14,7 +14,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

@@ -44,7 +44,7 @@ use tokio_rustls::server::TlsStream;
 
 use super::connections::{AcceptedConnection, Guarded, GuardedStream};
 use super::handshake_turns::HandshakeTurns;
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// The TLS layer over `inner` (the connection guard).
 #[derive(Clone)]

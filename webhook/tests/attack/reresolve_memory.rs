@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use crate::fake_apiserver::pods::FakePods;
 use k8s_openapi::api::core::v1::Namespace;
+use koord_webhook::live::state::AppState;
 use koord_webhook::policy::{ClusterQosConfig, PolicyConfig};
+use koord_webhook::reresolve::controller::{self, LeaseConfig, ReresolveConfig};
 use koord_webhook::reresolve::lease::LeaseTiming;
 use koord_webhook::reresolve::scope::{Scope, Trigger};
-use koord_webhook::server::reresolver::{self, LeaseConfig, ReresolveConfig};
-use koord_webhook::server::state::AppState;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
@@ -254,14 +254,14 @@ async fn holder_memory_is_flat_across_passes() {
     let (store, _writer) = namespace_store(namespaces);
     let st = crate::fake_apiserver::reresolver_state(100);
     let config = config();
-    let (triggers, rx) = reresolver::triggers();
+    let (triggers, rx) = controller::triggers();
     let before = vm();
-    let election = reresolver::Election::spawn(
+    let election = controller::Election::spawn(
         client.clone(),
         config.lease.clone(),
         st.metrics.reresolve.clone(),
     );
-    let running = reresolver::spawn(
+    let running = controller::spawn(
         client,
         st.clone(),
         store,

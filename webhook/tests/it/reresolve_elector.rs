@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::fake_apiserver::client;
 use crate::fake_apiserver::lease::FakeLease;
+use koord_webhook::reresolve::controller::metrics::ReresolveMetrics;
+use koord_webhook::reresolve::controller::{Leadership, LeaseConfig, elector};
 use koord_webhook::reresolve::lease::LeaseTiming;
-use koord_webhook::server::reresolver::metrics::ReresolveMetrics;
-use koord_webhook::server::reresolver::{Leadership, LeaseConfig, elector};
 use tokio::sync::Notify;
 
 fn timing() -> LeaseTiming {

@@ -10,12 +10,12 @@
 use crate::common::examples;
 use crate::server_support::apply_response_patch;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use koord_webhook::admission::{Decision, ReviewContext, review};
 use koord_webhook::manifest;
 use koord_webhook::policy::{
     ClusterQosConfig, Colocation, NamespaceQosConfig, PolicyConfig, load_policy,
 };
 use koord_webhook::reresolve::plan::{Verdict, plan_pod};
-use koord_webhook::server::admission::{Decision, ReviewContext, review};
 use serde_json::{Value, json};
 
 fn example_pods() -> Vec<Value> {

@@ -13,8 +13,8 @@ use fake_apiserver::pods::FakePods;
 use k8s_openapi::api::core::v1::Namespace;
 use koord_api::ResolvedQos;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
+use koord_webhook::reresolve::controller::{self, LeaseConfig, ReresolveConfig};
 use koord_webhook::reresolve::lease::LeaseTiming;
-use koord_webhook::server::reresolver::{self, LeaseConfig, ReresolveConfig};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{reflector, watcher};
 use serde_json::{Value, json};
@@ -141,17 +141,17 @@ async fn annotations_follow_in_place_resizes_within_seconds() {
     let (namespaces, _writer) = namespace_store();
     let config = config();
     let st = crate::fake_apiserver::reresolver_state(100);
-    let election = reresolver::Election::spawn(
+    let election = controller::Election::spawn(
         client.clone(),
         config.lease.clone(),
         st.metrics.reresolve.clone(),
     );
-    let running = reresolver::spawn(
+    let running = controller::spawn(
         client,
         st,
         namespaces,
         config,
-        reresolver::triggers(),
+        controller::triggers(),
         election.leadership.clone(),
     );
 

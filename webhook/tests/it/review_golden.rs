@@ -8,8 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use koord_webhook::admission::{ReviewContext, review};
 use koord_webhook::policy::{ClusterQosConfig, Colocation, PolicyConfig};
-use koord_webhook::server::admission::{ReviewContext, review};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

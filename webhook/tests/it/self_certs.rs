@@ -19,10 +19,10 @@ use axum_server::tls_rustls::RustlsConfig;
 use fake_apiserver::client;
 use fake_apiserver::objects::{FakeObjects, SECRETS, WEBHOOKS};
 use koord_webhook::certs::rotation::RotationPolicy;
+use koord_webhook::certs::self_managed::{self, SelfCertConfig};
+use koord_webhook::live::state::{AppState, Limits, NamespaceGate, Readiness};
+use koord_webhook::metrics::Metrics;
 use koord_webhook::policy::PolicyConfig;
-use koord_webhook::server::metrics::Metrics;
-use koord_webhook::server::self_certs::{self, SelfCertConfig};
-use koord_webhook::server::state::{AppState, Limits, NamespaceGate, Readiness};
 use koord_webhook::server::tls::server_config;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -124,8 +124,8 @@ async fn replica(api: SocketAddr, config: SelfCertConfig, writer: bool) -> Repli
     // As `WebhookServer::new` does: nobody trusts the throwaway certificate.
     state
         .readiness
-        .set_certificate_problem(Some(self_certs::NOT_CHECKED.into()));
-    let manager = tokio::spawn(self_certs::run(
+        .set_certificate_problem(Some(self_managed::NOT_CHECKED.into()));
+    let manager = tokio::spawn(self_managed::run(
         client(api),
         config,
         tls,

@@ -9,8 +9,8 @@ use crate::server_support;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, client};
+use koord_webhook::live::watch::ConfigMapNames;
 use koord_webhook::server::PolicySource;
-use koord_webhook::server::watch::ConfigMapNames;
 use serde_json::Value;
 use server_support::*;
 

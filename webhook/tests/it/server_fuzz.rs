@@ -11,12 +11,12 @@ use koord_api::keys::{
     ANNOTATION_LEGACY_MEMORY_QOS, ANNOTATION_MEMORY_LOCALITY, ANNOTATION_MEMORY_QOS,
     ANNOTATION_RESOLVED_QOS, LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS,
 };
+use koord_webhook::admission::{ReviewContext, review};
 use koord_webhook::policy::load::from_data;
 use koord_webhook::policy::{
     ClusterQosConfig, NamespaceQosConfig, PolicyConfig, parse_locality_setting,
 };
 use koord_webhook::resolve::parse_memory_qos_annotation;
-use koord_webhook::server::admission::{ReviewContext, review};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 

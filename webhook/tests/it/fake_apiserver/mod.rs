@@ -325,9 +325,9 @@ pub fn client(addr: SocketAddr) -> kube::Client {
 
 /// The admission state a re-resolver under test resolves with: `min_limit_percent` for LS
 /// memory QoS (enabled), no namespace gate, everything ready.
-pub fn reresolver_state(min_limit_percent: u32) -> Arc<koord_webhook::server::state::AppState> {
+pub fn reresolver_state(min_limit_percent: u32) -> Arc<koord_webhook::live::state::AppState> {
+    use koord_webhook::live::state::{AppState, Limits, NamespaceGate, Readiness};
     use koord_webhook::policy::{ClusterQosConfig, PolicyConfig};
-    use koord_webhook::server::state::{AppState, Limits, NamespaceGate, Readiness};
     let cluster = ClusterQosConfig::parse(&format!(
         r#"{{"clusterStrategy": {{"lsClass": {{"memoryQOS": {{"enable": true, "minLimitPercent": {min_limit_percent}}}}}}}}}"#
     ))
@@ -343,7 +343,7 @@ pub fn reresolver_state(min_limit_percent: u32) -> Arc<koord_webhook::server::st
             opt_in: None,
         },
         Readiness::all_ready(),
-        koord_webhook::server::metrics::Metrics::new().expect("metrics"),
+        koord_webhook::metrics::Metrics::new().expect("metrics"),
         Limits {
             max_body_bytes: 1 << 20,
             max_concurrent: 4,

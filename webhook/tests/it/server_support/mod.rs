@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use koord_runtime::install_crypto_provider;
+use koord_webhook::live::state::Limits;
 use koord_webhook::server::connections::ConnectionLimits;
-use koord_webhook::server::state::Limits;
 use koord_webhook::server::tls::CertFiles;
 use koord_webhook::server::{
     Config, ConnectionSettings, Http2Settings, PolicySource, TlsSource, WebhookServer,
@@ -91,7 +91,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub ca_pem: String,
     pub handle: axum_server::Handle<SocketAddr>,
-    pub state: Arc<koord_webhook::server::state::AppState>,
+    pub state: Arc<koord_webhook::live::state::AppState>,
     pub dir: tempfile::TempDir,
 }
 

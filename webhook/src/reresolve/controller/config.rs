@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::reresolve::lease::{LeaseTiming, TimingError};
-use crate::server::duration_arg::parse_duration;
+use crate::server::parse_duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReresolveArgs {

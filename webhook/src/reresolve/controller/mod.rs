@@ -40,8 +40,8 @@ pub use pods::FIELD_MANAGER;
 use metrics::PassOutcome;
 use pass::{Limiter, PassContext, PassReport};
 
+use crate::live::state::AppState;
 use crate::reresolve::scope::{Pending, Scope, Trigger, trigger_names};
-use crate::server::state::AppState;
 
 /// Retries of pods that admission answered differently, before the next trigger.
 const MAX_RETRY_ROUNDS: u32 = 3;

@@ -5,6 +5,9 @@
 //! engine does not read are skipped by serde without allocating. Only when that fast parse fails is the body read a
 //! second time, more leniently, to find the uid and say precisely what is wrong.
 
+pub mod response;
+pub mod review_names;
+
 use koord_api::QosClass;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -12,8 +15,8 @@ use serde_json::value::RawValue;
 use koord_api::keys::ANNOTATION_RESOLVED_QOS;
 use tracing::field::Empty;
 
-use super::response::{PatchFirst, ResponseStatus, write_body_after_patch, write_response};
-use super::review_names::ReviewNames;
+use self::response::{PatchFirst, ResponseStatus, write_body_after_patch, write_response};
+use self::review_names::ReviewNames;
 use crate::pod_patch::{patch_pod_into, previous_resolved};
 use crate::policy::PolicyConfig;
 use crate::resolve::pod_input::{StrMap, Text};
@@ -457,5 +460,5 @@ fn error_reviewed(uid: &str, operation: OperationLabel, message: String) -> Revi
 /// The answer when the request could not be reviewed in time or the engine failed: allowed
 /// without a patch, as `failurePolicy: Ignore` would have it, with a warning saying why.
 pub fn allow_unresolved(uid: &str, warning: &str) -> Vec<u8> {
-    super::response::write_response_with_warning(uid, warning)
+    response::write_response_with_warning(uid, warning)
 }

@@ -10,8 +10,8 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use super::admission::{Decision, OperationLabel};
-use super::reresolver::metrics::ReresolveMetrics;
+use crate::admission::{Decision, OperationLabel};
+use crate::reresolve::controller::metrics::ReresolveMetrics;
 
 const OUTCOMES: [&str; 4] = ["mutated", "unchanged", "denied", "error"];
 const CLASSES: [&str; 6] = ["LSE", "LSR", "LS", "BE", "SYSTEM", "none"];

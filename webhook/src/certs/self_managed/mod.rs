@@ -32,12 +32,12 @@ use tokio::task::JoinHandle;
 pub use args::{SelfCertArgs, SelfCertConfig, SelfCertConfigError};
 use secret::{SecretPems, published_bundles, stored_state, with_bundle, with_pems};
 
-use super::reresolver::Leadership;
-use super::state::AppState;
-use super::tls::{PemPair, server_config};
 use crate::certs::inspect::{CertInfo, chains_to, inspect_pem, to_pem};
 use crate::certs::rotation::{Renewal, desired_bundle, renewal, should_switch, until_next_renewal};
 use crate::certs::{CertKeyPem, GenerateError, generate_ca, sign_serving};
+use crate::live::state::AppState;
+use crate::reresolve::controller::Leadership;
+use crate::server::tls::{PemPair, server_config};
 
 /// Who may write: the Lease holder (tests use a plain flag).
 pub trait Writer: Send + Sync {
@@ -83,7 +83,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store();
-    let config = super::watch::named_watch_config(name);
+    let config = crate::live::watch::named_watch_config(name);
     let stream = reflector(writer, watcher(api, config)).default_backoff();
     let name = name.to_owned();
     let task = tokio::spawn(async move {

@@ -21,13 +21,13 @@ use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::watcher::{self, Event, watcher};
 use tracing::Instrument as _;
 
-use super::metrics::ConfigSource;
-use super::reresolver::Triggers;
 use super::state::{AppState, Cache, has_opt_in_label};
+use crate::metrics::ConfigSource;
 use crate::policy::load::from_data;
 use crate::policy::{
     ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
+use crate::reresolve::controller::Triggers;
 use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
 use koord_runtime::WATCH_TIMEOUT_SECS;
 

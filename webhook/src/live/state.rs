@@ -11,7 +11,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::Semaphore;
 
-use super::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::policy::PolicyConfig;
 
 /// The skip reason of a namespace the cache knows without the opt-in label.

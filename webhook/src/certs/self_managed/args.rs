@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::certs::rotation::RotationPolicy;
-use crate::server::duration_arg::parse_duration;
+use crate::server::parse_duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelfCertArgs {
