@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::ancestors::{KubeletMemoryQos, MemoryAncestors};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::node::ancestors::{KubeletMemoryQos, MemoryAncestors};
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const PODS: usize = 1000;
 const DEFAULTS: [(&str, &str); 7] = [
@@ -142,11 +142,11 @@ fn bench(c: &mut Criterion) {
                         p.resolved_qos.as_deref().expect("annotated"),
                     )
                     .expect("valid");
-                    koord_applier::plan::plan(
+                    koord_applier::pod::plan::plan(
                         &q,
                         p,
                         &layout,
-                        koord_applier::plan::NodeCaps::default(),
+                        koord_applier::pod::plan::NodeCaps::default(),
                     )
                     .expect("plan")
                     .writes
@@ -162,11 +162,16 @@ fn bench(c: &mut Criterion) {
                 p.resolved_qos.as_deref().expect("annotated"),
             )
             .expect("valid");
-            koord_applier::plan::plan(&q, p, &layout, koord_applier::plan::NodeCaps::default())
-                .expect("plan")
-                .writes
-                .into_iter()
-                .map(|w| w.path())
+            koord_applier::pod::plan::plan(
+                &q,
+                p,
+                &layout,
+                koord_applier::pod::plan::NodeCaps::default(),
+            )
+            .expect("plan")
+            .writes
+            .into_iter()
+            .map(|w| w.path())
         })
         .filter(|p| p.exists())
         .collect();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::reclaim::{AsyncReclaim, Registration, Settings, Worker};
+use koord_applier::node::reclaim::{AsyncReclaim, Registration, Settings, Worker};
 
 const CONTAINERS: usize = 110;
 

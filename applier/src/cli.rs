@@ -61,7 +61,7 @@ pub struct GlobalArgs {
     pub sys_root: PathBuf,
     /// Memory locality: the migration rate.
     #[command(flatten)]
-    pub locality: crate::numa::LocalityArgs,
+    pub locality: crate::node::numa::LocalityArgs,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
@@ -92,13 +92,13 @@ pub struct GlobalArgs {
     pub log_format: LogFormat,
     /// The Performance Collector (PSI, CPI): feature gates and intervals.
     #[command(flatten)]
-    pub collectors: crate::collectors::CollectorArgs,
+    pub collectors: crate::node::collectors::CollectorArgs,
     /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
     #[command(flatten)]
-    pub ancestors: crate::ancestors::AncestorArgs,
+    pub ancestors: crate::node::ancestors::AncestorArgs,
     /// The values of systemd units, set through systemd on its driver.
     #[command(flatten)]
-    pub systemd: crate::systemd::SystemdArgs,
+    pub systemd: crate::cgroup::systemd::SystemdArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,16 +130,16 @@ pub struct RunArgs {
     #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
     pub event_window_seconds: u64,
     #[command(flatten)]
-    pub colocation: crate::colocation::ColocationArgs,
+    pub colocation: crate::node::colocation::ColocationArgs,
     /// The metrics endpoint's connection cap and timeouts.
     #[command(flatten)]
     pub endpoint: crate::server::EndpointArgs,
     /// The NRI plugin: container values set at creation.
     #[command(flatten)]
-    pub nri: crate::nri::NriArgs,
+    pub nri: crate::node::nri::NriArgs,
     /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
     #[command(flatten)]
-    pub reclaim: crate::reclaim::ReclaimArgs,
+    pub reclaim: crate::node::reclaim::ReclaimArgs,
 }
 
 #[derive(Debug, Args)]
@@ -171,17 +171,17 @@ pub struct Config {
     pub kubelet_cgroup_root: Option<KubeletRoot>,
     pub proc_root: PathBuf,
     pub sys_root: PathBuf,
-    pub locality: crate::numa::LocalityConfig,
+    pub locality: crate::node::numa::LocalityConfig,
     pub dry_run: bool,
     pub log_format: LogFormat,
-    pub collectors: crate::collectors::CollectorArgs,
+    pub collectors: crate::node::collectors::CollectorArgs,
     pub cpu_idle_fallback: bool,
     pub cpu_idle_qos_parents: bool,
     pub resctrl_root: PathBuf,
     /// `--protect-ancestors`, `--kubelet-memory-qos`.
-    pub ancestors: crate::ancestors::AncestorSettings,
+    pub ancestors: crate::node::ancestors::AncestorSettings,
     /// `--systemd-dbus`, `--systemd-socket`.
-    pub systemd: crate::systemd::Settings,
+    pub systemd: crate::cgroup::systemd::Settings,
 }
 
 /// Settings of `run`.
@@ -193,14 +193,14 @@ pub struct RunConfig {
     pub ancestors_check: Option<Duration>,
     pub metrics_addr: SocketAddr,
     pub event_window: Duration,
-    /// Batch capacity and BE suppression (`crate::colocation`); `Default` = off.
-    pub colocation: crate::colocation::Settings,
+    /// Batch capacity and BE suppression (`crate::node::colocation`); `Default` = off.
+    pub colocation: crate::node::colocation::Settings,
     /// The metrics endpoint's connection cap and timeouts.
     pub endpoint: crate::server::EndpointSettings,
-    /// The NRI plugin (`crate::nri`); `Default` = off.
-    pub nri: crate::nri::Settings,
-    /// The async reclaim emulation (`crate::reclaim`); `Default` = off.
-    pub reclaim: crate::reclaim::Settings,
+    /// The NRI plugin (`crate::node::nri`); `Default` = off.
+    pub nri: crate::node::nri::Settings,
+    /// The async reclaim emulation (`crate::node::reclaim`); `Default` = off.
+    pub reclaim: crate::node::reclaim::Settings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -246,13 +246,13 @@ pub enum ConfigError {
     #[error(transparent)]
     Detect(#[from] DetectError),
     #[error(transparent)]
-    Colocation(#[from] crate::colocation::SettingsError),
+    Colocation(#[from] crate::node::colocation::SettingsError),
     #[error(transparent)]
     Endpoint(#[from] crate::server::EndpointError),
     #[error(transparent)]
-    Nri(#[from] crate::nri::SettingsError),
+    Nri(#[from] crate::node::nri::SettingsError),
     #[error(transparent)]
-    Reclaim(#[from] crate::reclaim::SettingsError),
+    Reclaim(#[from] crate::node::reclaim::SettingsError),
 }
 
 /// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
@@ -307,15 +307,15 @@ impl From<&GlobalArgs> for Config {
             kubelet_cgroup_root: g.kubelet_cgroup_root.clone(),
             proc_root: g.proc_root.clone(),
             sys_root: g.sys_root.clone(),
-            locality: crate::numa::LocalityConfig::from(&g.locality),
+            locality: crate::node::numa::LocalityConfig::from(&g.locality),
             dry_run: g.dry_run,
             log_format: g.log_format,
             collectors: g.collectors.clone(),
             cpu_idle_fallback: g.cpu_idle_fallback,
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             resctrl_root: g.resctrl_root.clone(),
-            ancestors: crate::ancestors::AncestorSettings::from(&g.ancestors),
-            systemd: crate::systemd::Settings::from(&g.systemd),
+            ancestors: crate::node::ancestors::AncestorSettings::from(&g.ancestors),
+            systemd: crate::cgroup::systemd::Settings::from(&g.systemd),
         }
     }
 }
@@ -333,10 +333,10 @@ impl TryFrom<&RunArgs> for RunConfig {
                 .then(|| Duration::from_millis(a.ancestors_check_ms)),
             metrics_addr: parse_addr(&a.metrics_addr)?,
             event_window: Duration::from_secs(a.event_window_seconds),
-            colocation: crate::colocation::Settings::try_from(&a.colocation)?,
+            colocation: crate::node::colocation::Settings::try_from(&a.colocation)?,
             endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
-            nri: crate::nri::Settings::try_from(&a.nri)?,
-            reclaim: crate::reclaim::Settings::try_from(&a.reclaim)?,
+            nri: crate::node::nri::Settings::try_from(&a.nri)?,
+            reclaim: crate::node::reclaim::Settings::try_from(&a.reclaim)?,
         })
     }
 }
@@ -392,12 +392,12 @@ mod tests {
             argv.extend_from_slice(args);
             Cli::try_parse_from(argv).map(|c| Config::from(&c.global).ancestors)
         };
-        let on = crate::ancestors::AncestorSettings {
+        let on = crate::node::ancestors::AncestorSettings {
             enabled: true,
-            kubelet_memory_qos: crate::ancestors::KubeletMemoryQos::Off,
+            kubelet_memory_qos: crate::node::ancestors::KubeletMemoryQos::Off,
         };
         assert_eq!(parse(&["once", "-f", "p"]).expect("parses"), on);
-        let off = crate::ancestors::AncestorSettings {
+        let off = crate::node::ancestors::AncestorSettings {
             enabled: false,
             ..on
         };
@@ -417,31 +417,31 @@ mod tests {
         assert!(parse(&["once", "--protect-ancestors=maybe", "-f", "p"]).is_err());
         assert_eq!(
             parse(&["run", "--node-name", "n", "--kubelet-memory-qos"]).expect("parses"),
-            crate::ancestors::AncestorSettings {
-                kubelet_memory_qos: crate::ancestors::KubeletMemoryQos::Tiered,
+            crate::node::ancestors::AncestorSettings {
+                kubelet_memory_qos: crate::node::ancestors::KubeletMemoryQos::Tiered,
                 ..on
             }
         );
         for (arg, want) in [
             (
                 "--kubelet-memory-qos=alpha",
-                crate::ancestors::KubeletMemoryQos::Alpha,
+                crate::node::ancestors::KubeletMemoryQos::Alpha,
             ),
             (
                 "--kubelet-memory-qos=tiered",
-                crate::ancestors::KubeletMemoryQos::Tiered,
+                crate::node::ancestors::KubeletMemoryQos::Tiered,
             ),
             (
                 "--kubelet-memory-qos=true",
-                crate::ancestors::KubeletMemoryQos::Tiered,
+                crate::node::ancestors::KubeletMemoryQos::Tiered,
             ),
             (
                 "--kubelet-memory-qos=false",
-                crate::ancestors::KubeletMemoryQos::Off,
+                crate::node::ancestors::KubeletMemoryQos::Off,
             ),
             (
                 "--kubelet-memory-qos=off",
-                crate::ancestors::KubeletMemoryQos::Off,
+                crate::node::ancestors::KubeletMemoryQos::Off,
             ),
         ] {
             assert_eq!(

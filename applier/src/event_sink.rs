@@ -16,7 +16,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
 use crate::metrics::Metrics;
-use crate::pod_event::{EventKind, PodEvent};
+use crate::pod::event::{EventKind, PodEvent};
 
 pub const REPORTING_CONTROLLER: &str = "koordinator.sh/koord-applier";
 const ACTION: &str = "ApplyCgroups";

@@ -33,5 +33,5 @@ pub struct RunContext {
     pub metrics: Arc<Metrics>,
     /// On the systemd driver (cgroup v2): the connection that sets unit values through
     /// systemd; `None` = cgroup files only.
-    pub systemd: Option<Arc<crate::systemd::Units>>,
+    pub systemd: Option<Arc<crate::cgroup::systemd::Units>>,
 }

@@ -3,39 +3,25 @@
 //! writes, safely and idempotently, on cgroup v1 and v2, and reports what it did as Events and
 //! metrics. The module map is in `docs/architecture.md`.
 //!
-//! Dependencies point one way: [`cmd`] -> the features ([`numa`], [`collectors`],
-//! [`colocation`]) and the cgroup passes ([`pods`], [`apply`], [`ancestors`], [`nodeqos`]) ->
-//! the pure core ([`plan`], [`knob_map`], [`events`], [`report`], [`cgroup::layout`],
-//! `ancestors::{plan, report}`) -> `koord_api`.
-//! Pure: [`cgroup::layout`], [`cgroup::readback`], [`knob_map`], [`plan`], [`events`] texts.
-//! IO at the edge: [`cgroup::writer`], [`cgroup::detect`], [`pods`] (kube watch),
-//! [`event_sink`], [`server`], [`systemd::dbus`] (systemd's manager over D-Bus).
+//! The layout is the architecture: [`pod`] is the pod path (watch -> spec view -> plan ->
+//! write -> Event), [`node`] the node loops (ancestors, QoS-class parents, NRI, reclaim,
+//! colocation, NUMA, collectors, resctrl), [`cgroup`] the one door to the cgroup files (layout,
+//! knob names, read-compare-write, systemd units), [`cmd`] the commands that wire them.
+//! Dependencies point one way: [`cmd`] -> [`node`] and [`pod`] -> the pure core
+//! ([`pod::plan`], [`cgroup::knob_map`], [`pod::events`], [`pod::report`], [`cgroup::layout`],
+//! `node::ancestors::{plan, report}`) -> `koord_api`.
+//! IO at the edge: [`cgroup::writer`], [`cgroup::detect`], [`pod::watch`] (kube watch),
+//! [`event_sink`], [`server`], [`cgroup::systemd::dbus`] (systemd's manager over D-Bus).
 
-pub mod ancestors;
-pub mod apply;
 pub mod cgroup;
 pub mod cli;
 pub mod cmd;
-pub mod collectors;
-pub mod colocation;
 pub mod cpu_list;
 pub mod event_sink;
-pub mod events;
 pub mod fd_limit;
 pub mod feature;
 pub mod go_flags;
-pub mod knob_map;
 pub mod metrics;
-pub mod nodeqos;
-pub mod nri;
-pub mod numa;
-pub mod plan;
-pub mod pod_event;
-pub mod pod_phase;
-pub mod pod_spec_view;
-pub mod pods;
-pub mod reclaim;
-pub mod report;
-pub mod resctrl;
+pub mod node;
+pub mod pod;
 pub mod server;
-pub mod systemd;

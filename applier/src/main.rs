@@ -23,13 +23,13 @@ fn main() -> anyhow::Result<()> {
     let config = Config::from(&cli.global);
     // A gate nobody has is a typo: refused before anything starts (koordlet's own gates that
     // this product lacks are accepted, with the one warning below).
-    if let Err(e) = koord_applier::collectors::parse_gates(&config.collectors.feature_gates) {
+    if let Err(e) = koord_applier::node::collectors::parse_gates(&config.collectors.feature_gates) {
         eprintln!("error: {e}");
         std::process::exit(2);
     }
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
     koord_runtime::init_logging(config.log_format, &filter);
-    koord_applier::collectors::warn_ignored_gates(&config.collectors);
+    koord_applier::node::collectors::warn_ignored_gates(&config.collectors);
     match &cli.command {
         Command::Once(args) if args.collect => {
             let text = cmd::collect::run(&config, &args.file, args.collect_serve.as_deref())?;

@@ -170,7 +170,10 @@ impl Metrics {
         };
         // The Events an alert counts exist from the start at 0: a counter that first appears
         // at 1 shows no increase in Prometheus, and the first refusal would go unseen.
-        for reason in [crate::events::REASON_REFUSED, crate::events::REASON_FAILED] {
+        for reason in [
+            crate::pod::events::REASON_REFUSED,
+            crate::pod::events::REASON_FAILED,
+        ] {
             for result in ["posted", "suppressed", "delayed", "error"] {
                 m.events.with_label_values(&[reason, result]);
             }

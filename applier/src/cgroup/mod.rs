@@ -9,10 +9,12 @@
 
 pub mod detect;
 pub mod file;
+pub mod knob_map;
 pub mod kubelet_root;
 pub mod layout;
 pub mod outcome;
 pub mod readback;
+pub mod systemd;
 pub mod writer;
 
 pub use outcome::Outcome;

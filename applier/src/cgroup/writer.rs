@@ -269,7 +269,7 @@ impl CgroupWriter {
     }
 
     /// [`Self::compare_write`] for a value systemd was just given (`held`, see
-    /// `crate::systemd`): the file is read back first, and written only if it still differs
+    /// `crate::cgroup::systemd`): the file is read back first, and written only if it still differs
     /// (it counts as written either way: the value changed).
     pub fn compare_write_held(
         &self,

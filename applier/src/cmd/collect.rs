@@ -15,11 +15,11 @@ use tracing::Instrument as _;
 use super::manifest::{ManifestError, read_pods};
 use crate::cgroup::layout::Layout;
 use crate::cli::{Config, ConfigError, parse_addr};
-use crate::collectors::{
+use crate::metrics::Metrics;
+use crate::node::collectors::{
     Collector, CollectorConfig, CollectorMetrics, GateError, collect_once, node_name_for,
     run_loops, text_source,
 };
-use crate::metrics::Metrics;
 use crate::server;
 
 #[derive(Debug, thiserror::Error)]

@@ -10,19 +10,19 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::manifest::{ManifestError, read_pod};
-use crate::ancestors::{AncestorsReport, MemoryAncestors};
-use crate::apply::Applier;
 use crate::cgroup::Outcome;
 use crate::cgroup::layout::Layout;
 use crate::cli::{Config, ConfigError};
-use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
-use crate::numa::locality::once_locality;
-use crate::numa::report::LocalityReport;
-use crate::numa::timings::micros_since;
-use crate::plan::NodeCaps;
-use crate::pod_spec_view::{PodSpecView, PodSpecViewError};
-use crate::report::{PodReport, PodStatus};
-use crate::resctrl::ResctrlReport;
+use crate::node::ancestors::{AncestorsReport, MemoryAncestors};
+use crate::node::numa::locality::once_locality;
+use crate::node::numa::report::LocalityReport;
+use crate::node::numa::timings::micros_since;
+use crate::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
+use crate::node::resctrl::ResctrlReport;
+use crate::pod::apply::Applier;
+use crate::pod::plan::NodeCaps;
+use crate::pod::report::{PodReport, PodStatus};
+use crate::pod::spec_view::{PodSpecView, PodSpecViewError};
 
 /// The JSON report of `once`: the cgroup pass, the ancestors' memory protection, then the
 /// locality and resctrl passes.
@@ -110,7 +110,8 @@ pub fn run(
     })?;
     t.manifest_micros = lap();
     // On the systemd driver, unit values go through systemd here too.
-    let systemd = crate::systemd::Units::start(&layout, &config.systemd, config.dry_run, None);
+    let systemd =
+        crate::cgroup::systemd::Units::start(&layout, &config.systemd, config.dry_run, None);
     let applier = Applier::new(layout.clone(), config.dry_run, None)
         .with_caps(caps)
         .with_systemd(systemd.clone());
@@ -153,7 +154,7 @@ fn ancestors_pass(
     config: &Config,
     layout: &Layout,
     pod: &PodReport,
-    systemd: Option<std::sync::Arc<crate::systemd::Units>>,
+    systemd: Option<std::sync::Arc<crate::cgroup::systemd::Units>>,
 ) -> Option<AncestorsReport> {
     let applied = matches!(
         pod.status,

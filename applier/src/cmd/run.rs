@@ -12,22 +12,22 @@ use kube::runtime::reflector;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
-use crate::ancestors::{KubeletMemoryQos, MemoryAncestors};
-use crate::apply::Applier;
 use crate::cli::{Config, ConfigError, RunConfig};
-use crate::collectors::{CollectorConfig, GateError};
 use crate::event_sink;
 use crate::feature::RunContext;
 use crate::metrics::Metrics;
-use crate::nodeqos::{NodeQos, detect_caps, detect_resctrl};
-use crate::nri::NriMode;
-use crate::nri::decide::Decider;
-use crate::nri::link::{Link, Plugged};
-use crate::nri::metrics::NriMetrics;
-use crate::pods::Watch;
-use crate::reclaim::{AsyncReclaim, ReclaimMetrics};
+use crate::node::ancestors::{KubeletMemoryQos, MemoryAncestors};
+use crate::node::collectors::{CollectorConfig, GateError};
+use crate::node::nri::NriMode;
+use crate::node::nri::decide::Decider;
+use crate::node::nri::link::{Link, Plugged};
+use crate::node::nri::metrics::NriMetrics;
+use crate::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
+use crate::node::reclaim::{AsyncReclaim, ReclaimMetrics};
+use crate::node::{collectors, colocation, nri, numa};
+use crate::pod::apply::Applier;
+use crate::pod::watch::Watch;
 use crate::server;
-use crate::{collectors, colocation, nri, numa};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -73,7 +73,7 @@ pub async fn run_with_client(
     let (events, events_rx) = mpsc::channel(1024);
     let metrics = Arc::new(Metrics::new()?);
     // Before the first pass: on the systemd driver, unit values go through systemd.
-    let systemd = crate::systemd::Units::start(
+    let systemd = crate::cgroup::systemd::Units::start(
         &layout,
         &config.systemd,
         config.dry_run,
@@ -93,7 +93,7 @@ pub async fn run_with_client(
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     start_features(&ctx, &config, &run)?;
-    let reclaim = crate::reclaim::Settings {
+    let reclaim = crate::node::reclaim::Settings {
         proc_root: config.proc_root.clone(),
         ..run.reclaim.clone()
     };
@@ -153,7 +153,7 @@ fn start_nri(
     ctx: &RunContext,
     config: &Config,
     run: &RunConfig,
-    caps: crate::plan::NodeCaps,
+    caps: crate::pod::plan::NodeCaps,
 ) -> Result<Option<Plugged>, RunError> {
     let metrics = NriMetrics::register(ctx.metrics.registry())?;
     if config.dry_run && run.nri.mode != NriMode::Off {
@@ -178,7 +178,7 @@ type CgroupPasses = (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>);
 fn cgroup_passes(
     ctx: &RunContext,
     config: &Config,
-    reclaim: crate::reclaim::Settings,
+    reclaim: crate::node::reclaim::Settings,
 ) -> Result<CgroupPasses, RunError> {
     let caps = detect_caps(
         &ctx.layout,
@@ -238,7 +238,7 @@ fn cgroup_passes(
 /// (never in a dry run: it would reclaim).
 fn async_reclaim(
     ctx: &RunContext,
-    settings: crate::reclaim::Settings,
+    settings: crate::node::reclaim::Settings,
 ) -> Result<Option<Arc<AsyncReclaim>>, RunError> {
     if ctx.dry_run {
         return Ok(None);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Kernel, fixture, layout, make_pod_tree, read};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 

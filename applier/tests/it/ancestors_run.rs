@@ -12,7 +12,7 @@ use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
 use koord_applier::cgroup::layout::KubeQos;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 use kube::client::Body;
 
 /// ls-redis.json: pod-level memory.min = memory.low = 70 MiB.

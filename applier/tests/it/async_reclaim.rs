@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::events::applied_message;
-use koord_applier::plan::Target;
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::reclaim::{AsyncReclaim, Settings, held};
-use koord_applier::report::PodReport;
+use koord_applier::node::reclaim::{AsyncReclaim, Settings, held};
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::events::applied_message;
+use koord_applier::pod::plan::Target;
+use koord_applier::pod::report::PodReport;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const MIB: u64 = 1 << 20;

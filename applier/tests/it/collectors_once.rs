@@ -7,7 +7,7 @@ use std::process::Command;
 use clap::Parser as _;
 use common::collectors::{cid, pod, series};
 use koord_applier::cli::{Cli, Config};
-use koord_applier::collectors::CollectorConfig;
+use koord_applier::node::collectors::CollectorConfig;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
 const FULL: &str = "some avg10=1.50 avg60=2.25 avg300=3.00 total=100\nfull avg10=0.50 avg60=0.75 avg300=1.00 total=50\n";

@@ -13,12 +13,12 @@ use common::collectors::{RealTree, cid, pod, scrape, series, unified_psi_missing
 use koord_applier::cgroup::file as cgroup_file;
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::collectors::CollectorMetrics;
-use koord_applier::collectors::cpi::{self, CPI_EVENTS, PmuStatus};
+use koord_applier::node::collectors::CollectorMetrics;
+use koord_applier::node::collectors::cpi::{self, CPI_EVENTS, PmuStatus};
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
-use koord_applier::collectors::perf_sys::{CounterGroup, Event};
-use koord_applier::collectors::{Collector, CollectorConfig};
+use koord_applier::node::collectors::perf_sys::{CounterGroup, Event};
+use koord_applier::node::collectors::{Collector, CollectorConfig};
 use prometheus::Registry;
 
 const UID: &str = "3440fb9c-423b-48e9-8850-06a6c50f633d";

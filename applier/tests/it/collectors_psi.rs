@@ -10,11 +10,11 @@ use common::collectors::{RealTree, cid, pod, require_unified_psi, scrape, series
 use koord_applier::cgroup::file as cgroup_file;
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::collectors::CollectorMetrics;
+use koord_applier::node::collectors::CollectorMetrics;
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
-use koord_applier::collectors::psi::{self, Resource};
-use koord_applier::collectors::{Collector, CollectorConfig};
+use koord_applier::node::collectors::psi::{self, Resource};
+use koord_applier::node::collectors::{Collector, CollectorConfig};
 use prometheus::Registry;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";

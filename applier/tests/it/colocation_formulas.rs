@@ -5,17 +5,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use koord_applier::colocation::capacity::{
+use koord_applier::cpu_list::{format_slice, parse_vec};
+use koord_applier::node::colocation::capacity::{
     CapacityInput, Resources, UpdateDecision, advertised, batch_capacity, degraded, moved,
     system_usage, update_decision,
 };
-use koord_applier::colocation::config::{
+use koord_applier::node::colocation::config::{
     ColocationConfig, ConfigState, MemoryPolicy, SuppressPolicy, parse_colocation, parse_threshold,
 };
-use koord_applier::colocation::suppress::{SuppressInput, be_budget_milli, cpuset_for, quota_for};
-use koord_applier::colocation::usage::{Reading, parse_proc_stat_busy, stat_field};
-use koord_applier::colocation::window::{Series, rate_milli};
-use koord_applier::cpu_list::{format_slice, parse_vec};
+use koord_applier::node::colocation::suppress::{
+    SuppressInput, be_budget_milli, cpuset_for, quota_for,
+};
+use koord_applier::node::colocation::usage::{Reading, parse_proc_stat_busy, stat_field};
+use koord_applier::node::colocation::window::{Series, rate_milli};
 
 const GI: i64 = 1 << 30;
 

@@ -9,11 +9,11 @@ use clap::Parser as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use koord_applier::cgroup::layout::KubeQos;
 use koord_applier::cli::{Cli, Command, RunConfig};
-use koord_applier::colocation::capacity::Resources;
-use koord_applier::colocation::config::ConfigState;
-use koord_applier::colocation::node_status::{advertised_on_node, allocatable, patch_body};
-use koord_applier::colocation::pod_facts::PodFacts;
-use koord_applier::colocation::{ColocationMetrics, Settings, on_configmap};
+use koord_applier::node::colocation::capacity::Resources;
+use koord_applier::node::colocation::config::ConfigState;
+use koord_applier::node::colocation::node_status::{advertised_on_node, allocatable, patch_body};
+use koord_applier::node::colocation::pod_facts::PodFacts;
+use koord_applier::node::colocation::{ColocationMetrics, Settings, on_configmap};
 
 const GI: i64 = 1 << 30;
 

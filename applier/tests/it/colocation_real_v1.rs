@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use koord_applier::cgroup::layout::{KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::colocation::capacity::Resources;
-use koord_applier::colocation::config::{SloConfig, SuppressPolicy, ThresholdStrategy};
-use koord_applier::colocation::engine::Engine;
-use koord_applier::colocation::pod_facts::PodFacts;
-use koord_applier::colocation::suppress::BeParent;
+use koord_applier::node::colocation::capacity::Resources;
+use koord_applier::node::colocation::config::{SloConfig, SuppressPolicy, ThresholdStrategy};
+use koord_applier::node::colocation::engine::Engine;
+use koord_applier::node::colocation::pod_facts::PodFacts;
+use koord_applier::node::colocation::suppress::BeParent;
 
 const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];

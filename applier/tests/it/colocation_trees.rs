@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use koord_applier::cgroup::layout::{KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::colocation::capacity::{Resources, batch_capacity};
-use koord_applier::colocation::config::{ColocationConfig, SuppressPolicy, ThresholdStrategy};
-use koord_applier::colocation::engine::Engine;
-use koord_applier::colocation::pod_facts::PodFacts;
-use koord_applier::colocation::suppress::Limit;
-use koord_applier::colocation::usage::{read_cgroup, read_node};
+use koord_applier::node::colocation::capacity::{Resources, batch_capacity};
+use koord_applier::node::colocation::config::{
+    ColocationConfig, SuppressPolicy, ThresholdStrategy,
+};
+use koord_applier::node::colocation::engine::Engine;
+use koord_applier::node::colocation::pod_facts::PodFacts;
+use koord_applier::node::colocation::suppress::Limit;
+use koord_applier::node::colocation::usage::{read_cgroup, read_node};
 
 const GI: u64 = 1 << 30;
 const LS: &str = "11111111-2222-4333-8444-555555555555";

@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 use common::fixture;
 use k8s_openapi::api::core::v1::Pod;
 use koord_api::{DecisionSource, ResolvedCpuQos, ResolvedQos, keys};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::layout::{ContainerId, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::nodeqos::NodeQos;
-use koord_applier::plan::NodeCaps;
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::node::qos_parents::NodeQos;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::plan::NodeCaps;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 3] = ["cpu", "cpuacct", "memory"];

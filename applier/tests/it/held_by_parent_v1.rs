@@ -17,13 +17,13 @@ use std::sync::Arc;
 
 use common::real_v1::{RealV1Tree, V1, require_usable};
 use common::{fixture, read};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
-use koord_applier::colocation::suppress::BeParent;
-use koord_applier::events::event_for;
 use koord_applier::metrics::Metrics;
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::report::PodStatus;
+use koord_applier::node::colocation::suppress::BeParent;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::events::event_for;
+use koord_applier::pod::report::PodStatus;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const FF: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 

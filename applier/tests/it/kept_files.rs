@@ -7,11 +7,11 @@
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read, with_runtime};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::report::PodStatus;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::report::PodStatus;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const POD: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice";

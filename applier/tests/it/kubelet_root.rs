@@ -11,7 +11,7 @@ use common::{Kernel, fixture, fixture_path, make_pod_tree, snapshot};
 use koord_applier::cgroup::kubelet_root::KubeletRoot;
 use koord_applier::cgroup::layout::{KubeQos, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 
 /// `koord-applier once -f ls-redis.json --cgroup-root ROOT --cgroup-version V ARGS...`: exit
 /// code, stdout as JSON (Null when it is not JSON) and stderr.

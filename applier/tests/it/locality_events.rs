@@ -1,11 +1,15 @@
 //! Every Event text of the memory locality pass, against the reference's
 //! `kubectl describe pod` output (the reference's memory-locality documentation page).
 
-use koord_applier::numa::message::{REASON_COMPLETED, REASON_FAILED, REASON_SKIPPED, event_text};
-use koord_applier::numa::numa_maps::Locality;
-use koord_applier::numa::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityReport};
-use koord_applier::numa::topology::IdSet;
-use koord_applier::pod_event::EventKind;
+use koord_applier::node::numa::message::{
+    REASON_COMPLETED, REASON_FAILED, REASON_SKIPPED, event_text,
+};
+use koord_applier::node::numa::numa_maps::Locality;
+use koord_applier::node::numa::report::{
+    ContainerLocality, ContainerStatus, FailedPid, LocalityReport,
+};
+use koord_applier::node::numa::topology::IdSet;
+use koord_applier::pod::event::EventKind;
 
 fn nodes(ids: &[u32]) -> IdSet {
     ids.iter().copied().collect()
@@ -215,8 +219,12 @@ fn every_event_text_of_the_reference_page() {
         assert_eq!(got, (kind, reason, text.to_owned()));
     }
     // The line, exactly: the second container's text after its name.
-    let line =
-        koord_applier::numa::message::container_line(&gone(completed("c", &[0], &[1], (1, 0, 0))));
+    let line = koord_applier::node::numa::message::container_line(&gone(completed(
+        "c",
+        &[0],
+        &[1],
+        (1, 0, 0),
+    )));
     assert_eq!(
         line.strip_prefix("Container c ").expect("prefix"),
         "completed: failed to migrate the following processes: failed pid: 111111, error: No such process,from remote numa: 0 to local numa: 1"

@@ -7,11 +7,11 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command};
 
-use koord_applier::numa::migrate_sys::{
+use koord_applier::node::numa::migrate_sys::{
     MPOL_MF_MOVE, SysError, migrate_pages, move_pages, query_pages,
 };
-use koord_applier::numa::numa_maps::NodeUsage;
-use koord_applier::numa::topology::Topology;
+use koord_applier::node::numa::numa_maps::NodeUsage;
+use koord_applier::node::numa::topology::Topology;
 use rustix::io::Errno;
 
 fn require_numa_kernel() {

@@ -7,8 +7,8 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_applier::cgroup::layout::Layout;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::event_sink::SinkMsg;
-use koord_applier::numa::LocalityConfig;
-use koord_applier::numa::locality::Migrator;
+use koord_applier::node::numa::LocalityConfig;
+use koord_applier::node::numa::locality::Migrator;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use tokio::sync::mpsc;
@@ -62,7 +62,7 @@ async fn posts_on_start_and_on_change_only() {
         r#"{"policy":"bestEffort","source":"pod-annotation"}"#,
     )));
     let (tx, mut rx) = mpsc::channel(16);
-    let task = tokio::spawn(koord_applier::numa::worker::run(
+    let task = tokio::spawn(koord_applier::node::numa::worker::run(
         std::sync::Arc::new(migrator),
         store,
         tx,

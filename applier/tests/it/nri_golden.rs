@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use koord_applier::nri::proto::{self, *};
+use koord_applier::node::nri::proto::{self, *};
 use prost::Message as _;
 
 fn golden(name: &str) -> Vec<u8> {
@@ -129,7 +129,7 @@ fn answers_encode_as_go_does() {
         (
             "configure_response",
             ConfigureResponse {
-                events: koord_applier::nri::plugin::EVENTS,
+                events: koord_applier::node::nri::plugin::EVENTS,
             }
             .encode_to_vec(),
         ),
@@ -138,7 +138,7 @@ fn answers_encode_as_go_does() {
             RegisterPluginRequest {
                 plugin_name: "koord-applier".into(),
                 plugin_idx: "50".into(),
-                nri_version: koord_applier::nri::NRI_VERSION.into(),
+                nri_version: koord_applier::node::nri::NRI_VERSION.into(),
             }
             .encode_to_vec(),
         ),

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use common::{Kernel, fixture, fixture_path, layout, make_pod_tree, read};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 
 fn once(root: &std::path::Path, file: &str, extra: &[&str]) -> (i32, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))

@@ -8,10 +8,10 @@ use std::path::Path;
 
 use common::real_v1::{RealV1Tree, V1, require_usable};
 use common::{fixture, read};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::report::PodStatus;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::report::PodStatus;
+use koord_applier::pod::spec_view::PodSpecView;
 
 /// Removes every created cgroup directory, deepest first, also when the test panics.
 #[test]

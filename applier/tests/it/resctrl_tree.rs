@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use koord_api::{DecisionSource, QosClass, ResolvedResctrlQos};
-use koord_applier::resctrl::{PodResctrl, ResctrlReport, detect, reconcile};
+use koord_applier::node::resctrl::{PodResctrl, ResctrlReport, detect, reconcile};
 
 fn tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -6,10 +6,10 @@
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, snapshot};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::report::PodStatus;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::report::PodStatus;
+use koord_applier::pod::spec_view::PodSpecView;
 use serde_json::{Value, json};
 
 /// The LS fixture with redis at `spec_mi` in the spec and `status_mi` in the kubelet's status.

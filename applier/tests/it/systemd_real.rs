@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use clap::Parser as _;
 use koord_applier::cgroup::layout::KubeQos;
+use koord_applier::cgroup::systemd::Units;
+use koord_applier::cgroup::systemd::dbus::DbusSettings;
+use koord_applier::cgroup::systemd::plan::Want;
+use koord_applier::cgroup::systemd::unit::UnitNamer;
 use koord_applier::cgroup::{CgroupDriver, Controller};
 use koord_applier::cli::{Cli, Config};
-use koord_applier::systemd::Units;
-use koord_applier::systemd::dbus::DbusSettings;
-use koord_applier::systemd::plan::Want;
-use koord_applier::systemd::unit::UnitNamer;
 
 fn sh(cmd: &str) -> String {
     let out = Command::new("sh").arg("-c").arg(cmd).output().expect("sh");

@@ -4,12 +4,12 @@
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read, snapshot, with_runtime};
-use koord_applier::apply::Applier;
 use koord_applier::cgroup::Outcome;
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::events::{REASON_APPLIED, REASON_REFUSED, event_for};
-use koord_applier::pod_spec_view::PodSpecView;
-use koord_applier::report::PodStatus;
+use koord_applier::pod::apply::Applier;
+use koord_applier::pod::events::{REASON_APPLIED, REASON_REFUSED, event_for};
+use koord_applier::pod::report::PodStatus;
+use koord_applier::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const FF: &str = "1111111111111111111111111111111111111111111111111111111111111111";

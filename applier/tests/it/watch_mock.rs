@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::{Kernel, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 use kube::client::Body;
 
 #[tokio::test]

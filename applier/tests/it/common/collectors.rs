@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::collectors::Collector;
+use koord_applier::node::collectors::Collector;
 use koord_runtime::metrics::render;
 use prometheus::Registry;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use koord_applier::cgroup::layout::{ContainerId, Layout};
 use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod_spec_view::PodSpecView;
+use koord_applier::pod::spec_view::PodSpecView;
 
 pub const V1: &str = "/sys/fs/cgroup";
 
