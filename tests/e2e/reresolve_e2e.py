@@ -32,10 +32,10 @@ import os
 import signal
 import ssl
 import subprocess
-import threading
 import time
 
 from koordtest.procs import vm_status
+from koordtest.watch import ApiWatch, Endpoint
 
 NS_FLIP = "e2e-flip"
 NS_SCALE = "e2e-scale"
@@ -87,64 +87,18 @@ def enabled_of(pod: dict, s) -> bool | None:
     return json.loads(raw)["memoryQOS"]["enabled"] if raw else None
 
 
-class PodWatch(threading.Thread):
+def pod_watch(h, s, ns: str, timeout_s: int = 300, value_of=None) -> ApiWatch:
     """A watch on a namespace's pods (the apiserver's own event stream, not polling): the
-    time each pod was first seen with each memoryQOS.enabled value."""
-
-    def __init__(self, h, s, ns: str, timeout_s: int = 300, value_of=None):
-        """value_of(pod, s): the value watched (default memoryQOS.enabled)."""
-        super().__init__(daemon=True)
-        self.s = s
-        self.value_of = value_of or enabled_of
-        listed = h.kjson("get", "pods", "-n", ns)
-        self.latest = {p["metadata"]["name"]: self.value_of(p, s) for p in listed["items"]}
-        self.rvs = {p["metadata"]["name"]: p["metadata"]["resourceVersion"]
-                    for p in listed["items"]}
-        self.first_seen: dict[tuple[str, bool | None], float] = {}
-        self.conn, hdr = api_conn(h)
-        self.conn.timeout = timeout_s + 30
-        self.conn.request("GET", f"/api/v1/namespaces/{ns}/pods?watch=1&resourceVersion="
-                          f"{listed['metadata']['resourceVersion']}&timeoutSeconds={timeout_s}",
-                          headers=hdr)
-        self.resp = self.conn.getresponse()
-        s.check(self.resp.status == 200, f"watch pods: HTTP {self.resp.status}")
-        self.lock = threading.Lock()
-
-    def run(self) -> None:
-        try:
-            for line in self.resp:
-                now = time.monotonic()
-                ev = json.loads(line)
-                if ev.get("type") not in ("ADDED", "MODIFIED"):
-                    continue
-                pod = ev["object"]
-                name, value = pod["metadata"]["name"], self.value_of(pod, self.s)
-                with self.lock:
-                    self.latest[name] = value
-                    self.rvs[name] = pod["metadata"]["resourceVersion"]
-                    self.first_seen.setdefault((name, value), now)
-        except Exception:  # noqa: BLE001 - the stream ended: close(), timeoutSeconds, shutdown
-            pass
-        finally:
-            self.conn.close()
-
-    def all_are(self, names: list[str], value: bool) -> bool:
-        with self.lock:
-            return all(self.latest.get(n) == value for n in names)
-
-    def latencies(self, names: list[str], value: bool, t0: float) -> list[float]:
-        with self.lock:
-            return sorted(self.first_seen[(n, value)] - t0 for n in names)
-
-    def close(self) -> None:
-        """Ends the stream; the reading thread sees EOF and closes the connection itself."""
-        sock = self.conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(2)
-            except OSError:
-                pass
-        self.join(5)
+    time each pod was first seen with each value of value_of(pod, s) (default
+    memoryQOS.enabled), the latest value and resourceVersion of each."""
+    value_of = value_of or enabled_of
+    port = int(h.cp_state()["APISERVER_PORT"])
+    token = (h.cp_dir / "token").read_text().strip()
+    ctx = ssl.create_default_context(cafile=str(h.cp_dir / "pki" / "apiserver.crt"))
+    endpoint = Endpoint("127.0.0.1", port, ctx, {"Authorization": f"Bearer {token}",
+                                                "Accept": "application/json"})
+    return ApiWatch(endpoint, f"/api/v1/namespaces/{ns}/pods", lambda p: value_of(p, s),
+                    timeout_s=timeout_s)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -184,8 +138,7 @@ def flip_and_measure(h, s, ns: str, names: list[str], enabled: bool, timeout: fl
     counted it)."""
     port = holder_port or h.webhook_metrics_port
     before = passes(h, s, port, "cluster-config")
-    watch = PodWatch(h, s, ns)
-    watch.start()
+    watch = pod_watch(h, s, ns)
     try:
         t0 = time.monotonic()  # before kubectl: its start-up counts against us
         set_ls_enabled(h, s, enabled)
@@ -193,7 +146,7 @@ def flip_and_measure(h, s, ns: str, names: list[str], enabled: bool, timeout: fl
                      lambda: watch.all_are(names, enabled), timeout, 0.05)
         fig = figure(watch.latencies(names, enabled, t0))
     finally:
-        watch.close()
+        watch.stop()
     s.wait_until("the pass to end", lambda: passes(h, s, port, "cluster-config") > before,
                  timeout, 0.1)
     return fig
@@ -406,8 +359,7 @@ def scale(h, s) -> None:
         s.wait_until("the Events of the pass to be posted", events_done, 60, 0.5)
 
         # A policy change that concerns none of these pods: a full pass, zero writes.
-        watch = PodWatch(h, s, NS_SCALE, 60)
-        watch.start()
+        watch = pod_watch(h, s, NS_SCALE, 60)
         try:
             rvs = dict(watch.rvs)
             m0 = h.metrics(port)
@@ -437,13 +389,13 @@ def scale(h, s) -> None:
             s.check(checked >= n, f"the pass checked {checked} pods (< {n})")
             s.check(wrote == 0 and events == 0, f"an unchanged pass wrote {wrote} patches, "
                     f"{events} Events")
-            with watch.lock:
+            with watch.cv:
                 moved = [x for x in names if watch.rvs.get(x) != rvs.get(x)]
             s.check(not moved, f"{len(moved)} pods changed resourceVersion: {moved[:5]}")
             s.log(f"unchanged pass: {int(checked)} pods checked, 0 patches, 0 Events, "
                   "no resourceVersion moved")
         finally:
-            watch.close()
+            watch.stop()
     finally:
         delete_pods(h, NS_SCALE)
         s.restore_configmaps(h)
@@ -548,8 +500,7 @@ def resize(h, s) -> None:
         for step, (req, lim) in (("up", ("128Mi", "256Mi")), ("down", ("32Mi", "256Mi"))):
             want = int(req[:-2]) * mib
             resized0 = metric(h, s, port, "koord_webhook_reresolve_pods_resized_total")
-            watch = PodWatch(h, s, NS_RESIZE, 120, pod_min_of)
-            watch.start()
+            watch = pod_watch(h, s, NS_RESIZE, 120, pod_min_of)
             try:
                 t0 = time.monotonic()
                 patch_many(h, s, NS_RESIZE, names, "resize", {"spec": {"containers": [
@@ -557,7 +508,7 @@ def resize(h, s) -> None:
                                                   "limits": {"memory": lim}}}]}})
                 # Before the kubelet allocates it, a resize changes nothing.
                 time.sleep(1)
-                with watch.lock:
+                with watch.cv:
                     early = [n for n in names if watch.latest.get(n) != previous]
                 s.check(not early, f"annotation moved before the allocation: {early[:5]}")
                 t_alloc = time.monotonic()
@@ -566,7 +517,7 @@ def resize(h, s) -> None:
                              lambda: all(watch.latest.get(n) == want for n in names), 60, 0.05)
                 fig = figure(watch.latencies(names, want, t_alloc))
             finally:
-                watch.close()
+                watch.stop()
             s.check(metric(h, s, port, "koord_webhook_reresolve_pods_resized_total")
                     - resized0 >= len(names), "pods_resized_total did not count the 20 pods")
             s.log(f"resize {step} to {req}: allocation -> annotation {fig} "
@@ -574,19 +525,18 @@ def resize(h, s) -> None:
             figures[step] = fig
             previous = want
         # CPU only: the allocated memory is unchanged, so no pod is planned or written.
-        watch = PodWatch(h, s, NS_RESIZE, 30, pod_min_of)
-        watch.start()
+        watch = pod_watch(h, s, NS_RESIZE, 30, pod_min_of)
         try:
             patched0 = patched(h, s, port)
             patch_many(h, s, NS_RESIZE, names[:5], "resize", {"spec": {"containers": [
                 {"name": "app", "resources": {"requests": {"cpu": "200m"}}}]}})
             time.sleep(3)
             s.check(patched(h, s, port) == patched0, "a CPU-only resize patched pods")
-            with watch.lock:
+            with watch.cv:
                 moved = [n for n in names[:5] if watch.latest.get(n) != 32 * mib]
             s.check(not moved, f"memory.min changed on a CPU-only resize: {moved}")
         finally:
-            watch.close()
+            watch.stop()
         h.figures["resize"] = figures
         # kubectl describe names the resize in the Event.
         ev = [e for e in h.kjson("get", "events", "-n", NS_RESIZE)["items"]

@@ -466,7 +466,7 @@ def s_unit(h: Harness) -> None:
     check(res.skipped == [], f"skipped: {res.skipped}")
 
 
-@scenario("control plane: kube-apiserver + etcd up")
+@scenario("control plane: kube-apiserver + etcd up", base=True)
 def s_control_plane(h: Harness) -> None:
     v = json.loads(h.kubectl("version", "-o", "json").stdout)
     log(f"server version {v['serverVersion']['gitVersion']}")
@@ -642,7 +642,7 @@ def s_baseline(h: Harness) -> None:
 
 
 @scenario("webhook: koord-webhook certs + serve (in-cluster, as its ServiceAccount) + "
-          "MutatingWebhookConfiguration from manifests/ with url + caBundle")
+          "MutatingWebhookConfiguration from manifests/ with url + caBundle", base=True)
 def s_webhook_up(h: Harness) -> None:
     start_webhook(h)
     register_webhook(h)
@@ -915,27 +915,31 @@ FORGED = '{"version":1,"qosClass":"LSE","hand":"edited"}'
 @scenario("kubectl annotate memoryLocality updates resolved-qos; a hand edit of resolved-qos "
           "is overwritten")
 def s_update(h: Harness) -> None:
-    h.create_pod(burstable("annotate-me"))
-    h.kubectl("annotate", "pod", "-n", NS_QOS, "annotate-me", "--overwrite",
-              f'{MEMORY_LOCALITY}={{"policy": "bestEffort", "migrateIntervalMinutes": 10}}')
-    pod = h.get_pod(NS_QOS, "annotate-me")
-    loc = resolved(pod).get("memoryLocality")
-    check(loc == {"policy": "bestEffort", "migrateIntervalMinutes": 10,
-                  "source": "pod-annotation"}, f"memoryLocality after annotate: {loc}")
-    h.carry["before_hand_edit"] = annotations(pod)[RESOLVED]
-    h.kubectl("annotate", "pod", "-n", NS_QOS, "annotate-me", "--overwrite", f"{RESOLVED}={FORGED}")
-    after = annotations(h.get_pod(NS_QOS, "annotate-me"))[RESOLVED]
-    h.carry["after_hand_edit"] = after
+    _, after, loc = hand_edit(h, "annotate-me")
     check(after != FORGED, "the hand edit survived")
     rq = json.loads(after)
     check(rq.get("qosClass") == "LS" and "memoryQOS" in rq and "hand" not in rq
           and rq.get("memoryLocality") == loc, f"not a fresh resolution: {after}")
 
 
+def hand_edit(h: Harness, name: str) -> tuple[str, str, dict | None]:
+    """A pod annotated with memoryLocality, then its resolved-qos replaced by hand: the
+    annotation before the edit, the one the webhook wrote over it, the memoryLocality seen."""
+    h.create_pod(burstable(name))
+    h.kubectl("annotate", "pod", "-n", NS_QOS, name, "--overwrite",
+              f'{MEMORY_LOCALITY}={{"policy": "bestEffort", "migrateIntervalMinutes": 10}}')
+    pod = h.get_pod(NS_QOS, name)
+    loc = resolved(pod).get("memoryLocality")
+    check(loc == {"policy": "bestEffort", "migrateIntervalMinutes": 10,
+                  "source": "pod-annotation"}, f"memoryLocality after annotate: {loc}")
+    before = annotations(pod)[RESOLVED]
+    h.kubectl("annotate", "pod", "-n", NS_QOS, name, "--overwrite", f"{RESOLVED}={FORGED}")
+    return before, annotations(h.get_pod(NS_QOS, name))[RESOLVED], loc
+
+
 @scenario("a hand edit of resolved-qos is overwritten with exactly the value it replaced")
 def s_update_exact(h: Harness) -> None:
-    before, after = h.carry.get("before_hand_edit"), h.carry.get("after_hand_edit")
-    check(before is not None and after is not None, "needs the previous scenario")
+    before, after, _ = hand_edit(h, "exact-me")
     diff = json_diff(json.loads(before), json.loads(after))
     check(after == before, "the forged annotation leaks into the rewritten one; "
           f"before -> after: {'; '.join(diff) or 'key order/formatting'}\n"

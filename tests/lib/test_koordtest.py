@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sys
+import time
 import unittest
 from pathlib import Path
 
@@ -16,7 +18,9 @@ from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 from koordtest import prometheus as promlib  # noqa: E402
+from koordtest import plot  # noqa: E402
 from koordtest import published  # noqa: E402
+from koordtest import watch as watchlib  # noqa: E402
 
 
 class FakeHarness:
@@ -80,6 +84,28 @@ class Runner(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("SKIP second fails a check (KOORD_TEST_ONLY)", lines)
         self.assertEqual(lines[-1], "3 passed, 0 failed, 2 skipped")
+
+    def test_a_base_scenario_runs_whatever_the_filter_selects(self):
+        suite = Suite("KOORD_TEST_ONLY")
+        ran = []
+
+        @suite.scenario("install", base=True)
+        def _a(h):
+            ran.append("install")
+
+        @suite.scenario("one")
+        def _b(h):
+            ran.append("one")
+
+        @suite.scenario("two")
+        def _c(h):
+            ran.append("two")
+        rc, lines, _ = run_suite(suite, env={"KOORD_TEST_ONLY": "^two$"})
+        self.assertEqual((rc, ran), (0, ["install", "two"]))
+        self.assertIn("SKIP one (KOORD_TEST_ONLY)", lines)
+        self.assertEqual(lines[-1], "3 passed, 0 failed, 1 skipped")
+        with self.assertRaises(ValueError):
+            Suite("X", full_env="Y").scenario("n", full="1 min", base=True)
 
     def test_setup_failure_skips_scenarios_but_tears_down(self):
         def setup(h):
@@ -166,6 +192,21 @@ class Files(unittest.TestCase):
         finally:
             f.unlink()
             h.dir.rmdir()
+
+    def test_a_fixture_is_built_once_by_whoever_needs_it_first(self):
+        h = Harness("koordtest-need-")
+        self.addCleanup(lambda: h.dir.rmdir())
+        made = []
+
+        def make(h):
+            made.append(1)
+            return {"pod": len(made)}
+        self.assertEqual(h.need("ls", make), {"pod": 1})
+        self.assertIs(h.need("ls", make), h.need("ls", make))
+        self.assertEqual(made, [1])
+        with self.assertRaises(Check):  # a failed build is not cached: the next need retries
+            h.need("be", lambda h: check(False, "no node"))
+        self.assertNotIn("be", h.carry)
 
     def test_kubeconfig_from_env_or_set(self):
         h = Harness("koordtest-unit.")
@@ -313,6 +354,128 @@ class Published(unittest.TestCase):
                 with self.assertRaises(Check):
                     published.replace_between_markers(f, "t", "x")
                 self.assertEqual(f.read_text(), text)
+
+
+class FakeApiserver:
+    """A loopback HTTP server that lists two pods and then serves watch streams from a script:
+    each watch request takes the next list of events, writes them as lines and closes."""
+
+    def __init__(self, streams: list[list[dict]]) -> None:
+        import http.server
+        import threading
+        self.streams, self.requests = list(streams), []
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                outer.requests.append(self.path)
+                if "watch=1" not in self.path:
+                    body = {"metadata": {"resourceVersion": "10"}, "items": [
+                        pod("a", "10", False), pod("b", "9", None)]}
+                    lines = [json.dumps(body).encode()]
+                elif outer.streams:
+                    lines = [json.dumps(e).encode() + b"\n" for e in outer.streams.pop(0)]
+                else:
+                    lines = []  # an empty stream: the watch comes back, as from timeoutSeconds
+                    time.sleep(0.05)
+                self.send_response(200)
+                self.end_headers()
+                for line in lines:
+                    self.wfile.write(line)
+                    self.wfile.flush()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = watchlib.Endpoint("127.0.0.1", self.server.server_address[1], None)
+
+    def close(self):
+        self.server.shutdown()
+
+
+def pod(name: str, rv: str, enabled) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv},
+            "status": {"enabled": enabled}}
+
+
+class Watch(unittest.TestCase):
+    def test_lists_then_records_first_sight_and_resumes_from_the_last_version(self):
+        api = FakeApiserver([
+            [{"type": "MODIFIED", "object": pod("a", "11", True)},
+             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}],
+            [{"type": "ADDED", "object": pod("c", "13", True)},
+             {"type": "MODIFIED", "object": pod("a", "14", True)},
+             {"type": "DELETED", "object": pod("b", "15", None)}],
+        ])
+        w = watchlib.ApiWatch(api.endpoint, "/api/v1/namespaces/ns/pods",
+                              lambda o: o["status"]["enabled"])
+        try:
+            t_c = w.wait("c", lambda v: v is True, 5)
+            self.assertIsNotNone(t_c)
+            deadline = time.monotonic() + 5
+            while w.rv != "15" and time.monotonic() < deadline:  # the second stream read out
+                time.sleep(0.01)
+            self.assertTrue(w.all_are(["a", "c"], True))
+            self.assertFalse(w.all_are(["a", "b"], True))
+            self.assertEqual(w.latest["b"], None, "a DELETED event is not a new value")
+            self.assertEqual(w.rvs["a"], "14")
+            self.assertEqual(set(w.seen(True)), {"a", "c"})
+            # a's first sight of True is the first MODIFIED, not the later one.
+            self.assertLess(w.first("a", lambda v: v is True), t_c)
+            self.assertEqual(len(w.latencies(["a", "c"], True, 0.0)), 2)
+            self.assertEqual(w.events, 3)
+            self.assertIsNone(w.wait("b", lambda v: v is True, 0.2))
+        finally:
+            w.stop()
+            api.close()
+        watches = [r for r in api.requests if "watch=1" in r]
+        self.assertIn("resourceVersion=10", watches[0], "the first watch starts at the list")
+        self.assertIn("resourceVersion=12", watches[1], "a bookmark moves the resume point")
+        self.assertIn("resourceVersion=15", watches[2])
+        self.assertFalse(w._thread.is_alive())
+
+    def test_a_too_old_version_is_an_error_not_a_silent_gap(self):
+        api = FakeApiserver([[{"type": "ERROR", "object": {"code": 410, "message": "too old"}}]])
+        w = watchlib.ApiWatch(api.endpoint, "/api/v1/pods", lambda o: 1, resource_version="3")
+        try:
+            w._thread.join(5)
+            self.assertFalse(w._thread.is_alive())
+            self.assertIn("too old", w.error or "")
+            self.assertEqual(api.requests, ["/api/v1/pods?watch=1&allowWatchBookmarks=true"
+                                            "&resourceVersion=3&timeoutSeconds=600"],
+                             "with a resourceVersion given nothing is listed")
+        finally:
+            w.stop()
+            api.close()
+
+
+class Plot(unittest.TestCase):
+    def test_round_tick_steps(self):
+        for span, want in ((160, 50), (100, 20), (7, 2), (0.9, 0.2), (1000, 200), (0, 1.0)):
+            self.assertAlmostEqual(plot.nice_step(span), want, msg=f"span {span}")
+
+    def test_one_polyline_per_series_inside_the_plot_area(self):
+        import xml.etree.ElementTree as ET
+        svg = plot.line_chart({"A <none>": [(0, 160), (30, 20), (61, 5)], "C": [(0, 160), (61, 158)]},
+                              "LS working set", "seconds", "MiB")
+        root = ET.fromstring(svg)
+        ns = "{http://www.w3.org/2000/svg}"
+        lines = root.findall(f"{ns}polyline")
+        self.assertEqual([l.find(f"{ns}title").text for l in lines], ["A <none>", "C"])
+        pts = [tuple(map(float, p.split(","))) for p in lines[0].get("points").split()]
+        self.assertEqual(len(pts), 3)
+        # x 0..61 on an axis to 70 (step 10... rounded up), y 0..160 on an axis to 200.
+        left, top, w, h = 64, 40, 720 - 64 - 16, 380 - 40 - 84
+        for x, y in pts:
+            self.assertTrue(left <= x <= left + w and top <= y <= top + h, (x, y))
+        self.assertAlmostEqual(pts[0][0], left)
+        self.assertLess(pts[0][1], pts[1][1], "a larger value is drawn higher")
+        self.assertIn(">seconds<", svg)
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def start_node(h: Harness) -> None:
 # ---------------------------------------------------------------------------------------
 
 @scenario("node: Kubernetes 1.37 kubelet and containerd 2 report in, cgroup v2 with the memory "
-          "controller in the guest, the kubelet's kubepods tree made with the cgroupfs driver")
+          "controller in the guest, the kubelet's kubepods tree made with the cgroupfs driver", base=True)
 def s_node(h: Harness) -> None:
     info = h.kjson("get", "node", h.env["NODE_NAME"])["status"]["nodeInfo"]
     check(info["kubeletVersion"] == f"v{K8S_VERSION}", f"kubeletVersion {info['kubeletVersion']}")
@@ -215,7 +215,7 @@ def s_node(h: Harness) -> None:
 
 
 @scenario("images: the archives `make images` built are what manifests/ reference, imported "
-          "into the guest's containerd")
+          "into the guest's containerd", base=True)
 def s_images(h: Harness) -> None:
     rendered = webhookcfg.render(h.kubectl_bin, str(MANIFESTS))
     refs = sorted({c["image"] for o in webhookcfg.select(rendered, "Deployment", "DaemonSet")
@@ -259,7 +259,7 @@ def install(h: Harness) -> None:
 
 
 @scenario("install: the README's quickstart (kubectl apply -k) and nothing else: the webhook "
-          "makes its own certificates; webhook Available, applier ready, a dry-run pod mutated")
+          "makes its own certificates; webhook Available, applier ready, a dry-run pod mutated", base=True)
 def s_install(h: Harness) -> None:
     install(h)
 

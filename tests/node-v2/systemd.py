@@ -84,7 +84,7 @@ class Harness(v2.Harness):
 
 @scenario("node: systemd is the guest's PID 1 and runs the node's own units only; cgroup v2 "
           "mounted by systemd (memory_recursiveprot); the 1.37 kubelet made its QoS slices "
-          "below its cgroupRoot's slice as systemd units")
+          "below its cgroupRoot's slice as systemd units", base=True)
 def s_node(h: Harness) -> None:
     info = h.kjson("get", "node", h.env["NODE_NAME"])["status"]["nodeInfo"]
     check(info["kubeletVersion"] == f"v{v2.K8S_VERSION}", f"kubeletVersion {info['kubeletVersion']}")
@@ -118,20 +118,32 @@ def s_node(h: Harness) -> None:
 
 
 @scenario("install: the README's quickstart (kubectl apply -k) on the systemd node; webhook "
-          "Available, applier ready, a dry-run pod mutated")
+          "Available, applier ready, a dry-run pod mutated", base=True)
 def s_install(h: Harness) -> None:
-    v2.install(h)
+    installed(h)
+
+
+def installed(h: Harness) -> None:
+    h.need("installed", v2.install)
+
+
+def ls_pod(h: Harness) -> dict:
+    """The LS pod every later scenario measures against (built by whichever needs it first)."""
+    def start(h: Harness) -> dict:
+        installed(h)
+        protection.set_slo(h, protection.SLO_PROTECT)
+        h.namespace(NS_QOS)
+        protection.wait_resolved(h, True, 100, NS_QOS)
+        h.apply_obj(v2.ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
+        return h.wait_running(NS_QOS, "ls-app")
+    return h.need("ls", start)
 
 
 @scenario("LS pod: memory.min/low/high of the REAL pod .slice and container .scope = the "
           "annotation; kubepods and burstable slices hold at least the pod's; the applier "
           "reports the systemd layout and warns about the cgroupRoot slice's own 0")
 def s_ls(h: Harness) -> None:
-    protection.set_slo(h, protection.SLO_PROTECT)
-    h.namespace(NS_QOS)
-    protection.wait_resolved(h, True, 100, NS_QOS)
-    h.apply_obj(v2.ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
-    pod = h.wait_running(NS_QOS, "ls-app")
+    pod = ls_pod(h)
     ev = v2.applied_event(h, NS_QOS, pod)
     seen = v2.knob_files(h, pod, ev["message"])
     pc, c = h.pod_cgroup(None, pod), h.container_cgroup(None, pod, "app")
@@ -162,32 +174,39 @@ def s_ls(h: Harness) -> None:
         check(h.read(f"{top}/memory.min") == "0", f"{top} memory.min is not 0")
         logs = h.kubectl("-n", v2.SYSTEM_NS, "logs", h.applier_pod()["metadata"]["name"]).stdout
         check("0 above kubepods" in logs, f"no warning about {top}'s own memory.min in the log")
-    h.carry["ls"] = pod
     h.figures.append(f"figure LS pod on the systemd node: {', '.join(seen)}; "
                      + ", ".join(f"{f.rsplit('/', 2)[-2]} memory.min {v}" for f, v in got.items())
                      + f"; applier layout {info[0]}")
+
+
+def be_pod(h: Harness) -> dict:
+    """The BE pod on batch resources (colocation on), built by whichever scenario needs it first."""
+    def start(h: Harness) -> dict:
+        installed(h)
+        h.namespace(NS_BATCH)
+        v2.patch_slo_key(h, "colocation-config", {
+            "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
+            "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
+            "resourceDiffThreshold": 0.1})
+        try:
+            wait_until("batch-cpu/batch-memory on the Node", lambda: (lambda b: b[0] >= 100 and b[1] >= 64 * 2**20)(
+                v2.node_batch(h)), 180, 2)
+        except Check as e:
+            raise Check(f"{e}; Node has {v2.node_batch(h)}") from None
+        spec = v2.be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
+        wait_until("the webhook to resolve batch resources", lambda: "batch" in json.loads(json.loads(
+            h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(spec)).stdout)
+            ["metadata"]["annotations"][v2.RESOLVED]), 60, 1)
+        h.apply_obj(spec)
+        return h.wait_running(NS_BATCH, "be-batch")
+    return h.need("be", start)
 
 
 @scenario("BE pod with batch resources: its pod .slice and container .scope hold the batch "
           "values as cgroup v2 files (cpu.weight, cpu.max, memory.max); a hand edit of the "
           "scope's cpu.max is repaired within one resync")
 def s_batch(h: Harness) -> None:
-    h.namespace(NS_BATCH)
-    v2.patch_slo_key(h, "colocation-config", {
-        "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
-        "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
-        "resourceDiffThreshold": 0.1})
-    try:
-        wait_until("batch-cpu/batch-memory on the Node", lambda: (lambda b: b[0] >= 100 and b[1] >= 64 * 2**20)(
-            v2.node_batch(h)), 180, 2)
-    except Check as e:
-        raise Check(f"{e}; Node has {v2.node_batch(h)}") from None
-    spec = v2.be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
-    wait_until("the webhook to resolve batch resources", lambda: "batch" in json.loads(json.loads(
-        h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(spec)).stdout)
-        ["metadata"]["annotations"][v2.RESOLVED]), 60, 1)
-    h.apply_obj(spec)
-    pod = h.wait_running(NS_BATCH, "be-batch")
+    pod = be_pod(h)
     check(pod["status"]["qosClass"] == "BestEffort", pod["status"]["qosClass"])
     v2.applied_event(h, NS_BATCH, pod)
 
@@ -203,7 +222,6 @@ def s_batch(h: Harness) -> None:
                          RESYNC + SLACK, 0.5)
     except Check:
         got = v2.batch_files(h, pod, "work")  # raises with the file that differs
-    h.carry["be"] = pod
     f = f"{h.container_cgroup(None, pod, 'work')}/cpu.max"
     want = h.read(f)
     edited = h.guest(f"echo '90000 100000' > {f}; cat {f}").strip()
@@ -270,7 +288,7 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
     """Samples the QoS slices' memory.min at 2 Hz inside the guest for `seconds` (a kubelet
     minute at least); asserts that no sample is below the LS pod's value: the applier set the
     sums through systemd (SetUnitProperties), so what systemd re-applies is the sum."""
-    check("ls" in h.carry, "needs the LS pod of the earlier scenario")
+    ls_pod(h)
     anc = h.ancestors()
     files = [f"{a}/memory.min" for a in anc]
     wait_until("the QoS slices at the applier's sums", lambda: all(
@@ -297,8 +315,7 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
           "stored its values in them (the LS pod's slice and scope, the QoS slices, the BE "
           "pod's batch values), so no file changes")
 def s_daemon_reload(h: Harness) -> None:
-    ls, be = h.carry.get("ls"), h.carry.get("be")
-    check(ls and be, "needs the LS and BE pods of the earlier scenarios")
+    ls, be = ls_pod(h), be_pod(h)
     pc, c = h.pod_cgroup(None, ls), h.container_cgroup(None, ls, "app")
     anc = [f"{a}/memory.min" for a in h.ancestors()]
     files = [f"{pc}/memory.min", f"{pc}/memory.low", f"{c}/memory.min", f"{c}/memory.low",
@@ -403,7 +420,7 @@ def s_be_suppress(h: Harness) -> None:
           "and restores the sums; sampled at 5 Hz, no run below the LS pod's value longer "
           "than 3 s")
 def s_kubelet_restart(h: Harness) -> None:
-    check("ls" in h.carry, "needs the LS pod of the earlier scenarios")
+    ls_pod(h)
     anc = h.ancestors()
     files = [f"{a}/{f}" for a in anc for f in ("memory.min", "memory.low")]
     want = 128 * 2**20
@@ -443,12 +460,23 @@ def s_kubelet_restart(h: Harness) -> None:
 
 @scenario("uninstall: kubectl delete -k removes the product; the node's pods keep running")
 def s_uninstall(h: Harness) -> None:
-    h.kubectl("delete", "-k", str(v2.OVERLAY), "--wait=true", timeout=300)
-    h.installed = False
+    uninstalled(h)
     left = h.kubectl("get", "namespace", v2.SYSTEM_NS, check_rc=False)
     check(left.returncode != 0, f"{v2.SYSTEM_NS} still there: {left.stdout}")
     pod = h.pod(NS_QOS, "ls-app")
     check(pod["status"]["phase"] == "Running", f"ls-app {pod['status']['phase']} after uninstall")
+
+
+def uninstalled(h: Harness) -> None:
+    """The product removed once the LS pod's sums are in the QoS slices (so systemd stores them)."""
+    def remove(h: Harness) -> None:
+        ls_pod(h)
+        files = [f"{a}/memory.min" for a in h.ancestors()]
+        wait_until("the QoS slices at the applier's sums", lambda: all(
+            int(v) >= 128 * 2**20 for v in h.read_many(files).values()), RESYNC + SLACK, 0.5)
+        h.kubectl("delete", "-k", str(v2.OVERLAY), "--wait=true", timeout=300)
+        h.installed = False
+    h.need("uninstalled", remove)
 
 
 INSTALL_MD = HERE.parents[1] / "docs" / "install.md"
@@ -469,7 +497,7 @@ def cleanup_command(units: list[str]) -> str:
           "MemoryMin/MemoryLow; docs/install.md's command clears them (and the BE slice's "
           "CPUQuota), and systemctl daemon-reload then leaves 0 in the files")
 def s_systemd_cleanup(h: Harness) -> None:
-    check("ls" in h.carry, "needs the LS pod of the earlier scenarios")
+    uninstalled(h)
     dirs = [h.kubelet_dir(), h.kubelet_dir("burstable"), h.kubelet_dir("besteffort")]
     units = [d.rsplit("/", 1)[1] for d in dirs]
     props = "-p MemoryMin -p MemoryLow -p CPUQuotaPerSecUSec"

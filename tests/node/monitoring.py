@@ -192,10 +192,14 @@ def paused(h, stopped: bool) -> None:
     log(f"prometheus {'paused' if stopped else 'resumed'}")
 
 
+def started(h) -> None:
+    """Prometheus running and scraping (started by whichever scenario needs it first)."""
+    h.need("prometheus started", start)
+
+
 def _prom(h) -> promlib.Prometheus:
-    prom = h.carry.get("prom")
-    check(prom is not None, "needs the prometheus scenario")
-    return prom
+    started(h)
+    return h.carry["prom"]
 
 
 def _firing(h, name: str) -> bool:
@@ -322,6 +326,7 @@ def queries(h) -> None:
 
 def driven_alerts(h) -> None:
     """The alerts driven to firing earlier fired, and are silent now."""
+    _prom(h)
     watch: promlib.AlertWatch = h.carry["alerts"]
     fired = {name: name in watch.first for name in DRIVEN}
     for name in MUST_FIRE:

@@ -21,9 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,6 +38,7 @@ from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: 
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import metric_sum, percentile  # noqa: E402
 from koordtest.node import SYSTEM_NS, NodeHarness, build_images  # noqa: E402
+from koordtest.watch import ApiWatch, Endpoint  # noqa: E402
 
 NODE_SH = HERE / "node.sh"
 OVERLAY = HERE / "overlay"
@@ -136,7 +135,7 @@ scenario = SUITE.scenario
 
 
 @scenario("images: the archives `make images` built are what manifests/ reference, "
-          "imported into the node's containerd")
+          "imported into the node's containerd", base=True)
 def s_images(h: Harness) -> None:
     rendered = webhookcfg.render(h.kubectl_bin, str(MANIFESTS))
     refs = sorted({c["image"] for o in webhookcfg.select(rendered, "Deployment", "DaemonSet")
@@ -150,7 +149,7 @@ def s_images(h: Harness) -> None:
 
 @scenario("install: the README's quickstart (kubectl apply -k, label a namespace) and nothing "
           "else: the webhook makes its own certificates; webhook Available, applier DaemonSet "
-          "ready, example ConfigMaps applied, a pod in an opted-in namespace mutated")
+          "ready, example ConfigMaps applied, a pod in an opted-in namespace mutated", base=True)
 def s_install(h: Harness) -> None:
     t_install = time.monotonic()
     h.kubectl("apply", "-k", str(OVERLAY))
@@ -197,19 +196,28 @@ def s_install(h: Harness) -> None:
           "scrape them, with the shipped rules (a test copy: for 0s, windows / 20); kubectl "
           "apply -k manifests/monitoring installs the PrometheusRule and four dashboards")
 def s_prometheus(h: Harness) -> None:
-    monitoring.start(h)
+    monitoring.started(h)
 
 
 @scenario("alert KoordApplierDown: the applier's process stopped (SIGSTOP) fires it, resumed "
           "(SIGCONT) it clears")
 def s_alert_applier_down(h: Harness) -> None:
-    monitoring.applier_stopped(h)
+    fault_applier_stopped(h)
+
+
+def fault_applier_stopped(h: Harness) -> None:
+    h.need("fault: applier stopped", monitoring.applier_stopped)
 
 
 @scenario("alert KoordApplierRefusedAnnotations: a pod with a forged resolved-qos (memory.min "
           "above its request) is refused by the applier, and the alert fires")
 def s_alert_refused(h: Harness) -> None:
-    monitoring.refused(h, h.env["WORKLOAD_IMAGE"], h.env["NODE_NAME"])
+    fault_refused(h)
+
+
+def fault_refused(h: Harness) -> None:
+    h.need("fault: refused", lambda h: monitoring.refused(h, h.env["WORKLOAD_IMAGE"],
+                                                          h.env["NODE_NAME"]))
 
 
 @scenario("processes: webhook runs as 65532 with no capabilities; applier as root with exactly "
@@ -371,30 +379,39 @@ def batch_files_check(h: Harness, pod: dict, container: str) -> dict[str, str]:
     return got
 
 
+def be_batch_pod(h: Harness) -> dict:
+    """A running BE pod on batch resources (colocation on), built by whichever scenario needs
+    it first."""
+    def start(h: Harness) -> dict:
+        set_colocation(h, True)
+        want_cpu, want_mem = 100, 64 * 2**20
+
+        def advertised():
+            cpu, mem = node_batch(h)
+            return (cpu, mem) if cpu >= want_cpu and mem >= want_mem else None
+        try:
+            cpu, mem = wait_until("batch-cpu/batch-memory on the Node", advertised, 180, 2)
+        except Check as e:
+            m = h.applier_metrics()
+            raise Check(f"{e}; Node has {node_batch(h)}; applier: advertised "
+                        f"{[(dict(l), v) for (n, l), v in m.items() if n == 'koord_applier_batch_resource_advertised']}"
+                        " (batch-cpu = 2 CPUs x 100% - LS usage - system usage: other load on "
+                        "this machine counts as system usage)") from None
+        log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**30:.1f} GiB")
+        h.apply_obj(be_pod("be-batch", NS_BATCH, h.env["WORKLOAD_IMAGE"], ("100m", "500m"),
+                           ("64Mi", "128Mi"),
+                           ["koord-stress", "--vm", "1", "--vm-bytes", "16M", "--vm-hang", "3600"]))
+        return h.wait_running(NS_BATCH, "be-batch")
+    return h.need("be_batch", start)
+
+
 @scenario("batch: colocation on -> the applier advertises batch-cpu/batch-memory, a BE pod with "
           "batch resources is scheduled and runs with the batch values in its cgroups; colocation "
           "off -> a new BE pod keeps its cpu/memory (kubectl prints the warning) and runs, the running "
           "batch pod is left alone")
 def s_batch(h: Harness) -> None:
     node = h.env["NODE_NAME"]
-    set_colocation(h, True)
-    want_cpu, want_mem = 100, 64 * 2**20
-
-    def advertised():
-        cpu, mem = node_batch(h)
-        return (cpu, mem) if cpu >= want_cpu and mem >= want_mem else None
-    try:
-        cpu, mem = wait_until("batch-cpu/batch-memory on the Node", advertised, 180, 2)
-    except Check as e:
-        m = h.applier_metrics()
-        raise Check(f"{e}; Node has {node_batch(h)}; applier: advertised "
-                    f"{[(dict(l), v) for (n, l), v in m.items() if n == 'koord_applier_batch_resource_advertised']}"
-                    " (batch-cpu = 2 CPUs x 100% - LS usage - system usage: other load on this "
-                    "machine counts as system usage)") from None
-    log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**30:.1f} GiB")
-    pod = be_pod("be-batch", NS_BATCH, h.env["WORKLOAD_IMAGE"], ("100m", "500m"), ("64Mi", "128Mi"),
-                 ["koord-stress", "--vm", "1", "--vm-bytes", "16M", "--vm-hang", "3600"])
-    h.apply_obj(pod)
+    be_batch_pod(h)
     stored = h.pod(NS_BATCH, "be-batch")
     res = stored["spec"]["containers"][0]["resources"]
     check(BATCH_CPU in res["requests"] and "cpu" not in res["requests"], f"resources {res}")
@@ -404,7 +421,6 @@ def s_batch(h: Harness) -> None:
     ev = applied_event(h, NS_BATCH, pod)
     got = batch_files_check(h, pod, "work")
     log(f"be-batch cgroups: {got}; Event: {ev['message']}")
-    h.carry["be_batch"] = pod
 
     set_colocation(h, False)
     wait_until("batch capacity withdrawn (0)", lambda: node_batch(h) == (0, 0), 120, 2)
@@ -485,8 +501,7 @@ def s_crash(h: Harness) -> None:
 @scenario("applier pod deleted: the DaemonSet brings it back and it rewrites nothing; a hand "
           "edit of a cgroup file is repaired within the resync period")
 def s_applier_restart(h: Harness) -> None:
-    be = h.carry.get("be_batch")
-    check(be, "needs the batch scenario's pod")
+    be_batch_pod(h)
     be = h.pod(NS_BATCH, "be-batch")
     events_before = len(applied_events(h, NS_BATCH, be))
     old = h.applier_pod()
@@ -539,6 +554,14 @@ def s_applier_restart(h: Harness) -> None:
           "the next pod after the webhook is back is mutated, and the re-resolver annotates the "
           "one created meanwhile, which the applier then manages")
 def s_webhook_down(h: Harness) -> None:
+    fault_webhook_down(h)
+
+
+def fault_webhook_down(h: Harness) -> None:
+    h.need("fault: webhook down", webhook_down)
+
+
+def webhook_down(h: Harness) -> None:
     node = h.env["NODE_NAME"]
     fail_open_before = metric_sum(h.apiserver_metrics(), "apiserver_admission_webhook_fail_open_count",
                                   name=WEBHOOK_NAME)
@@ -800,39 +823,8 @@ def s_psi(h: Harness) -> None:
         f"mem some avg10 {c[('mem', 'avg10', 'some')]}; {len(c)} container series, {len(p)} pod series")
 
 
-class Watch:
-    """`kubectl get --watch-only -o jsonpath=...` in the background: the first time each line
-    key (the text before `|`) was seen with a value passing `accept`."""
-
-    def __init__(self, h: Harness, what: list[str], template: str,
-                 accept: Callable[[str], bool]) -> None:
-        self.seen: dict[str, float] = {}
-        self.cv = threading.Condition()
-        self.proc = subprocess.Popen(
-            [h.kubectl_bin, f"--kubeconfig={h.env['KUBECONFIG']}", "get", *what,
-             "--watch-only", "-o", f"jsonpath={template}{{\"\\n\"}}"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.accept = accept
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            key, _, value = line.rstrip("\n").partition("|")
-            if self.accept(value):
-                with self.cv:
-                    self.seen.setdefault(key, now)
-                    self.cv.notify_all()
-
-    def wait(self, key: str, timeout: float) -> float | None:
-        with self.cv:
-            self.cv.wait_for(lambda: key in self.seen, timeout=timeout)
-            return self.seen.get(key)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(5)
+def container_ids(pod: dict) -> str:
+    return " ".join(c.get("containerID", "") for c in pod.get("status", {}).get("containerStatuses", []))
 
 
 def create_pods_timed(h: Harness, pods: list[dict], ns: str) -> dict[str, list[float]]:
@@ -840,28 +832,29 @@ def create_pods_timed(h: Harness, pods: list[dict], ns: str) -> dict[str, list[f
     covering every container. Seconds from the apply to: the pod's first MemoryQOSApplied (the
     pod level, often before the container started), the container ID in the pod's status (the
     kubelet's report, which the applier waits for), and the complete Event."""
-    first = Watch(h, ["events", "-n", ns, "--field-selector", f"reason={APPLIED}"],
-                  "{.involvedObject.name}|{.message}", lambda m: True)
-    complete = Watch(h, ["events", "-n", ns, "--field-selector", f"reason={APPLIED}"],
-                     "{.involvedObject.name}|{.message}", lambda m: NOT_STARTED not in m)
-    started = Watch(h, ["pods", "-n", ns], "{.metadata.name}|{.status.containerStatuses[*].containerID}",
-                    lambda cid: cid.startswith("containerd://"))
-    time.sleep(1)  # the watches are established
+    endpoint = Endpoint.from_kubeconfig(h.kubectl_bin, h.env["KUBECONFIG"])
+    # Only what happens from now: an Event of an earlier pod of the same name is not this one's.
+    events = ApiWatch(endpoint, f"/api/v1/namespaces/{ns}/events", lambda e: e.get("message", ""),
+                      key_of=lambda e: e["involvedObject"]["name"], existing=False,
+                      query={"fieldSelector": f"reason={APPLIED}"})
+    started = ApiWatch(endpoint, f"/api/v1/namespaces/{ns}/pods", container_ids, existing=False)
     out: dict[str, list[float]] = {"first": [], "container_id": [], "complete": []}
     try:
         for pod in pods:
             name = pod["metadata"]["name"]
             t0 = time.monotonic()
             h.kubectl("apply", "-f", "-", input=json.dumps(pod))
-            t_done = complete.wait(name, 90)
+            t_done = events.wait(name, lambda m: NOT_STARTED not in m, 90)
             check(t_done is not None, f"no complete {APPLIED} Event for {ns}/{name} within 90 s")
             out["complete"].append(t_done - t0)
-            for key, w in (("first", first), ("container_id", started)):
-                t = w.wait(name, 5)
+            for key, w, accept in (("first", events, lambda m: True),
+                                   ("container_id", started,
+                                    lambda cid: cid.startswith("containerd://"))):
+                t = w.wait(name, accept, 5)
                 check(t is not None, f"{key} of {ns}/{name} not seen")
                 out[key].append(t - t0)
     finally:
-        for w in (first, complete, started):
+        for w in (events, started):
             w.stop()
     return out
 
@@ -879,11 +872,19 @@ def load_pod(i: int, h: Harness) -> dict:
           "(container cgroup appears -> its memory.limit_in_bytes holds the batch limit) of each; "
           "applier RSS and CPU with 50 and 100 pods on the node")
 def s_figures(h: Harness) -> None:
-    monitoring.paused(h, True)  # the figures measure the product without a scraper
-    try:
-        figures(h)
-    finally:
-        monitoring.paused(h, False)
+    load_pods_measured(h)
+
+
+def load_pods_measured(h: Harness) -> None:
+    """The 100 load pods created and measured once (the admission figure reads their calls)."""
+    def run(h: Harness) -> bool:
+        monitoring.paused(h, True)  # the figures measure the product without a scraper
+        try:
+            figures(h)
+        finally:
+            monitoring.paused(h, False)
+        return True
+    h.need("load_pods_measured", run)
 
 
 def figures(h: Harness) -> None:
@@ -968,8 +969,7 @@ def admission_histogram(h: Harness) -> tuple[dict[float, float], float, float]:
 @scenario("figure: the webhook's admission latency as kube-apiserver measures it, over the "
           "100 load pods")
 def s_admission_latency(h: Harness) -> None:
-    check("admission_before" in h.carry and "admission_after" in h.carry,
-          "needs the figures scenario")
+    load_pods_measured(h)
     (b0, c0, s0), (b1, c1, s1) = h.carry["admission_before"], h.carry["admission_after"]
     buckets = sorted((le, b1[le] - b0.get(le, 0.0)) for le in b1)
     count, total = c1 - c0, s1 - s0
@@ -1078,6 +1078,9 @@ def s_doctor(h: Harness) -> None:
           "firing by real faults (applier stopped, webhook down with a pod created, a refused "
           "pod) fired and are silent again")
 def s_monitoring(h: Harness) -> None:
+    # The faults that drive the alerts: their own scenarios in a full run, here when run alone.
+    for fault in (fault_applier_stopped, fault_webhook_down, fault_refused):
+        fault(h)
     try:
         monitoring.queries(h)
         monitoring.driven_alerts(h)

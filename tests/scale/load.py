@@ -1,7 +1,7 @@
 """Talking to the scale cluster's kube-apiserver without kubectl: one keep-alive HTTPS
 connection per thread (as a controller holds them), creation bursts paced at a target rate
-(open loop: a slow answer does not delay the next pod's start, it only occupies a worker), a
-pod watch that times when each pod first shows a value, and raw JSON requests. Stdlib only."""
+(open loop: a slow answer does not delay the next pod's start, it only occupies a worker) and
+raw JSON requests. Stdlib only."""
 
 from __future__ import annotations
 
@@ -161,53 +161,3 @@ def burst(api_factory: Callable[[], Api], pods: list[tuple[str, bytes]], rate: f
         t.join()
     result.elapsed_s = last_done[0] - t0
     return result
-
-
-class PodWatch:
-    """A watch of every pod from a resourceVersion: records, per pod, the first time
-    `value_of(pod)` returned something in `wanted` (a background thread)."""
-
-    def __init__(self, api: Api, resource_version: str, value_of: Callable[[dict], object],
-                 wanted: object) -> None:
-        self.api, self.rv, self.value_of, self.wanted = api, resource_version, value_of, wanted
-        self.seen: dict[str, float] = {}
-        self.events = 0
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            conn = http.client.HTTPSConnection(self.api.host, self.api.port,
-                                               context=self.api.ctx, timeout=30)
-            try:
-                conn.request("GET", f"/api/v1/pods?watch=1&allowWatchBookmarks=true"
-                             f"&resourceVersion={self.rv}&timeoutSeconds=600",
-                             headers=self.api.headers)
-                resp = conn.getresponse()
-                if resp.status != 200:
-                    self.error = f"watch: HTTP {resp.status}: {resp.read()[:200]!r}"
-                    return
-                while not self._stop.is_set():
-                    line = resp.readline()
-                    if not line:
-                        break
-                    ev = json.loads(line)
-                    obj = ev.get("object") or {}
-                    self.rv = obj.get("metadata", {}).get("resourceVersion") or self.rv
-                    if ev.get("type") not in ("ADDED", "MODIFIED"):
-                        continue
-                    self.events += 1
-                    key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-                    if key not in self.seen and self.value_of(obj) == self.wanted:
-                        self.seen[key] = time.monotonic()
-            except (OSError, http.client.HTTPException, ValueError) as e:
-                if not self._stop.is_set():
-                    self.error = f"watch: {e}"
-                    time.sleep(0.5)
-            finally:
-                conn.close()
-
-    def stop(self) -> None:
-        self._stop.set()

@@ -38,7 +38,8 @@ from koordtest.checks import Check, Fatal, check, wait_until  # noqa: E402
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 from koordtest.procs import Proc, ProcTable, impersonating_kubeconfig, vm_status  # noqa: E402
-from load import Api, PodWatch, burst  # noqa: E402
+from koordtest.watch import ApiWatch, Endpoint, namespaced_name  # noqa: E402
+from load import Api, burst  # noqa: E402
 from relay import Relays  # noqa: E402
 
 koordtest.set_log_tag("scale")
@@ -308,7 +309,7 @@ def count_remaining(api: Api, path: str, selector: str) -> int:
 
 
 @scenario("cluster: kube-apiserver + etcd on their own ports, kwok simulating the kubelets "
-          "of N Nodes, every Node Ready")
+          "of N Nodes, every Node Ready", base=True)
 def s_cluster(h: Harness) -> None:
     n = h.size["nodes"]
     stages = Path(h.kwok_bin).parent.parent / "stages"
@@ -415,7 +416,7 @@ def reload_count(h: Harness) -> float:
 
 
 @scenario("install: manifests/ and the example ConfigMaps (colocation on); two webhook replicas "
-          "behind the Service, self-managed certificates; pods of opted-in namespaces mutated")
+          "behind the Service, self-managed certificates; pods of opted-in namespaces mutated", base=True)
 def s_install(h: Harness) -> None:
     out = h.kubectl("apply", "-k", str(REPO / "manifests")).stdout
     log("kubectl apply -k manifests/:\n" + out.strip())
@@ -461,7 +462,7 @@ def burst_figures(b) -> dict:
 
 
 @scenario("population: N pods (LS and BE, one in three BE) in the opted-in namespaces on the "
-          "kwok Nodes, every one mutated at CREATE, then Running")
+          "kwok Nodes, every one mutated at CREATE, then Running", base=True)
 def s_population(h: Harness) -> None:
     for k in range(h.size["namespaces"]):
         namespace(h, population_ns(k))
@@ -627,7 +628,8 @@ def s_reresolve(h: Harness) -> None:
     check(who in REPLICAS, f"Lease holder {who!r} is not one of {list(REPLICAS)}")
     pid = h.procs[who].popen.pid
     m0 = replica_metrics(h, who)
-    watch = PodWatch(api, rv, wmark_ratio, 90)
+    watch = ApiWatch(Endpoint(api.host, api.port, api.ctx, api.headers), "/api/v1/pods",
+                     wmark_ratio, resource_version=rv, key_of=namespaced_name)
     peak = {"rss": 0}
     stop = threading.Event()
 
@@ -646,7 +648,7 @@ def s_reresolve(h: Harness) -> None:
     def all_changed() -> bool:
         if watch.error:
             raise Check(watch.error)
-        return sum(1 for k in watch.seen if k.startswith("scale-") and "/pod-" in k) >= n
+        return sum(1 for k in watch.seen(90) if k.startswith("scale-") and "/pod-" in k) >= n
 
     try:
         wait_until(f"all {n} pods to carry wmarkRatio 90", all_changed, 120 + n / 20, 1)
@@ -654,7 +656,7 @@ def s_reresolve(h: Harness) -> None:
         watch.stop()
         stop.set()
         sampler.join()
-    done = [t - t0 for k, t in watch.seen.items() if k.startswith("scale-") and "/pod-" in k]
+    done = [t - t0 for k, t in watch.seen(90).items() if k.startswith("scale-") and "/pod-" in k]
     done.sort()
     m1: dict = {}
 

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .checks import Check, check, wait_until
 
@@ -45,7 +47,17 @@ class Harness:
         self.kubectl_bin = ""
         self._kubeconfig: str | Path | None = None
         self.figures: list[str] = []  # `figure ...` lines, printed at the end
-        self.carry: dict = {}  # values one scenario hands to a later one
+        # What scenarios share (a pod, a running Prometheus): built by `need`, by whichever
+        # scenario of this run asks first.
+        self.carry: dict = {}
+
+    def need(self, key: str, make: Callable[[Harness], Any]) -> Any:
+        """A fixture: `make(self)` the first time any scenario of this run needs `key`, the same
+        value after. A scenario selected alone by the ONLY filter builds what it needs; a full
+        run builds it once."""
+        if key not in self.carry:
+            self.carry[key] = make(self)
+        return self.carry[key]
 
     @property
     def kubeconfig(self) -> str | Path:

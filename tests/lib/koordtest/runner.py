@@ -2,7 +2,8 @@
 
   PASS <name> (<seconds>s)      a scenario passed
   FAIL <name>: <reason>         a scenario failed (a traceback on stderr if it was not a Check)
-  SKIP <name> (<ONLY_ENV>)      not selected by the ONLY_ENV regex
+  SKIP <name> (<ONLY_ENV>)      not selected by the ONLY_ENV regex (a `base` scenario, which the
+                                others stand on (the cluster, the install), runs all the same)
   SKIP <name> (<reason>)        left out of this run: the scenario raised NotRun; under CI=true
                                 that is a FAIL unless the scenario said the machine cannot run it
                                 (NotRun(reason, machine=True))
@@ -58,17 +59,22 @@ class Suite:
         self.only_env = only_env
         self.wall_time_figure = wall_time_figure
         self.full_env = full_env
-        self.scenarios: list[tuple[str, Callable, str | None]] = []
+        self.scenarios: list[tuple[str, Callable, str | None, bool]] = []
 
-    def scenario(self, name: str, full: str | None = None):
+    def scenario(self, name: str, full: str | None = None, base: bool = False):
         """Registers the decorated function as a scenario; they run in definition order.
         full: what the scenario costs ("3 more minutes"); it then runs only with full_env=1,
-        and is a SKIP naming that variable otherwise."""
+        and is a SKIP naming that variable otherwise. base: what every other scenario stands
+        on (the node, the images, the install); it runs whatever the ONLY filter selects.
+        Anything else a scenario needs it builds through `Harness.need`, so each one can run
+        alone."""
         if full is not None and not self.full_env:
             raise ValueError(f"{name}: full= needs Suite(full_env=...)")
+        if full is not None and base:
+            raise ValueError(f"{name}: a base scenario cannot be full=")
 
         def deco(fn):
-            self.scenarios.append((name, fn, full))
+            self.scenarios.append((name, fn, full, base))
             return fn
         return deco
 
@@ -81,8 +87,8 @@ class Suite:
         only = os.environ.get(self.only_env)
         pattern = re.compile(only) if only else None
         run_full = bool(self.full_env) and os.environ.get(self.full_env) == "1"
-        for name, fn, full in self.scenarios:
-            if pattern and not pattern.search(name):
+        for name, fn, full, base in self.scenarios:
+            if pattern and not pattern.search(name) and not base:
                 print(f"SKIP {name} ({self.only_env})", flush=True)
                 skipped.append(name)
                 continue
