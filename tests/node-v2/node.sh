@@ -42,6 +42,8 @@ CONTROL_PLANE=$REPO/tests/e2e/control-plane.sh
 PROG=node.sh
 # shellcheck source=tests/lib/cluster.sh
 source "$REPO/tests/lib/cluster.sh"
+# shellcheck source=tests/lib/node-parts.sh
+source "$REPO/tests/lib/node-parts.sh"
 trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&2' ERR
 
 NODE_NAME=${KOORD_V2_NODE_NAME:-kv2-node}
@@ -93,9 +95,6 @@ VEHICLE_SH=$HERE/uml/vehicle.sh
 CNI_BIN_DIR=/usr/lib/cni
 
 K8S_CMDS=(kubelet kube-proxy kube-scheduler kube-controller-manager kubectl)
-PAUSE_IMAGE=localhost/koord-node/pause:1
-WORKLOAD_IMAGE=localhost/koord-node/workload:1
-REDIS_IMAGE=localhost/koord-node/redis:1
 
 # ---------------------------------------------------------------------------------------
 # Prerequisites and build
@@ -148,39 +147,6 @@ cmd_vehicle() { # [LOGDIR]
         echo "$PROG: $line" >&2
         return 1
     fi
-}
-
-# The node's own images, as tests/node builds them: the sandbox (pause) and the workload.
-build_test_images() { # OUTDIR
-    local out=$1 b=$1/build node=$REPO/tests/node/images
-    mkdir -p "$b"
-    gcc -O2 -static -Wall -Wextra -Werror -o "$b/pause" "$node/pause.c" || die "building pause failed"
-    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stress" "$node/stress.c" -lm ||
-        die "building koord-stress failed"
-    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stream" "$node/stream.c" ||
-        die "building koord-stream failed"
-    python3 "$REPO/images/oci.py" --name "$PAUSE_IMAGE" --out "$out/pause.oci.tar" \
-        --add "$b/pause:/pause:0755" --user 65535:65535 --entrypoint '["/pause"]' >/dev/null ||
-        die "assembling $PAUSE_IMAGE failed"
-    local args=(--name "$WORKLOAD_IMAGE" --out "$out/workload.oci.tar"
-        --add /bin/busybox:/bin/busybox:0755 --add "$b/koord-stress:/usr/local/bin/koord-stress:0755"
-        --add "$b/pause:/usr/local/bin/pause:0755" --add "$b/koord-stream:/usr/local/bin/koord-stream:0755"
-        --text "/etc/passwd=root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
-        --text "/etc/group=root:x:0:\nnobody:x:65534:\n"
-        --dir /tmp:1777 --dir /root:0700 --cmd '["sh"]')
-    local applet
-    for applet in $(/bin/busybox --list); do
-        [[ $applet == busybox ]] || args+=(--symlink "/bin/busybox:/bin/$applet")
-    done
-    python3 "$REPO/images/oci.py" "${args[@]}" >/dev/null || die "assembling $WORKLOAD_IMAGE failed"
-    # Redis for the protection proof: the workload image plus Debian's redis-server and exactly
-    # the libraries ldd lists for it.
-    local redis
-    redis=$(command -v redis-server) || die "redis-server not on PATH (Debian: redis-server)"
-    args[1]=$REDIS_IMAGE
-    args[3]=$out/redis.oci.tar
-    python3 "$REPO/images/oci.py" "${args[@]}" --add "$(readlink -f "$redis"):/usr/bin/redis-server:0755" \
-        --with-libs /usr/bin/redis-server >/dev/null || die "assembling $REDIS_IMAGE failed"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -250,29 +216,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 EOF
     # Pods: on-link pod range, routes to the Service range and to the host end of the link
     # (the apiserver), no default route.
-    cat >"$g/cni/10-kv2.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "kv2",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "$BRIDGE",
-      "isGateway": true,
-      "isDefaultGateway": false,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "/var/lib/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GW"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$HOST_IP/32"}]
-      }
-    },
-    {"type": "loopback"}
-  ]
-}
-EOF
+    write_cni_conflist "$g/cni/10-kv2.conflist" kv2 "$BRIDGE" /var/lib/cni/ipam "$POD_CIDR" "$POD_GW" \
+        "$SERVICE_CIDR" "$HOST_IP/32"
     printf 'nameserver %s\noptions ndots:1 timeout:1 attempts:1\n' "$HOST_IP" >"$g/resolv.conf"
     cat >"$g/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -288,65 +233,14 @@ cgroupRoot: $KUBELET_CGROUP_ROOT
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 imageServiceEndpoint: unix:///run/containerd/containerd.sock
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $d/cp/pki/ca.crt}
-authorization:
-  mode: Webhook
-clusterDNS: []
-clusterDomain: cluster.local
-resolvConf: $g/resolv.conf
-# Local images only: never collected.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-# The memory-pressure proofs want the kernel's reclaim, not the kubelet's evictions.
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-makeIPTablesUtilChains: false
-maxPods: $MAX_PODS
-serializeImagePulls: false
-registerNode: true
+$(kubelet_config_common "$d/cp/pki/ca.crt" "$g/resolv.conf" "$MAX_PODS")
 $(kubelet_feature_gates)
 EOF
-    cat >"$g/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: $d/cp/kubeconfig
-hostnameOverride: $NODE_NAME
-mode: iptables
-clusterCIDR: $POD_CIDR
-nodePortAddresses: ["$GUEST_IP/32"]
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-iptables:
-  localhostNodePorts: false
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
+    write_kube_proxy_config "$g/kube-proxy.yaml" "$d/cp/kubeconfig" "$NODE_NAME" "$POD_CIDR" "$GUEST_IP" \
+        127.0.0.1:10256 127.0.0.1:10249
     "$CONTROL_PLANE" client-cert "$d/cp" "system:node:$NODE_NAME" system:nodes "$g/node-client"
-    cat >"$g/kubelet.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kv2
-  cluster:
-    server: https://$HOST_IP:$KOORD_E2E_APISERVER_PORT
-    certificate-authority: $d/cp/pki/apiserver.crt
-users:
-- name: kubelet
-  user:
-    client-certificate: $g/node-client.crt
-    client-key: $g/node-client.key
-contexts:
-- name: kv2
-  context: {cluster: kv2, user: kubelet}
-current-context: kv2
-EOF
-    chmod 600 "$g/kubelet.kubeconfig"
+    write_node_kubeconfig "$g/kubelet.kubeconfig" kv2 "https://$HOST_IP:$KOORD_E2E_APISERVER_PORT" \
+        "$d/cp/pki/apiserver.crt" "$g/node-client.crt" "$g/node-client.key"
     if [[ $CGROUP_DRIVER == systemd ]]; then write_units "$g" "$k8s" "$ctrd"; fi
 }
 
@@ -540,7 +434,7 @@ $problems"
     echo "$d" >"$d/.node-dir" # marks the dir for stop
     mkdir -p "$d/logs"
 
-    build_test_images "$d/images"
+    build_node_images "$d/images" redis
     setup_network "$d"
     KOORD_E2E_NODE_MODE=1 KOORD_E2E_BIND_ADDRESS=$HOST_IP KOORD_E2E_SERVICE_CIDR=$SERVICE_CIDR \
         "$CONTROL_PLANE" start "$d/cp" >/dev/null || die "control plane did not start"
@@ -548,15 +442,8 @@ $problems"
     # shellcheck disable=SC2086
     write_configs "$d" "$(dirname "${bins[2]}")" "$(dirname "${bins[7]}")" \
         "$d/images/pause.oci.tar" "$d/images/workload.oci.tar" "$d/images/redis.oci.tar" ${KOORD_V2_IMAGES:-}
-    launch "$d" kube-controller-manager "$cm" --kubeconfig="$kc" \
-        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-        --service-account-private-key-file="$d/cp/pki/sa.key" --root-ca-file="$d/cp/pki/apiserver.crt" \
-        --use-service-account-credentials=false --leader-elect=false \
-        --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
-        --cluster-cidr="$POD_CIDR" --service-cluster-ip-range="$SERVICE_CIDR" --allocate-node-cidrs=false
-    launch "$d" kube-scheduler "$scheduler" --kubeconfig="$kc" \
-        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-        --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
+    launch_control_loops "$d" "$cm" "$scheduler" "$POD_CIDR" "$SERVICE_CIDR" "$CONTROLLER_MANAGER_PORT" \
+        "$SCHEDULER_PORT"
 
     local tb=$SECONDS
     start_guest "$d" "${bins[10]}"
@@ -574,10 +461,7 @@ $problems"
     for c in kube-controller-manager kube-scheduler linux.uml; do
         pid_alive "$(read_pid "$d/$c.pid")" "$c" || { guest_tails "$d"; die "$c exited during start"; }
     done
-    wait_for "ServiceAccount default/default" 60 "$kubectl" --kubeconfig="$kc" get serviceaccount default ||
-        die "the controller-manager did not create the default ServiceAccount"
-    wait_for "ConfigMap default/kube-root-ca.crt" 60 "$kubectl" --kubeconfig="$kc" get configmap kube-root-ca.crt ||
-        die "the controller-manager did not publish kube-root-ca.crt"
+    wait_namespace_defaults "$kubectl" "$kc"
 
     cat >"$d/node.env" <<EOF
 KUBECONFIG=$kc

@@ -28,6 +28,8 @@ CONTROL_PLANE=$REPO/tests/e2e/control-plane.sh
 PROG=node.sh
 # shellcheck source=tests/lib/cluster.sh
 source "$REPO/tests/lib/cluster.sh"
+# shellcheck source=tests/lib/node-parts.sh
+source "$REPO/tests/lib/node-parts.sh"
 
 NODE_NAME=${KOORD_NODE_NAME:-koord-node}
 BRIDGE=${KOORD_NODE_BRIDGE:-knode0}
@@ -110,33 +112,6 @@ cmd_build() {
     "$CONTROL_PLANE" build "${K8S_CMDS[@]}"
 }
 
-# The node's own images: the sandbox (pause) and the workload (busybox + koord-stress).
-build_test_images() { # OUTDIR
-    local out=$1 b=$1/build
-    mkdir -p "$b"
-    gcc -O2 -static -Wall -Wextra -Werror -o "$b/pause" "$HERE/images/pause.c" ||
-        die "building pause failed"
-    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stress" "$HERE/images/stress.c" -lm ||
-        die "building koord-stress failed"
-    python3 "$REPO/images/oci.py" --name "$PAUSE_IMAGE" --out "$out/pause.oci.tar" \
-        --add "$b/pause:/pause:0755" --user 65535:65535 --entrypoint '["/pause"]' >/dev/null ||
-        die "assembling $PAUSE_IMAGE failed"
-    local args=(--name "$WORKLOAD_IMAGE" --out "$out/workload.oci.tar"
-        --add /bin/busybox:/bin/busybox:0755 --add "$b/koord-stress:/usr/local/bin/koord-stress:0755"
-        --add "$b/pause:/usr/local/bin/pause:0755"
-        --text "/etc/passwd=root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
-        --text "/etc/group=root:x:0:\nnobody:x:65534:\n"
-        --dir /tmp:1777 --dir /root:0700 --cmd '["sh"]')
-    local applet
-    for applet in $(/bin/busybox --list); do
-        [[ $applet == busybox ]] || args+=(--symlink "/bin/busybox:/bin/$applet")
-    done
-    python3 "$REPO/images/oci.py" "${args[@]}" >/dev/null || die "assembling $WORKLOAD_IMAGE failed"
-}
-
-PAUSE_IMAGE=localhost/koord-node/pause:1
-WORKLOAD_IMAGE=localhost/koord-node/workload:1
-
 # ---------------------------------------------------------------------------------------
 # Processes (tests/lib/cluster.sh: stopped by PID, the name checked so a reused PID is never
 # signalled)
@@ -201,29 +176,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     max_conf_num = 1
 EOF
     # No default route in pods: only the pod subnet (on-link) and the Service range.
-    cat >"$d/cni/net.d/10-koord-node.conflist" <<EOF
-{
-  "cniVersion": "0.4.0",
-  "name": "koord-node",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "$BRIDGE",
-      "isGateway": true,
-      "isDefaultGateway": false,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "$d/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$NODE_IP"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}]
-      }
-    },
-    {"type": "loopback"}
-  ]
-}
-EOF
+    write_cni_conflist "$d/cni/net.d/10-koord-node.conflist" koord-node "$BRIDGE" "$d/cni/ipam" \
+        "$POD_CIDR" "$NODE_IP" "$SERVICE_CIDR"
     printf 'nameserver %s\noptions ndots:1 timeout:1 attempts:1\n' "$NODE_IP" >"$d/resolv.conf"
     cat >"$d/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -246,69 +200,17 @@ failSwapOn: false
 containerRuntimeEndpoint: unix://$d/containerd/containerd.sock
 imageServiceEndpoint: unix://$d/containerd/containerd.sock
 podLogsDir: $d/pod-logs
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $d/cp/pki/ca.crt}
-authorization:
-  mode: Webhook
-clusterDNS: []
-clusterDomain: cluster.local
-resolvConf: $d/resolv.conf
-# Local images only: never collected.
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-# A shared development machine: do not evict test pods because the disk is 80% full.
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-makeIPTablesUtilChains: false
-maxPods: $MAX_PODS
-serializeImagePulls: false
-registerNode: true
+$(kubelet_config_common "$d/cp/pki/ca.crt" "$d/resolv.conf" "$MAX_PODS")
 EOF
-    cat >"$d/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection:
-  kubeconfig: $d/cp/kubeconfig
-hostnameOverride: $NODE_NAME
-mode: iptables
-clusterCIDR: $POD_CIDR
-nodePortAddresses: ["$NODE_IP/32"]
-healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ_PORT
-metricsBindAddress: 127.0.0.1:$PROXY_METRICS_PORT
-iptables:
-  localhostNodePorts: false
-# Leave the host's conntrack settings alone.
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
+    write_kube_proxy_config "$d/kube-proxy.yaml" "$d/cp/kubeconfig" "$NODE_NAME" "$POD_CIDR" "$NODE_IP" \
+        "127.0.0.1:$PROXY_HEALTHZ_PORT" "127.0.0.1:$PROXY_METRICS_PORT"
 }
 
 write_kubelet_kubeconfig() { # DIR
     local d=$1
     "$CONTROL_PLANE" client-cert "$d/cp" "system:node:$NODE_NAME" system:nodes "$d/kubelet/node-client"
-    cat >"$d/kubelet/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: koord-node
-  cluster:
-    server: https://$NODE_IP:$KOORD_E2E_APISERVER_PORT
-    certificate-authority: $d/cp/pki/apiserver.crt
-users:
-- name: kubelet
-  user:
-    client-certificate: $d/kubelet/node-client.crt
-    client-key: $d/kubelet/node-client.key
-contexts:
-- name: koord-node
-  context: {cluster: koord-node, user: kubelet}
-current-context: koord-node
-EOF
-    chmod 600 "$d/kubelet/kubeconfig"
+    write_node_kubeconfig "$d/kubelet/kubeconfig" koord-node "https://$NODE_IP:$KOORD_E2E_APISERVER_PORT" \
+        "$d/cp/pki/apiserver.crt" "$d/kubelet/node-client.crt" "$d/kubelet/node-client.key"
 }
 
 # shared, slave or private: the propagation of a mount point, from its optional fields.
@@ -377,7 +279,7 @@ $problems"
 
     save_host_state "$d"
     write_configs "$d"
-    build_test_images "$d/images"
+    build_node_images "$d/images"
     setup_network "$d"
     share_sys "$d"
 
@@ -391,15 +293,8 @@ $problems"
         { must_run "$d" containerd; die "containerd did not answer"; }
     cmd_import "$d" "$d/images/pause.oci.tar" "$d/images/workload.oci.tar"
 
-    launch "$d" kube-controller-manager "$cm" --kubeconfig="$kc" \
-        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-        --service-account-private-key-file="$d/cp/pki/sa.key" --root-ca-file="$d/cp/pki/apiserver.crt" \
-        --use-service-account-credentials=false --leader-elect=false \
-        --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
-        --cluster-cidr="$POD_CIDR" --service-cluster-ip-range="$SERVICE_CIDR" --allocate-node-cidrs=false
-    launch "$d" kube-scheduler "$scheduler" --kubeconfig="$kc" \
-        --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-        --leader-elect=false --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT"
+    launch_control_loops "$d" "$cm" "$scheduler" "$POD_CIDR" "$SERVICE_CIDR" "$CONTROLLER_MANAGER_PORT" \
+        "$SCHEDULER_PORT"
     launch "$d" kubelet "$kubelet" --config="$d/kubelet/config.yaml" \
         --kubeconfig="$d/kubelet/kubeconfig" --root-dir="$d/kubelet/root" \
         --cert-dir="$d/kubelet/pki" --node-ip="$NODE_IP" --hostname-override="$NODE_NAME"
@@ -416,12 +311,7 @@ $problems"
     for c in containerd kube-controller-manager kube-scheduler kubelet kube-proxy; do
         must_run "$d" "$c" || die "$c exited during start"
     done
-    # The controller-manager creates the default ServiceAccount (pods need it) and the
-    # kube-root-ca.crt ConfigMap (their in-cluster CA) in every namespace.
-    wait_for "ServiceAccount default/default" 60 "$kubectl" --kubeconfig="$kc" get serviceaccount default ||
-        die "the controller-manager did not create the default ServiceAccount"
-    wait_for "ConfigMap default/kube-root-ca.crt" 60 "$kubectl" --kubeconfig="$kc" get configmap kube-root-ca.crt ||
-        die "the controller-manager did not publish kube-root-ca.crt"
+    wait_namespace_defaults "$kubectl" "$kc"
 
     cat >"$d/node.env" <<EOF
 KUBECONFIG=$kc
