@@ -32,17 +32,19 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from koordtest import published
+from koordtest import plot, published
 from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
 from koordtest.metrics import metric_sum
 
-# The README's table, written by the verdict of the run that asserted it.
+# The README's table and its plot, written by the verdict of the run that asserted them.
 README = Path(__file__).resolve().parents[2] / "README.md"
+PLOT = README.parent / "docs" / "img" / "protection.svg"
 NS = "v2-protect"
 LS_FILE_MIB = 160
 BE_ANON = "700M"
@@ -181,6 +183,32 @@ def memstat(h, cg: str) -> dict[str, int]:
     return out
 
 
+class WorkingSetSampler(threading.Thread):
+    """The LS pod's file pages (its working set), MiB, once a second from the flood's start:
+    the protection plot's line for one configuration."""
+
+    def __init__(self, h, cg: str) -> None:
+        super().__init__(daemon=True)
+        self.h, self.cg, self.t0 = h, cg, time.monotonic()
+        self.samples: list[tuple[float, float]] = []
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            t = time.monotonic() - self.t0
+            try:
+                self.samples.append((round(t, 1), memstat(self.h, self.cg)["file"] / 2**20))
+            except Exception:  # noqa: BLE001 - a missed sample is a gap in the line, not a failure
+                pass
+            self.done.wait(1)
+
+    def stop(self) -> list[tuple[float, float]]:
+        self.done.set()
+        self.join(10)
+        return self.samples
+
+
 def kv(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
 
@@ -229,6 +257,7 @@ def run_config(h, name: str) -> None:
     oom0 = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0)
     log(f"{name}: LS file {before['file'] >> 20} MiB anon {before['anon'] >> 20} MiB; protection {prot}")
 
+    sampler = WorkingSetSampler(h, ls_cg)
     h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
@@ -244,6 +273,7 @@ def run_config(h, name: str) -> None:
     wait_until("the BE flood to finish", lambda: h.guest(
         f"[ -f {be_ed}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
     flood_s = time.monotonic() - t0
+    samples = sampler.stop()
     after = memstat(h, ls_cg)
     # BE-first (memory.wmark_min_adj emulated): what the applier reclaimed from the BE pod.
     m = h.applier_metrics() if h.installed else {}
@@ -285,10 +315,11 @@ def run_config(h, name: str) -> None:
          "ls_min": prot[f"{ls_cg}/memory.min"], "flood_s": flood_s,
          "be_first_mib": be_first_mib, "be_first_episodes": be_first_episodes,
          "be_throttles": be_throttles, "released": released, "be_high_after": be_high_after,
+         "samples": samples,
          "ancestors_min": int(prot["/sys/fs/cgroup/kubepods/memory.min"] or 0)
          + int(prot["/sys/fs/cgroup/kubepods/burstable/memory.min"] or 0)}
     RESULTS[name] = r
-    log(f"{name}: {r}")
+    log(f"{name}: {({k: v for k, v in r.items() if k != 'samples'})}")
     h.delete_pods(NS, "be-flood", "redis-demo")
     check(r["file_before"] >= LS_FILE_MIB * 0.9,
           f"the LS working set was not warm: {r['file_before']} MiB of {LS_FILE_MIB}")
@@ -379,6 +410,10 @@ CONFIGS = {
 }
 
 
+CONFIG_SHORT = {"A": "A not installed", "B": "B memory QoS off", "C0": "C0 enable: true as shipped",
+                "P": "P ancestors at 0", "C": "C protection parameters"}
+
+
 def bytes_text(v: str) -> str:
     if not v.isdigit():
         return v
@@ -414,8 +449,17 @@ def publish(h) -> None:
             kept, refaults = f"**{kept}**", f"**{refaults}**"
         rows.append(f"| {CONFIGS[name]} | {kept} {sizes} | {refaults} | {r['rps']:.0f}, "
                     f"{r['p99']:.0f} ms | {be_high_text(r)} | {r['oom']} |")
+    rows += ["", "![The LS pod's working set during the BE flood, per configuration]"
+             "(docs/img/protection.svg)"]
+    series = {CONFIG_SHORT[n]: RESULTS[n]["samples"] for n in ("A", "B", "C0", "P", "C")
+              if n in RESULTS and RESULTS[n]["samples"]}
+    PLOT.parent.mkdir(parents=True, exist_ok=True)
+    PLOT.write_text(plot.line_chart(
+        series, f"LS redis-demo's working set (file pages) while the BE pod floods the node "
+        f"({datetime.now(timezone.utc):%Y-%m-%d})", "seconds from the BE pod's creation",
+        "LS pod file pages (MiB)"))
     published.replace_between_markers(README, "protection", "\n".join(rows))
-    log(f"the protection table written into {README}")
+    log(f"the protection table written into {README}, its plot into {PLOT}")
 
 
 def throttled(h) -> None:
