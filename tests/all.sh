@@ -10,10 +10,11 @@
 #          (tests/build.sh)
 #   rust   (foreground): make unit (its chart tests wait for helm), make perf, make images (the
 #          release binaries the suites install), make lint (its cargo tools come from builds)
-#   suites (once both are done): tests/suites.sh
-#   kernel (beside the suites): the cgroup v2 node's User-Mode Linux kernel (11 CPU-minutes
-#          cold, nothing warm); the host lane's suites do not need it and start at once, the
-#          v2 lanes wait for it on its builder's lock
+#   kernel (background, from the start): the cgroup v2 node's User-Mode Linux kernel (11
+#          CPU-minutes cold, nothing warm), beside the builds so that it is ready when the
+#          suites start; the v2 lanes wait for it on its builder's lock, the host lane does not
+#          need it
+#   suites (once builds and rust are done): tests/suites.sh
 #
 # Usage: tests/all.sh (as `make test`; `make suites` runs tests/suites.sh alone). Each step's
 # log is printed when the step ends; a timeline closes the run. Exits non-zero if any step failed.
@@ -31,6 +32,11 @@ MAKE=${MAKE:-make}
 # soak; the builds take the cycles those leave.
 step builds nice -n 10 env KOORD_BUILD_KERNEL=0 "$here/build.sh" &
 builds=$!
+# The v2 lanes need the kernel only when the suites start, after the builds: built beside them
+# (at the builds' priority), it is ready by then on a cold run instead of holding the v2 lanes
+# back by its own build time.
+step kernel nice -n 10 "$here/node-v2/uml/kernel.sh" build &
+kernel=$!
 
 step unit "$MAKE" --no-print-directory unit
 step perf "$MAKE" --no-print-directory perf
@@ -43,8 +49,6 @@ wait "$builds"
 
 # The suites run even after a failed lint, unit or perf step (one CI run then shows every
 # failure); they cannot run without their binaries.
-step kernel nice -n 10 "$here/node-v2/uml/kernel.sh" build &
-kernel=$!
 if grep -qxE 'builds|images' "$LANES_LOG_DIR/failed" 2>/dev/null; then
     echo "all: not running the suites: $(lanes_failed)failed" >&2
 else
