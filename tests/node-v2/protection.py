@@ -339,10 +339,25 @@ def verdict(h) -> None:
                          f"{r['be_memory_high']} | {r['be_high']}/{r['be_max']} | {r['oom']} | {r['ls_min']} | "
                          f"{r['ancestors_min']}")
     h.figures.append("\n".join(lines))
-    check("A" in RESULTS and "B" in RESULTS and "C" in RESULTS,
-          f"configurations measured: {sorted(RESULTS)}")
+    check("C" in RESULTS, f"configurations measured: {sorted(RESULTS)}")
     c = RESULTS["C"]
     check(c["kept"] >= 90, f"C kept {c['kept']:.1f}% of the LS working set (< 90%)")
+    check(not c["oom"], f"{c['oom']} OOM kills in C")
+    # The BE pod's memory.high is throttlingPercent 80 of its 1600Mi limit (held there: the
+    # scenario after this one), once any BE-first throttle is released.
+    check(c["be_high_after"] == str(1600 * 2**20 * 80 // 100 // 4096 * 4096),
+          f"C: BE memory.high {c['be_high_after']}, want 80% of 1600Mi")
+    for name in ("C0", "P", "C"):
+        r = RESULTS.get(name)
+        check(not r or r["released"] is not False, f"{name}: the BE throttle was not released "
+              f"with free memory back (memory.high {r and r['be_high_after']})")
+    if "A" not in RESULTS or "B" not in RESULTS:
+        # C selected without the unprotected configurations (the ONLY filter): its own
+        # figures are asserted; the comparison, and the published table, need A and B
+        # measured in the same run (a failed A or B is its own FAIL).
+        log(f"protection: only {sorted(RESULTS)} measured: C's own figures asserted, not the "
+            "comparison with A and B")
+        return
     # The baseline: of the two configurations without protection (A, and B: installed with
     # memory QoS off), the one whose LS pod the flood reached harder. Each configuration is its
     # own flood, and how hard one reaches the LS pod varies from run to run on this 6.12
@@ -357,17 +372,6 @@ def verdict(h) -> None:
           f"refaults on the LS re-read: C {c['refaults']}, {base_name} {base['refaults']} "
           f"(want C <= {base_name} / 10)")
     check(c["kept"] > base["kept"], f"C kept {c['kept']:.1f}%, {base_name} {base['kept']:.1f}%")
-    if RESULTS["C"]["oom"]:
-        raise Check(f"{RESULTS['C']['oom']} OOM kills in C")
-    # The BE pod's memory.high is throttlingPercent 80 of its 1600Mi limit (held there: the
-    # scenario after this one), once any BE-first throttle is released.
-    c = RESULTS["C"]
-    check(c["be_high_after"] == str(1600 * 2**20 * 80 // 100 // 4096 * 4096),
-          f"C: BE memory.high {c['be_high_after']}, want 80% of 1600Mi")
-    for name in ("C0", "P", "C"):
-        r = RESULTS.get(name)
-        check(not r or r["released"] is not False, f"{name}: the BE throttle was not released "
-              f"with free memory back (memory.high {r and r['be_high_after']})")
     c0 = RESULTS.get("C0")
     if c0:
         # The reference's ConfigMap as it ships: no protection parameters, so memory.min is 0
@@ -467,6 +471,10 @@ def throttled(h) -> None:
     through the page cache next to the LS pod: the kernel reclaims the BE pod at memory.high
     (its `high` counter grows), nothing reaches memory.max or is OOM-killed, the LS working set
     stays."""
+    # C's configuration, set again so that the scenario also runs alone (a no-op after C).
+    h.namespace(NS)
+    set_slo(h, SLO_PROTECT)
+    wait_resolved(h, True, 100)
     image = h.env["REDIS_IMAGE"]
     h.apply_obj(ls_pod(image), NS)
     ls = h.wait_running(NS, "redis-demo")

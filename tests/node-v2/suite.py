@@ -527,34 +527,49 @@ def node_batch(h: Harness) -> tuple[float, float]:
     return quantity(alloc.get(BATCH_CPU, "0")), quantity(alloc.get(BATCH_MEMORY, "0"))
 
 
+def batch_on(h: Harness) -> None:
+    """Colocation on and batch capacity on the Node, BE cpuQOS on: what every batch scenario
+    stands on (set up by whichever needs it first)."""
+    def start(h: Harness) -> None:
+        h.namespace(NS_BATCH)
+        # BE cpuQOS on (group identity -1): with --cpu-idle-fallback the BE pod becomes SCHED_IDLE.
+        cfg = json.loads(json.dumps(protection.SLO_PROTECT))
+        cfg["clusterStrategy"]["beClass"]["cpuQOS"] = {"enable": True}
+        protection.set_slo(h, cfg)
+        patch_slo_key(h, "colocation-config", {
+            "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
+            "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
+            "resourceDiffThreshold": 0.1})
+        try:
+            cpu, mem = wait_until("batch-cpu/batch-memory on the Node", lambda: (
+                node_batch(h) if node_batch(h)[0] >= 100 and node_batch(h)[1] >= 64 * 2**20
+                else None), 180, 2)
+        except Check as e:
+            raise Check(f"{e}; Node has {node_batch(h)}") from None
+        log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**20:.0f} MiB")
+    h.need("batch on", start)
+
+
+def be_batch(h: Harness) -> None:
+    """The BE pod `be-batch` on batch resources, created by whichever scenario needs it first."""
+    def start(h: Harness) -> None:
+        batch_on(h)
+        spec = be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
+        wait_until("the webhook to resolve BE cpuQOS and batch resources", lambda: (lambda a: (
+            json.loads(a).get("cpuQOS") or {}).get("enabled") and "batch" in json.loads(a))(
+            json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                                 input=json.dumps(spec)).stdout)["metadata"]["annotations"][RESOLVED]),
+            60, 1)
+        h.apply_obj(spec)
+    h.need("be-batch", start)
+
+
 @scenario("batch on cgroup v2: colocation on -> batch-cpu/batch-memory on the Node; a BE pod is "
           "moved to batch resources and its pod and container cgroups hold the batch values as "
           "cgroup v2 files (cpu.weight from the shares, cpu.max, memory.max); --cpu-idle-fallback "
           "refused on v2, cpu.idle stays 0")
 def s_batch(h: Harness) -> None:
-    h.namespace(NS_BATCH)
-    # BE cpuQOS on (group identity -1): with --cpu-idle-fallback the BE pod becomes SCHED_IDLE.
-    cfg = json.loads(json.dumps(protection.SLO_PROTECT))
-    cfg["clusterStrategy"]["beClass"]["cpuQOS"] = {"enable": True}
-    protection.set_slo(h, cfg)
-    patch_slo_key(h, "colocation-config", {
-        "enable": True, "cpuReclaimThresholdPercent": 100, "memoryReclaimThresholdPercent": 65,
-        "metricAggregateDurationSeconds": 30, "updateTimeThresholdSeconds": 10,
-        "resourceDiffThreshold": 0.1})
-    try:
-        cpu, mem = wait_until("batch-cpu/batch-memory on the Node", lambda: (
-            node_batch(h) if node_batch(h)[0] >= 100 and node_batch(h)[1] >= 64 * 2**20
-            else None), 180, 2)
-    except Check as e:
-        raise Check(f"{e}; Node has {node_batch(h)}") from None
-    log(f"Node advertises batch-cpu {cpu:.0f}, batch-memory {mem / 2**20:.0f} MiB")
-    spec = be_batch_pod("be-batch", h.env["WORKLOAD_IMAGE"])
-    wait_until("the webhook to resolve BE cpuQOS and batch resources", lambda: (lambda a: (
-        json.loads(a).get("cpuQOS") or {}).get("enabled") and "batch" in json.loads(a))(
-        json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
-                             input=json.dumps(spec)).stdout)["metadata"]["annotations"][RESOLVED]),
-        60, 1)
-    h.apply_obj(spec)
+    be_batch(h)
     res = h.pod(NS_BATCH, "be-batch")["spec"]["containers"][0]["resources"]
     check(BATCH_CPU in res["requests"] and "cpu" not in res["requests"], f"resources {res}")
     pod = h.wait_running(NS_BATCH, "be-batch")
@@ -575,6 +590,7 @@ def s_batch(h: Harness) -> None:
 @scenario("container crash: the kubelet restarts it (new container ID, new cgroup), the applier "
           "writes the batch values into the new cgroup within the resync period, no second Event")
 def s_crash(h: Harness) -> None:
+    batch_on(h)
     h.apply_obj(be_batch_pod("crashy", h.env["WORKLOAD_IMAGE"],
                              ["koord-stress", "--vm", "1", "--vm-bytes", "4M", "--vm-hang", "60",
                               "-t", "6"], cpu=None, mem=("32Mi", "64Mi")))
@@ -608,6 +624,7 @@ def s_crash(h: Harness) -> None:
 @scenario("applier pod deleted: the DaemonSet brings it back and it rewrites nothing; a hand edit "
           "of a v2 file (the container's cpu.max) is repaired within the resync period")
 def s_applier_restart(h: Harness) -> None:
+    be_batch(h)
     be = h.pod(NS_BATCH, "be-batch")
     old = h.applier_pod()
     h.kubectl("-n", SYSTEM_NS, "delete", "pod", old["metadata"]["name"], "--wait=true", timeout=120)
@@ -757,6 +774,7 @@ def be_cores(h: Harness, cg: str, seconds: int) -> tuple[float, str]:
           "by kubepods/besteffort's cpu.max at node CPUs x 65% - LS - system; an LS pod burning "
           "CPU lowers the quota and the BE pod's cores, stopping it gives them back")
 def s_suppress(h: Harness) -> None:
+    batch_on(h)
     # The floor defaults to 2 CPUs, capped at the node's: this node has one, so without a lower
     # floor the budget would always be the whole node.
     protection.applier_args(h, add="--be-suppress-min-cpus=0.05")
