@@ -13,7 +13,6 @@ import http.client
 import json
 import ssl
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -39,32 +38,22 @@ class Endpoint:
 
     @staticmethod
     def from_kubeconfig(kubectl: str, kubeconfig: str | Path) -> Endpoint:
-        """The current context of a kubeconfig (a bearer token or a client certificate, the
-        forms the test clusters write), read through `kubectl config view` so the file's own
-        parsing rules apply."""
+        """The current context of a kubeconfig as the test clusters write it (a bearer token,
+        the CA inline), read through `kubectl config view` so the file's own parsing rules
+        apply; any other form is an error, not a guess."""
         raw = subprocess.run([kubectl, f"--kubeconfig={kubeconfig}", "config", "view", "--raw",
                               "--minify", "-o", "json"],
                              check=True, capture_output=True, text=True, timeout=30).stdout
         cfg = json.loads(raw)
         cluster = cfg["clusters"][0]["cluster"]
-        user = cfg["users"][0]["user"]
+        token = cfg["users"][0]["user"].get("token")
+        ca = cluster.get("certificate-authority-data")
+        if not token or not ca:
+            raise ValueError(f"{kubeconfig}: want a bearer token and certificate-authority-data")
         url = urllib.parse.urlsplit(cluster["server"])
-        ctx = ssl.create_default_context(cafile=cluster.get("certificate-authority"))
-        if "certificate-authority-data" in cluster:
-            ctx.load_verify_locations(cadata=base64.b64decode(
-                cluster["certificate-authority-data"]).decode())
-        headers = {"Accept": "application/json"}
-        if user.get("token"):
-            headers["Authorization"] = f"Bearer {user['token']}"
-        elif user.get("client-certificate"):
-            ctx.load_cert_chain(user["client-certificate"], user.get("client-key"))
-        elif user.get("client-certificate-data"):
-            with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:
-                f.write(base64.b64decode(user["client-certificate-data"]).decode())
-                f.write(base64.b64decode(user["client-key-data"]).decode())
-                f.flush()
-                ctx.load_cert_chain(f.name)
-        return Endpoint(url.hostname or "127.0.0.1", url.port or 443, ctx, headers)
+        ctx = ssl.create_default_context(cadata=base64.b64decode(ca).decode())
+        return Endpoint(url.hostname or "127.0.0.1", url.port or 443, ctx,
+                        {"Accept": "application/json", "Authorization": f"Bearer {token}"})
 
 
 def namespaced_name(obj: dict) -> str:
