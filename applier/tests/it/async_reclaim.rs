@@ -320,27 +320,19 @@ fn wait_for_high(dir: &Path, want: &str) {
     );
 }
 
-/// A `user.` xattr on the temp dir's filesystem (the record the throttle needs), or a loud skip.
-fn has_user_xattrs(dir: &Path) -> bool {
-    match held::record(dir, "max") {
-        Ok(()) => held::restore(dir).is_ok(),
-        Err(e) => {
-            eprintln!("NOT RUN: no user xattrs on {}: {e}", dir.display());
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI has user xattrs on its temp dir"
-            );
-            false
-        }
+/// A `user.` xattr on the temp dir's filesystem (the record the throttle needs); without one
+/// the test fails naming why, it never passes unrun.
+fn needs_user_xattrs(dir: &Path) {
+    if let Err(e) = held::record(dir, "max") {
+        panic!("cannot run: no user xattrs on {}: {e}", dir.display());
     }
+    held::restore(dir).expect("the probe record put back");
 }
 
 #[test]
 fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
     let node = Node::new();
-    if !has_user_xattrs(node.tmp.path()) {
-        return;
-    }
+    needs_user_xattrs(node.tmp.path());
     let (ffmpeg, uploader, redis) = (&node.ffmpeg, &node.uploader, &node.redis);
     // Under the BE-first floor but above the Alibaba throttle point (min + half the min-low
     // band = 18,432 pages) from the first look: reclaimed, not throttled.
@@ -405,9 +397,7 @@ fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
 #[test]
 fn a_throttle_left_by_a_crash_is_released_by_the_next_applier() {
     let node = Node::new();
-    if !has_user_xattrs(node.tmp.path()) {
-        return;
-    }
+    needs_user_xattrs(node.tmp.path());
     // An applier killed mid-throttle: the file holds the throttle, the cgroup the value before
     // (200 MiB here, not the annotation's max, to tell the two apart).
     held::record(&node.ffmpeg, "209715200").expect("record");
@@ -449,9 +439,7 @@ fn without_the_throttle_be_first_only_reclaims() {
 #[test]
 fn a_restarted_container_leaves_its_old_throttle_behind_and_gets_its_own() {
     let node = Node::new();
-    if !has_user_xattrs(node.tmp.path()) {
-        return;
-    }
+    needs_user_xattrs(node.tmp.path());
     node.free(20_000);
     let (reclaim, applier, _) = node.start(true);
     node.free(15_000);
