@@ -9,11 +9,9 @@
 #                      kernel, tap, addresses and ports: slot 0; nothing shared with the host
 #                      lane but the cached Kubernetes build);
 #   v2-systemd (background): its systemd part, a second such node with systemd as PID 1 and
-#                      the kubelet's systemd driver, cgroupRoot / (kubepods.slice: the
-#                      production shape) (slot 1); then, on the same slot, a third
-#                      node for the main suite's kubelet Memory QoS scenario alone (its five
-#                      minutes of sampling would otherwise make the v2 lane the run's longest),
-#                      which the first lane leaves out.
+#                      the kubelet's systemd driver on its default gates, cgroupRoot /
+#                      (kubepods.slice: the production shape) (slot 1): the protection proof
+#                      (A, B, C0, C) runs there, not on the cgroupfs node.
 #
 # Each suite's log is printed when it ends, with its wall time. Exits non-zero if any suite
 # failed. KOORD_SUITES_LOG_DIR keeps the logs (default: tests/all.sh's, else a temp dir).
@@ -29,15 +27,9 @@ source "$here/lib/lanes.sh"
 # this: the v2 lanes wait for it on its builder's lock, the host lane starts at once.
 step build "$here/build.sh" || { echo "suites: the builds failed" >&2; exit 1; }
 
-# The kubelet Memory QoS scenario's name starts "the kubelet's own Memory QoS"; it needs only
-# the node, its images and the install before it.
-KOORD_V2_SLOT=0 KOORD_NODE_V2_ONLY="^(?!the kubelet's own Memory QoS)" step node-v2 "$here/node-v2/run" &
+KOORD_V2_SLOT=0 step node-v2 "$here/node-v2/run" &
 v2=$!
-{
-    KOORD_V2_SLOT=1 KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ step node-v2-systemd "$here/node-v2/run"
-    KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY="^(node:|images:|install:|the kubelet's own Memory QoS)" \
-        step node-v2-kubelet-qos "$here/node-v2/run"
-} &
+KOORD_V2_SLOT=1 KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ step node-v2-systemd "$here/node-v2/run" &
 v2s=$!
 step e2e "$here/e2e/run"
 step node "$here/node/run"
@@ -50,4 +42,4 @@ if [[ -n $failed ]]; then
     echo "suites: FAILED: $failed(logs in $LANES_LOG_DIR)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa, scale; node-v2, its systemd part and its kubelet Memory QoS node beside them)"
+echo "suites: all passed (e2e, node, numa, scale; node-v2 and its systemd part beside them)"

@@ -261,7 +261,8 @@ slice_of() { # CGROUP_ROOT
 # into /run/systemd/system. Every unit has DefaultDependencies=no: nothing pulls in
 # sysinit.target or basic.target, whose wants are the host's enabled units. The daemons run as
 # on a kubeadm node: containerd in system.slice with Delegate=yes and KillMode=process (its
-# shims outlive a restart), the kubelet in the slice of its cgroupRoot (kind: kubelet.slice,
+# shims outlive a restart; nothing Requires= it, so its restart restarts nothing else, as on a
+# kubeadm node), the kubelet in the slice of its cgroupRoot (kind: kubelet.slice,
 # which must exist before the kubelet starts). Logs are appended to guest/logs as under the
 # shell init, and the main PID goes to guest/NAME.pid for node.sh stop.
 write_units() { # GUEST_DIR K8S_BIN_DIR CONTAINERD_BIN_DIR
@@ -287,7 +288,7 @@ OOMScoreAdjust=-999"
 [Unit]
 Description=the node's images imported into containerd
 DefaultDependencies=no
-Requires=kv2-containerd.service
+Wants=kv2-containerd.service
 After=kv2-containerd.service
 
 [Service]

@@ -4,10 +4,13 @@ platform (Kubernetes 1.37, containerd 2, cgroup v2, the kubelet with the cgroupf
 User-Mode Linux guest. Run it through `tests/node-v2/run` (see README.md). Stdlib only.
 
   make images -> node.sh start (control plane on the host; containerd, kubelet, kube-proxy in
-  the guest; the product's images imported at boot) -> the protection proof's configuration A
-  (product not installed) -> kubectl apply -k (the quickstart; self-managed certificates) ->
-  scenarios with real pods, cgroup files read inside the guest -> configurations B and C ->
+  the guest; the product's images imported at boot) -> kubectl apply -k (the quickstart;
+  self-managed certificates) -> scenarios with real pods, cgroup files read inside the guest ->
   kubectl delete -k -> node.sh stop -> node.sh check-clean.
+
+The protection proof (protection.py: configurations A, B, C0, P, C) runs in `make test` on the
+production shape, the systemd-driver node (systemd.py); here, on the cgroupfs shape, with
+KOORD_NODE_V2_FULL=1.
 
 Each scenario prints `PASS <name> (<s>)` or `FAIL <name>: <reason>`; the last line is
 `N passed, M failed`. Figures are printed as `figure <what>: ...` lines. Progress on stderr.
@@ -149,6 +152,14 @@ class Harness(NodeHarness):
     def container_cgroup(self, ctrl: str | None, pod: dict, name: str) -> str:
         return f"{self.pod_cgroup(ctrl, pod)}/{container_id(pod, name)}"
 
+    def ancestors(self) -> list[str]:
+        """kubepods and the Burstable class: the cgroups whose protection caps an LS pod's."""
+        return [f"{CGROUP}/kubepods", f"{CGROUP}/kubepods/burstable"]
+
+    def shape(self) -> str:
+        """The node's shape, as the published table names it."""
+        return "the cgroup v2 node with the cgroupfs driver (`kubepods`)"
+
 
 # ---------------------------------------------------------------------------------------
 # Setup
@@ -226,7 +237,8 @@ def s_images(h: Harness) -> None:
         check(ref in out.split(), f"{ref} not in the guest's containerd: {out.split()}")
 
 
-@scenario("protection A (product not installed): LS redis + BE flood, measured")
+@scenario("protection A (product not installed): LS redis + BE flood, measured",
+          full="they run on the systemd-driver node in make test (tests/node-v2/systemd.py)")
 def s_protect_a(h: Harness) -> None:
     protection.run_config(h, "A")
 
@@ -417,21 +429,23 @@ NS_BATCH = "v2-batch"
 
 # The protection runs come before the batch scenario turns colocation on: with colocation on,
 # the BE flood pod would need batch-cpu, which this one-CPU node may not have to lend.
-@scenario("protection B (installed, memory QoS off in ack-slo-config)")
+@scenario("protection B (installed, memory QoS off in ack-slo-config)",
+          full="they run on the systemd-driver node in make test (tests/node-v2/systemd.py)")
 def s_protect_b(h: Harness) -> None:
     protection.run_config(h, "B")
 
 
 @scenario("protection C0 (installed, the reference's ack-slo-config as it is: enable true, "
           "no parameters; memory.min stays 0 and the BE pod is reclaimed first, wmarkMinAdj 50 "
-          "emulated with memory.reclaim)")
+          "emulated with memory.reclaim)",
+          full="they run on the systemd-driver node in make test (tests/node-v2/systemd.py)")
 def s_protect_c0(h: Harness) -> None:
     protection.run_config(h, "C0")
 
 
 @scenario("protection P (as C, the applier with --protect-ancestors=false: pod-level "
           "memory.min/low only, the ancestors at 0)",
-          full="4 more minutes")
+          full="4 more minutes; the other configurations run on the systemd-driver node")
 def s_protect_p(h: Harness) -> None:
     protection.run_config(h, "P")
 
@@ -439,7 +453,8 @@ def s_protect_p(h: Harness) -> None:
 @scenario("protection C (installed, the reference's ack-slo-config: LS protected, BE throttled): "
           "C keeps >= 90% of the LS working set and has at most a tenth of the refaults on its "
           "re-read that the harder-hit of A and B had; under the flood the applier keeps "
-          "applying (a pod created then is protected) and is neither restarted nor OOM-killed")
+          "applying (a pod created then is protected) and is neither restarted nor OOM-killed",
+          full="they run on the systemd-driver node in make test (tests/node-v2/systemd.py)")
 def s_protect_c(h: Harness) -> None:
     protection.run_config(h, "C")
     protection.verdict(h)
