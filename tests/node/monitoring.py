@@ -262,8 +262,10 @@ def refused(h, image: str, node: str) -> None:
 
 
 def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str) -> str | None:
-    """None when the selector returns series; else why that is acceptable, or a Check."""
-    if prom.query(f"count({metric}{matchers})"):
+    """None when the selector returned series in this run; else why that is acceptable, or a
+    Check. Over the run, not only now: a counter has series once it counted, and an applier a
+    scenario just replaced (the doctor's) has counted nothing yet, rightly."""
+    if prom.query(f"count(last_over_time({metric}{matchers}[1h]))"):
         return None
     if metric in NEEDS:
         return f"not on this node: {NEEDS[metric]}"
@@ -271,8 +273,8 @@ def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str) -> str
     faulty = {k for k in labels if k in FAULT_LABELS}
     structural = {k: v for k, v in labels.items() if k not in FAULT_LABELS}
     base = "{" + ",".join(f"{k}{v}" for k, v in structural.items()) + "}" if structural else ""
-    series = prom.query(f"{metric}{base}")
-    check(series, f"no series at all for {metric}{base} (named as {metric}{matchers})")
+    series = prom.query(f"last_over_time({metric}{base}[1h])")
+    check(series, f"no series at all for {metric}{base} in this run (named as {metric}{matchers})")
     check(faulty, f"{metric}{matchers} returns nothing, though {metric}{base} has series")
     missing = {k for k in faulty if not any(k in s["metric"] for s in series)}
     check(not missing, f"{metric} has no label {sorted(missing)} (named as {metric}{matchers})")
