@@ -162,22 +162,8 @@ def wait_resolved(h, want_enabled: bool, min_percent: int, ns: str = NS) -> None
 
 
 def applier_args(h, add: str | None = None, remove: str | None = None) -> None:
-    """Adds or removes (if there) one flag of the applier DaemonSet, as an operator would, and
-    waits for the new applier pod."""
-    ds = h.kjson("-n", "koordinator-system", "get", "daemonset", "koord-applier")
-    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
-    if add:
-        ops = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": add}]
-    else:
-        if remove not in args:
-            return
-        i = args.index(remove)
-        ops = [{"op": "test", "path": f"/spec/template/spec/containers/0/args/{i}", "value": remove},
-               {"op": "remove", "path": f"/spec/template/spec/containers/0/args/{i}"}]
-    h.kubectl("-n", "koordinator-system", "patch", "daemonset", "koord-applier", "--type=json",
-              "-p", json.dumps(ops))
-    h.kubectl("-n", "koordinator-system", "rollout", "status", "daemonset/koord-applier",
-              "--timeout=240s", timeout=260)
+    """One flag of the applier DaemonSet added or removed (koordtest.node)."""
+    h.applier_args(add=add, remove=remove)
 
 
 def memstat(h, cg: str) -> dict[str, int]:

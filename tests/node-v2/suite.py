@@ -347,12 +347,20 @@ def ls_pod(name: str, image: str) -> dict:
                                                    "limits": {"cpu": "500m", "memory": "512Mi"}}}]}}
 
 
+def ls_protected(h: Harness) -> None:
+    """The LS class protected in ack-slo-config (minLimitPercent/lowLimitPercent 100) and the
+    webhook answering with it: what every scenario that reads an LS pod's memory.min stands on.
+    Set by each such scenario (one before it may have changed the ConfigMap); a no-op edit when
+    it holds already."""
+    protection.set_slo(h, protection.SLO_PROTECT)
+    protection.wait_resolved(h, True, 100, NS_QOS)
+
+
 @scenario("LS pod (ack-slo-config: minLimitPercent/lowLimitPercent 100): resolved-qos and "
           "MemoryQOSApplied; memory.min/low/high in the REAL pod and container cgroups the 1.37 "
           "kubelet made on cgroup v2; kubepods and burstable hold at least their children's sum")
 def s_ls_cgroups(h: Harness) -> None:
-    protection.set_slo(h, protection.SLO_PROTECT)
-    protection.wait_resolved(h, True, 100, NS_QOS)
+    ls_protected(h)
     h.apply_obj(ls_pod("ls-app", h.env["WORKLOAD_IMAGE"]), NS_QOS)
     pod = h.wait_running(NS_QOS, "ls-app")
     check(pod["metadata"]["labels"].get(QOS_LABEL) == "LS", f"labels {pod['metadata']['labels']}")
@@ -677,6 +685,7 @@ def s_applier_restart(h: Harness) -> None:
           "Ignore); when the webhook is back the re-resolver annotates it and the applier "
           "writes its cgroup v2 files")
 def s_webhook_down(h: Harness) -> None:
+    ls_protected(h)
     node = h.env["NODE_NAME"]
     h.kubectl("cordon", node)
     try:
@@ -706,6 +715,7 @@ def s_webhook_down(h: Harness) -> None:
 @scenario("ConfigMap flip: lsClass memoryQOS enable true -> false in ack-slo-config reaches a "
           "running LS pod's annotation and its cgroup v2 files (memory.min 0), then back")
 def s_flip(h: Harness) -> None:
+    ls_protected(h)
     h.apply_obj(ls_pod("flip-ls", h.env["WORKLOAD_IMAGE"]), NS_QOS)
     pod = h.wait_running(NS_QOS, "flip-ls")
     applied_event(h, NS_QOS, pod)
@@ -734,6 +744,7 @@ def s_flip(h: Harness) -> None:
           "follows the kubelet's allocation and the REAL pod and container memory.min follow it, "
           "the container is not restarted")
 def s_resize(h: Harness) -> None:
+    ls_protected(h)
     pods = [f"resize-{i}" for i in range(3)]
     for n in pods:
         h.apply_obj(ls_pod(n, h.env["WORKLOAD_IMAGE"]), NS_QOS)

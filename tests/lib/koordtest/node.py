@@ -51,6 +51,25 @@ class NodeHarness(Harness):
         check(len(live) == 1, f"expected one applier pod, found {[p['metadata']['name'] for p in pods]}")
         return live[0]
 
+    def applier_args(self, add: str | None = None, remove: str | None = None) -> None:
+        """Adds or removes (if there) one flag of the applier DaemonSet, as an operator would,
+        and waits for the new applier pod."""
+        ds = self.kjson("-n", SYSTEM_NS, "get", "daemonset", "koord-applier")
+        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        if add:
+            ops = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": add}]
+        else:
+            if remove not in args:
+                return
+            i = args.index(remove)
+            ops = [{"op": "test", "path": f"/spec/template/spec/containers/0/args/{i}",
+                    "value": remove},
+                   {"op": "remove", "path": f"/spec/template/spec/containers/0/args/{i}"}]
+        self.kubectl("-n", SYSTEM_NS, "patch", "daemonset", "koord-applier", "--type=json",
+                     "-p", json.dumps(ops))
+        self.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier",
+                     "--timeout=240s", timeout=260)
+
     def applier_metrics(self, pod: dict | None = None) -> dict:
         """The applier's /metrics, fetched from its pod IP (routed to the node's pods)."""
         pod = pod or self.applier_pod()
