@@ -53,7 +53,8 @@ NS_PLAIN = "node-coloc-plain"  # not opted in: FFmpeg in 2, an ordinary pod
 NGINX_IMAGE = "localhost/koord-node/nginx:1"
 FFMPEG_IMAGE = "localhost/koord-node/ffmpeg:1"
 CGROUP = Path("/sys/fs/cgroup")
-# One measurement window per configuration; KOORD_NODE_FULL=1 doubles it and adds the steps of 3.
+# One measurement window per configuration (the scenario runs with KOORD_NODE_FULL=1: three of
+# them, and the steps of 3).
 SECONDS = int(os.environ.get("KOORD_NODE_COLOC_SECONDS", "20"))
 WARMUP = 5
 THINK_MS = 1
