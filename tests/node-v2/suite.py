@@ -550,6 +550,31 @@ def node_batch(h: Harness) -> tuple[float, float]:
     return quantity(alloc.get(BATCH_CPU, "0")), quantity(alloc.get(BATCH_MEMORY, "0"))
 
 
+def start_batch_pod(h: Harness, spec: dict) -> dict:
+    """Starts a pod on batch resources and returns it Running. The Node's batch capacity follows
+    the node's usage (memory too, with memoryCalculatePolicy usage), so the kubelet may admit the
+    pod against a figure that has just fallen and reject it (`OutOfkubernetes.io/batch-memory`,
+    phase Failed): then the pod is made again, twice at most, after the capacity is back."""
+    ns, name = spec["metadata"].get("namespace", NS_BATCH), spec["metadata"]["name"]
+    for attempt in range(3):
+        wait_until("batch capacity on the Node for one more pod", lambda: (
+            lambda b: b[0] >= 100 and b[1] >= 96 * 2**20)(node_batch(h)), 180, 2)
+        h.apply_obj(spec)
+
+        def settled():
+            p = h.pod(ns, name)
+            return p if p.get("status", {}).get("phase") in ("Running", "Failed") else None
+        pod = wait_until(f"pod {ns}/{name} Running or rejected", settled, h.POD_TIMEOUT, 0.5)
+        reason = pod["status"].get("reason", "")
+        if pod["status"]["phase"] == "Failed" and reason.startswith("OutOf") and attempt < 2:
+            log(f"{name}: rejected by the kubelet ({reason}: {pod['status'].get('message', '')}); "
+                "made again")
+            h.delete_pods(ns, name)
+            continue
+        return h.wait_running(ns, name)
+    raise Check(f"{name} was rejected three times")
+
+
 def batch_on(h: Harness) -> None:
     """Colocation on and batch capacity on the Node, BE cpuQOS on: what every batch scenario
     stands on (set up by whichever needs it first)."""
@@ -807,15 +832,15 @@ def s_suppress(h: Harness) -> None:
     patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
     burn = ["koord-stress", "-c", "1"]
-    h.apply_obj(be_batch_pod("be-burn", h.env["WORKLOAD_IMAGE"], burn, cpu=("50m", "1"),
-                             mem=("16Mi", "32Mi")))
+    be_spec = be_batch_pod("be-burn", h.env["WORKLOAD_IMAGE"], burn, cpu=("50m", "1"),
+                           mem=("16Mi", "32Mi"))
     ls = ls_pod("ls-burn", h.env["WORKLOAD_IMAGE"])
     ls["metadata"]["namespace"] = NS_BATCH
     ls["spec"]["containers"][0].update(command=burn, resources={
         "requests": {"cpu": "200m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}})
     parent = f"{CGROUP}/kubepods/besteffort/cpu.max"
     try:
-        be = h.wait_running(NS_BATCH, "be-burn")
+        be = start_batch_pod(h, be_spec)
         cg = h.pod_cgroup(None, be)
         wait_until("the BE parent's quota (suppression on)",
                    lambda: h.read(parent).split()[0] != "max", 60, 1)
