@@ -161,11 +161,6 @@ def wait_resolved(h, want_enabled: bool, min_percent: int, ns: str = NS) -> None
     wait_until(f"the webhook to resolve memoryQOS enabled={want_enabled}", seen, 90, 1)
 
 
-def applier_args(h, add: str | None = None, remove: str | None = None) -> None:
-    """One flag of the applier DaemonSet added or removed (koordtest.node)."""
-    h.applier_args(add=add, remove=remove)
-
-
 def memstat(h, cg: str) -> dict[str, int]:
     out = {}
     for line in h.read(f"{cg}/memory.stat").splitlines():
@@ -226,9 +221,9 @@ def run_config(h, name: str, window=None) -> None:
     elif name == "P":
         set_slo(h, SLO_PROTECT)
         wait_resolved(h, True, 100)
-        applier_args(h, add="--protect-ancestors=false")
+        h.applier_args(add="--protect-ancestors=false")
     elif name == "C":
-        applier_args(h, remove="--protect-ancestors=false")  # after P, if it ran
+        h.applier_args(remove="--protect-ancestors=false")  # after P, if it ran
         set_slo(h, SLO_PROTECT)
         wait_resolved(h, True, 100)
     h.apply_obj(ls_pod(image), NS)

@@ -828,7 +828,7 @@ def s_suppress(h: Harness) -> None:
     batch_on(h)
     # The floor defaults to 2 CPUs, capped at the node's: this node has one, so without a lower
     # floor the budget would always be the whole node.
-    protection.applier_args(h, add="--be-suppress-min-cpus=0.05")
+    h.applier_args(add="--be-suppress-min-cpus=0.05")
     patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
     burn = ["koord-stress", "-c", "1"]
@@ -941,7 +941,7 @@ def s_kubelet_memory_qos(h: Harness) -> None:
     g = h.node_dir / "guest"
     h.guest(f"{HERE / 'guest' / 'restart-kubelet.sh'} {g}")
     log("kubelet restarted with memoryReservationPolicy TieredReservation (MemoryQoS on by default)")
-    protection.applier_args(h, add="--kubelet-memory-qos=tiered")
+    h.applier_args(add="--kubelet-memory-qos=tiered")
     protection.set_slo(h, protection.SLO_PROTECT)
     protection.wait_resolved(h, True, 100, NS_QOS)
     h.apply_obj(ls_pod("own-b", h.env["WORKLOAD_IMAGE"]), NS_QOS)

@@ -445,11 +445,11 @@ def below_runs(rows: list[list], col: int) -> list[tuple[float, float]]:
           "over three of the kubelet's minutes, no sample below the LS pod's value",
           full="4 more minutes; its figure is in tests/node-v2/README.md")
 def s_systemd_rewrites_default(h: Harness) -> None:
-    protection.applier_args(h, remove=f"--resync-seconds={RESYNC}")
+    h.applier_args(remove=f"--resync-seconds={RESYNC}")
     try:
         sample_rewrites(h, 60, 3 * 60 + 10)
     finally:
-        protection.applier_args(h, add=f"--resync-seconds={RESYNC}")
+        h.applier_args(add=f"--resync-seconds={RESYNC}")
 
 
 def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
@@ -533,7 +533,7 @@ def s_daemon_reload(h: Harness) -> None:
           "cpu.max holds a quota, stored by systemd as the slice's CPUQuotaPerSecUSec, and at "
           "2 Hz across a kubelet minute no reset to max stands longer than 1 s")
 def s_be_suppress(h: Harness) -> None:
-    protection.applier_args(h, add="--be-suppress-min-cpus=0.05")
+    h.applier_args(add="--be-suppress-min-cpus=0.05")
     v2.patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
     burn = ["koord-stress", "-c", "1"]
@@ -578,7 +578,7 @@ def s_be_suppress(h: Harness) -> None:
     finally:
         h.delete_pods(NS_BATCH, "ls-burn", "be-burn")
         v2.patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {"enable": False}})
-        protection.applier_args(h, remove="--be-suppress-min-cpus=0.05")
+        h.applier_args(remove="--be-suppress-min-cpus=0.05")
     wait_until("the BestEffort slice's quota lifted",
                lambda: h.read(parent).split()[0] == "max", 60, 1)
 

@@ -307,7 +307,7 @@ def applied_event(h: Harness, ns: str, pod: dict, timeout: float = 60) -> dict:
 def s_colocation(h: Harness) -> None:
     # Early, before the scenarios that leave pods running (stress-demo burns a core until the
     # end): the node holds only the product's own pods.
-    colocation.run(h, full=os.environ.get("KOORD_NODE_FULL") == "1")
+    colocation.run(h)
 
 
 @scenario("redis-demo shape (LS, memoryQOS auto): label, resolved-qos, MemoryQOSApplied from the "
