@@ -243,6 +243,8 @@ fn async_reclaim(
     if ctx.dry_run {
         return Ok(None);
     }
+    // Before the first pod pass: a throttle an earlier applier died holding goes back.
+    crate::node::reclaim::release_left_throttles(&ctx.layout);
     let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
     let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
     let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);

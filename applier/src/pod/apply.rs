@@ -472,9 +472,8 @@ impl Applier {
 
     /// A container `memory.high` the BE throttle holds now ([`crate::node::reclaim::throttle`]): left
     /// to the reclaim worker, which puts the value before back when it releases it; the next
-    /// pass then compares it with the annotation's as usual. A container this process has not
-    /// registered yet may carry a throttle a crashed applier left: its value before goes back
-    /// first ([`crate::node::reclaim::held`]), then the pass reads and compares as usual.
+    /// pass then compares it with the annotation's as usual. (A throttle a crashed applier left
+    /// went back in the start sweep, [`crate::node::reclaim::release_left_throttles`].)
     fn throttle_holds(&self, pod: &PodSpecView, w: &PlannedWrite) -> Option<WriteResult> {
         let plan::Target::Container(name) = &w.target else {
             return None;
@@ -483,12 +482,6 @@ impl Applier {
             .reclaim
             .as_ref()
             .filter(|_| w.knob == Knob::MemoryHigh)?;
-        if !reclaim.is_registered(&pod.uid, name) {
-            if let Ok(Some(v)) = crate::node::reclaim::held::restore(&w.dir) {
-                tracing::info!(pod = %pod.name, container = %name, value = %v, "memory.high restored: a BE throttle left by an earlier run");
-            }
-            return None;
-        }
         reclaim.holds_high(&pod.uid, name).then(|| WriteResult {
             outcome: Outcome::Held,
             old: None,

@@ -251,6 +251,8 @@ impl Node {
             ..settings()
         };
         let l = layout(self.tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        // As `run` starts: the throttles a crashed applier left go back first.
+        koord_applier::node::reclaim::release_left_throttles(&l);
         let reclaim = AsyncReclaim::detect(&l, settings, None).expect("memory.reclaim is there");
         reclaim.start().expect("worker");
         let applier = Applier::new(l, false, None).with_async_reclaim(Some(reclaim.clone()));
@@ -403,8 +405,8 @@ fn a_throttle_left_by_a_crash_is_released_by_the_next_applier() {
     held::record(&node.ffmpeg, "209715200").expect("record");
     std::fs::write(node.ffmpeg.join("memory.high"), (100 * MIB).to_string()).expect("throttle");
     let (reclaim, _applier, r) = node.start(true);
-    // The first pass put the value before back, then read and compared it as usual: the
-    // annotation's max is written over the value before, not over the throttle.
+    // The start sweep put the value before back, then the first pass read and compared it as
+    // usual: the annotation's max is written over the value before, not over the throttle.
     let knob = r
         .knobs
         .iter()

@@ -6,7 +6,7 @@
 //! where the attribute cannot be written, the container is reclaimed first but not throttled.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::XattrFlags;
 
@@ -40,6 +40,38 @@ pub fn restore(dir: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// How deep [`restore_tree`] looks below its root: a container's cgroup is at most four levels
+/// under `kubepods` (QoS class, pod, container; the systemd driver's slices nest the same way).
+const TREE_DEPTH: usize = 6;
+
+/// Puts back every throttle recorded under `root` (the `kubepods` memory tree): what an applier
+/// that died while throttling left. Run once at start, before the first pod pass: after it every
+/// record on the node is this process's own, so nothing else looks for strays. Returns each
+/// directory that held a record with the value put back, or why it could not be.
+pub fn restore_tree(root: &Path) -> Vec<(PathBuf, io::Result<String>)> {
+    let mut found = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0)];
+    while let Some((dir, depth)) = stack.pop() {
+        if recorded(&dir).is_some() {
+            let r = restore(&dir).map(Option::unwrap_or_default);
+            found.push((dir.clone(), r));
+        }
+        if depth == TREE_DEPTH {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            // file_type does not follow symlinks: only the tree's own directories.
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +97,45 @@ mod tests {
         // Not a memory.high value: never written back.
         rustix::fs::setxattr(dir, XATTR, b"rm -rf", XattrFlags::empty()).expect("set");
         assert_eq!(recorded(dir), None);
+    }
+
+    #[test]
+    fn the_start_sweep_puts_back_every_record_in_the_tree_and_nothing_else() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path();
+        let pod = root.join("besteffort/pod1");
+        let (a, b, c) = (pod.join("a"), pod.join("b"), root.join("burstable/pod2/c"));
+        for d in [&a, &b, &c] {
+            std::fs::create_dir_all(d).expect("mkdir");
+            std::fs::write(d.join("memory.high"), "104857600").expect("throttle");
+        }
+        if let Err(e) = record(&a, "max") {
+            panic!("cannot run: no user xattrs on {}: {e}", a.display());
+        }
+        record(&c, "209715200").expect("record");
+        // A link to a recorded directory is not followed (it is not the tree's own).
+        std::os::unix::fs::symlink(&a, root.join("link")).expect("symlink");
+        let mut got: Vec<_> = restore_tree(root)
+            .into_iter()
+            .map(|(d, r)| (d, r.expect("restored")))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (a.clone(), "max".to_owned()),
+                (c.clone(), "209715200".to_owned())
+            ]
+        );
+        let high = |d: &Path| std::fs::read_to_string(d.join("memory.high")).expect("read");
+        assert_eq!(
+            (high(&a), high(&b), high(&c)),
+            ("max".into(), "104857600".into(), "209715200".into())
+        );
+        assert_eq!((recorded(&a), recorded(&c)), (None, None));
+        assert!(
+            restore_tree(root).is_empty(),
+            "a second sweep finds nothing"
+        );
     }
 }

@@ -15,7 +15,8 @@
 //! and per container (back-off when the kernel finds nothing to take). Nothing is left behind:
 //! a reclaim changes no setting, a throttle is released when the pressure goes, when the
 //! container leaves the emulation and on exit ([`AsyncReclaim::release_all`]), and one left by
-//! a crash is released by the next applier when it first sees the container.
+//! a crash is released by the next applier's sweep of the tree at start
+//! ([`release_left_throttles`]).
 //!
 //! Detected once at start (cgroup v2 and `memory.reclaim` in `kubepods`); while no container
 //! asks for it the worker sleeps on a condition variable and costs nothing.
@@ -88,6 +89,28 @@ pub struct AsyncReclaim {
     /// Set on exit: the throttles are released and no new one is set.
     closing: AtomicBool,
     metrics: Option<ReclaimMetrics>,
+}
+
+/// The throttles an applier that died while throttling left on this node, put back: once at
+/// start, before the first pod pass, whatever the settings now (the throttle may have been turned
+/// off since). Only cgroup v2 has them; a dry run writes nothing.
+pub fn release_left_throttles(layout: &Layout) {
+    if layout.version != CgroupVersion::V2 {
+        return;
+    }
+    let Ok(root) = layout.dir(&layout.kubepods_dir(), Controller::Memory) else {
+        return;
+    };
+    for (dir, r) in held::restore_tree(&root) {
+        match r {
+            Ok(v) => {
+                tracing::info!(dir = %dir.display(), value = %v, "memory.high restored: a BE throttle left by an earlier run")
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not restore a BE throttle left by an earlier run")
+            }
+        }
+    }
 }
 
 impl AsyncReclaim {
@@ -219,15 +242,6 @@ impl AsyncReclaim {
             container: container.to_owned(),
         };
         self.lock_throttled().contains_key(&key)
-    }
-
-    /// Whether this process has registered the container (seen it since it started).
-    pub fn is_registered(&self, uid: &str, container: &str) -> bool {
-        let key = Key {
-            uid: uid.to_owned(),
-            container: container.to_owned(),
-        };
-        self.lock().contains_key(&key)
     }
 
     /// Releases every throttle (the values before put back) and sets no new one: on exit.

@@ -127,12 +127,9 @@ impl<'a> Worker<'a> {
                         self.release(&key, &old.reg.dir, "the container restarted");
                     }
                 }
+                // First seen by this process (a crashed applier's throttles went back in the
+                // start sweep, `release_left_throttles`).
                 None => {
-                    // First seen by this process: a throttle recorded there is a crashed
-                    // applier's, released before anything else.
-                    if let Ok(Some(v)) = held::restore(&reg.dir) {
-                        tracing::info!(dir = %reg.dir.display(), value = %v, "memory.high restored: a BE throttle left by an earlier run");
-                    }
                     self.tracked.insert(key, Tracked::new(reg));
                 }
             }
