@@ -286,28 +286,19 @@ def s_batch(h: Harness) -> None:
                      f"scope's cpu.max repaired after {took:.1f}s (resync {RESYNC}s)")
 
 
+# The one sampler of protection files inside the guest: each `every` seconds a JSON line
+# [seconds since start, value of each file (None when unreadable)], into `out`, until `until`
+# (a number of seconds, or a path whose existence stops it).
 SAMPLER = """
-import json, sys, time
-files, seconds, want = sys.argv[1].split(","), float(sys.argv[2]), int(sys.argv[3])
-every = float(sys.argv[4]) if len(sys.argv) > 4 else 0.5
-t0, out = time.monotonic(), []
-while time.monotonic() - t0 < seconds:
-    row = [round(time.monotonic() - t0, 2)]
-    for f in files:
-        with open(f) as fh:
-            row.append(int(fh.read().strip()) >= want)
-    out.append(row)
-    time.sleep(every)
-print(json.dumps(out))
-"""
-
-
-WINDOW_SAMPLER = """
 import json, os, sys, time
-files, every, stop = sys.argv[1].split(","), float(sys.argv[2]), sys.argv[3]
+files, every, out_path, until = sys.argv[1].split(","), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+try:
+    seconds, stop = float(until), None
+except ValueError:
+    seconds, stop = None, until
 t0 = time.monotonic()
-with open(sys.argv[4], "w") as out:
-    while not os.path.exists(stop):
+with open(out_path, "w") as out:
+    while (time.monotonic() - t0 < seconds) if stop is None else not os.path.exists(stop):
         row = [round(time.monotonic() - t0, 2)]
         for f in files:
             try:
@@ -319,6 +310,17 @@ with open(sys.argv[4], "w") as out:
         out.flush()
         time.sleep(every)
 """
+
+
+def sampler(files: list[str], every: float, out: str, until: float | str) -> str:
+    """The guest's command that runs SAMPLER (in the foreground: add `&` to run it beside)."""
+    return f"python3 -B -c '{SAMPLER}' {','.join(files)} {every} {out} {until}"
+
+
+def at_least(text: str, wants: list[int]) -> list[list]:
+    """SAMPLER's lines as rows of [t, file 1 >= its want, ...] (unreadable counts as below)."""
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [[r[0]] + [v is not None and v >= w for v, w in zip(r[1:], wants)] for r in rows]
 
 
 class DisruptedWindow:
@@ -350,8 +352,8 @@ class DisruptedWindow:
                 RESYNC + SLACK, 0.5)
         except Check as e:
             raise Check(f"{e}: {h.read_many(list(self.files))}") from None
-        h.guest(f"rm -f {self.OUT} {self.STOP}; setsid python3 -B -c '{WINDOW_SAMPLER}' "
-                f"{','.join(self.files)} 0.5 {self.STOP} {self.OUT} </dev/null >/dev/null 2>&1 &")
+        h.guest(f"rm -f {self.OUT} {self.STOP}; setsid "
+                f"{sampler(list(self.files), 0.5, self.OUT, self.STOP)} </dev/null >/dev/null 2>&1 &")
         self.t0 = time.monotonic()
 
     def flood(self, h: Harness) -> None:
@@ -384,18 +386,15 @@ class DisruptedWindow:
                 f"({max(0, end - time.monotonic()):.0f}s more)")
             time.sleep(max(0.0, end - time.monotonic()))
         out = h.guest(f"touch {self.STOP}; sleep 1; cat {self.OUT}")
-        rows = [json.loads(line) for line in out.splitlines() if line]
         files = list(self.files)
-        flags = [[r[0]] + [v is not None and v >= self.files[f] for f, v in zip(files, r[1:])]
-                 for r in rows]
+        rows = at_least(out, list(self.files.values()))
         span = rows[-1][0] if rows else 0.0
-        anyrow = [[r[0], all(r[1:])] for r in flags]
-        below = below_runs(anyrow, 1) if rows else []
+        below = below_runs([[r[0], all(r[1:])] for r in rows], 1) if rows else []
         total = sum(d for _, d in below)
         longest = max([0.0] + [d for _, d in below])
         per_file = []
         for i, f in enumerate(files, start=1):
-            runs = below_runs(flags, i)
+            runs = below_runs(rows, i)
             if runs:
                 per_file.append(f"{'/'.join(f.rsplit('/', 2)[-2:])[-48:]} at "
                                 + ", ".join(f"{t:.0f} s for {d:.1f} s" for t, d in runs))
@@ -461,9 +460,9 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
     files = [f"{a}/memory.min" for a in anc]
     wait_until("the QoS slices at the applier's sums", lambda: all(
         int(v) >= 128 * 2**20 for v in h.read_many(files).values()), resync + SLACK, 0.5)
-    out = h.guest(f"python3 -B -c '{SAMPLER}' {','.join(files)} {seconds} {128 * 2**20}",
-                  timeout=seconds + 30)
-    rows = json.loads(out)
+    out = h.guest(f"{sampler(files, 0.5, '/tmp/koord-rewrites.jsonl', seconds)}; "
+                  "cat /tmp/koord-rewrites.jsonl", timeout=seconds + 30)
+    rows = at_least(out, [128 * 2**20] * len(files))
     check(len(rows) > seconds, f"{len(rows)} samples in {seconds}s")
     lines, worst = [], 0.0
     for i, a in enumerate(anc, start=1):
@@ -601,12 +600,12 @@ def s_kubelet_restart(h: Harness) -> None:
     # its QoS values at start), then the zeroing it does with MemoryQoS on, through systemd.
     seconds = 40
     out = h.guest(
-        f"python3 -B -c '{SAMPLER}' {','.join(files)} {seconds} {want} 0.2 > /tmp/restart.json & "
+        f"{sampler(files, 0.2, '/tmp/koord-restart.jsonl', seconds)} & "
         f"sleep 2; systemctl restart kv2-kubelet.service; sleep 18; "
         f"systemctl set-property --runtime {kubepods_unit} MemoryMin=0 MemoryLow=0; "
         f"systemctl set-property --runtime {burstable_unit} MemoryLow=0; "
-        f"wait; cat /tmp/restart.json", timeout=seconds + 40)
-    rows = json.loads(out)
+        f"wait; cat /tmp/koord-restart.jsonl", timeout=seconds + 40)
+    rows = at_least(out, [want] * len(files))
     check(len(rows) > seconds * 2, f"{len(rows)} samples in {seconds}s")
     lines, worst, zeroed = [], 0.0, 0
     for i, f in enumerate(files, start=1):
