@@ -12,6 +12,8 @@
 #                      the kubelet's systemd driver on its default gates, cgroupRoot /
 #                      (kubepods.slice: the production shape) (slot 1): the protection proof
 #                      (A, B, C0, C) runs there, not on the cgroupfs node.
+#   then, alone:       the v1 node's colocation scenario, short form (NGINX's tail latency beside
+#                      FFmpeg: a latency figure needs a quiet machine, so nothing else runs).
 #
 # Each suite's log is printed when it ends, with its wall time. Exits non-zero if any suite
 # failed. KOORD_SUITES_LOG_DIR keeps the logs (default: tests/all.sh's, else a temp dir).
@@ -36,10 +38,11 @@ step node "$here/node/run"
 step numa env KOORD_APPLIER_PROFILE=release "$here/numa/run-two-node-guest.sh"
 step scale "$here/scale/run"
 wait "$v2" "$v2s"
+KOORD_NODE_FULL=1 KOORD_NODE_ONLY='^colocation' KOORD_NODE_COLOC=short step colocation "$here/node/run"
 
 failed=$(lanes_failed)
 if [[ -n $failed ]]; then
     echo "suites: FAILED: $failed(logs in $LANES_LOG_DIR)"
     exit 1
 fi
-echo "suites: all passed (e2e, node, numa, scale; node-v2 and its systemd part beside them)"
+echo "suites: all passed (e2e, node, numa, scale; node-v2 and its systemd part beside them; colocation)"

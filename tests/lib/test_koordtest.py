@@ -477,6 +477,29 @@ class Plot(unittest.TestCase):
         self.assertLess(pts[0][1], pts[1][1], "a larger value is drawn higher")
         self.assertIn(">seconds<", svg)
 
+    def test_negative_x_axis_starts_at_a_tick_below_x_min(self):
+        import xml.etree.ElementTree as ET
+        svg = plot.line_chart({"cpus": [(-1.0, 2), (0.4, 1), (8.0, 1)]}, "step", "s", "CPUs",
+                              x_min=-1.0)
+        ns = "{http://www.w3.org/2000/svg}"
+        line = ET.fromstring(svg).find(f"{ns}polyline")
+        xs = [float(p.split(",")[0]) for p in line.get("points").split()]
+        left, w = 64, 720 - 64 - 16
+        # Step 2 over a span of 9: the axis runs -2..8, so -1 is a tenth of the way in.
+        self.assertAlmostEqual(xs[0], left + w * 0.1, places=1)
+        self.assertAlmostEqual(xs[-1], left + w, places=1)
+        self.assertIn(">-2<", svg)
+
+    def test_stacked_charts_one_below_the_other(self):
+        import xml.etree.ElementTree as ET
+        a = plot.line_chart({"p99": [(0, 1), (2, 3)]}, "a", "s", "ms", height=300)
+        b = plot.line_chart({"cpus": [(0, 2), (2, 1)]}, "b", "s", "CPUs", height=200)
+        root = ET.fromstring(plot.stack([a, b]))
+        ns = "{http://www.w3.org/2000/svg}"
+        inner = root.findall(f"{ns}svg")
+        self.assertEqual([(i.get("y"), i.get("height")) for i in inner], [("0", "300"), ("300", "200")])
+        self.assertEqual(root.get("height"), "500")
+
 
 if __name__ == "__main__":
     unittest.main()
