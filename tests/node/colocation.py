@@ -472,12 +472,14 @@ def run(h) -> None:
 # What is asserted (the goal is printed and published beside it, met or not):
 # - the direction: 3 removes at least REMOVED of the p99 that FFmpeg adds to NGINX in 2
 #   ((p99(2) - p99(3)) / (p99(2) - p99(1)), judged against the machine's own interference);
-# - 3's p99 within ASSERT_P99 of 1's (2 measures 3x and more) at >= GOAL_CPU its node CPU;
+# - 3's p99 within ASSERT_P99 of 1's at >= GOAL_CPU its node CPU (2 measures 3.3-4.8x; a
+#   20-s window of 1 can be quick: 436 us against 553 us over 60 s, so the short form's 3 has
+#   measured up to 1.97x);
 # - the applier cuts BE's CPUs within REACTION_LIMIT of the LS load's start: it samples every
 #   2 s and the first sample may straddle the start, so two samples and one pass.
 GOAL_P99, GOAL_CPU = 1.10, 1.8
 REMOVED = 0.5
-ASSERT_P99 = 2.0
+ASSERT_P99 = 2.5
 REACTION_LIMIT = 4.5
 
 
