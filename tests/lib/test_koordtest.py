@@ -267,6 +267,25 @@ class Metrics(unittest.TestCase):
         self.assertEqual((percentile(v, 50), percentile(v, 99), percentile(v, 100)),
                          (50.0, 99.0, 100.0))
 
+    def test_counts_percentile_as_wrk_computes_it(self):
+        from koordtest.metrics import counts_percentile
+        # 100 requests: 1..100 us, one each; and the same merged with 100 more at 500 us.
+        one = {v: 1 for v in range(1, 101)}
+        merged = dict(one)
+        merged[500] = 100
+        # (case, counts, p, want)
+        cases = [
+            ("median of 1..100: rank round(50.5) = 51, C's round", one, 50, 51),
+            ("p99 of 1..100: rank round(99.5) = 100", one, 99, 100),
+            ("p98: rank round(98.5) = 99", one, 98, 99),
+            ("p99.9: rank round(100.4) = 100", one, 99.9, 100),
+            ("merged: p49 still in the first run", merged, 49, 99),
+            ("merged: the median in the second run's value", merged, 50, 500),
+            ("nothing counted", {}, 99, 0),
+        ]
+        for case, counts, p, want in cases:
+            self.assertEqual(counts_percentile(counts, p), want, case)
+
     def test_histogram_quantile_between_scrapes(self):
         def scrape(counts, other=0):
             lines = [f'd_bucket{{name="w",le="{le}"}} {c}'

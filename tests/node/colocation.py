@@ -54,6 +54,7 @@ from pathlib import Path
 
 from koordtest import plot, published
 from koordtest.checks import check, quantity, wait_until
+from koordtest.metrics import counts_percentile
 from koordtest.harness import log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -283,19 +284,6 @@ def wrk(ip: str, seconds: int, script: Path) -> dict:
     return {"requests": n, "duration_us": dur_us, "errors": errors, "hist": counts}
 
 
-def percentile(hist: Counter, p: float) -> int:
-    """wrk's own definition: the smallest latency whose cumulative count reaches
-    round(p/100 * count + 0.5)."""
-    total = sum(hist.values())
-    rank = round(p / 100 * total + 0.5)
-    seen = 0
-    for value in sorted(hist):
-        seen += hist[value]
-        if seen >= rank:
-            return value
-    return max(hist, default=0)
-
-
 def nginx_worker(pod: dict) -> int | None:
     """The PID of NGINX's worker process, from its pod's cgroup."""
     for procs in (CGROUP / "cpu" / "kubepods" / f"pod{pod['metadata']['uid']}").glob("*/cgroup.procs"):
@@ -353,7 +341,7 @@ def sliced(ip: str, seconds: int, slice_s: int, script: Path, t0: float) -> tupl
             total[key] += r[key]
         total["hist"].update(r["hist"])
         if r["hist"]:
-            series.append(((start + time.monotonic()) / 2 - t0, percentile(r["hist"], 99) / 1000))
+            series.append(((start + time.monotonic()) / 2 - t0, counts_percentile(r["hist"], 99) / 1000))
         done += slice_s
     return total, series
 
@@ -374,8 +362,9 @@ def measure(h, name: str, ffmpeg: dict | None, script: Path, seconds: int) -> di
     b1, p1, f1, t1 = busy_ticks(), pods_cpu_ns(), ffmpeg and ffmpeg_frames(h, ffmpeg), time.monotonic()
     hist = run["hist"]
     r = {"requests": run["requests"], "rps": run["requests"] / (run["duration_us"] / 1e6),
-         "errors": run["errors"], "p50": percentile(hist, 50), "p90": percentile(hist, 90),
-         "p99": percentile(hist, 99), "p999": percentile(hist, 99.9), "max": max(hist, default=0)}
+         "errors": run["errors"], "p50": counts_percentile(hist, 50), "p90": counts_percentile(hist, 90),
+         "p99": counts_percentile(hist, 99), "p999": counts_percentile(hist, 99.9),
+         "max": max(hist, default=0)}
     r["node_cpu"] = 100.0 * (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
     r["pods_cpu"] = 100.0 * (p1 - p0) / 1e9 / (t1 - t0) / os.cpu_count()
     r["fps"] = (f1 - f0) / (t1 - t0) if ffmpeg else None

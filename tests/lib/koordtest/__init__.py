@@ -10,7 +10,7 @@ imports what it needs:
   (a guest) overrides
 - `node.NodeHarness`: a Harness for a node started by a node.sh (node_sh, the product's images,
   the applier pod and its metrics, the kubelet's cgroup paths)
-- `metrics`: Prometheus text parsing, sums and percentiles
+- `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts)
 - `watch.ApiWatch`: the one watch of a collection (pods, Events) the suites time things by
 - `runner.Suite`: the scenario registry, the run loop with KOORD_*_ONLY filtering, the
   PASS/FAIL/"N passed, M failed" output and the signal handling

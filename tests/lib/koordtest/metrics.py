@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 Metrics = dict[tuple[str, frozenset], float]
@@ -30,6 +31,19 @@ def percentile(values: list[float], p: float) -> float:
     """Nearest rank."""
     v = sorted(values)
     return v[max(0, min(len(v) - 1, -(-int(p * len(v)) // 100) - 1))]
+
+
+def counts_percentile(counts: dict[int, int], p: float) -> int:
+    """wrk's definition over exact counts (latency -> how many requests took it, merged from
+    several runs): the smallest latency whose cumulative count reaches round(p/100 * total + 0.5),
+    with C's round (half away from zero, not Python's half to even). 0 when nothing was counted."""
+    rank = math.floor(p / 100 * sum(counts.values()) + 0.5 + 0.5)
+    seen = 0
+    for value in sorted(counts):
+        seen += counts[value]
+        if seen >= rank:
+            return value
+    return max(counts, default=0)
 
 
 def histogram_quantile(after: Metrics, before: Metrics, metric: str, q: float,
