@@ -556,23 +556,28 @@ def start_batch_pod(h: Harness, spec: dict) -> dict:
     pod against a figure that has just fallen and reject it (`OutOfkubernetes.io/batch-memory`,
     phase Failed): then the pod is made again, twice at most, after the capacity is back."""
     ns, name = spec["metadata"].get("namespace", NS_BATCH), spec["metadata"]["name"]
-    for attempt in range(3):
-        wait_until("batch capacity on the Node for one more pod", lambda: (
-            lambda b: b[0] >= 100 and b[1] >= 96 * 2**20)(node_batch(h)), 180, 2)
-        h.apply_obj(spec)
 
-        def settled():
-            p = h.pod(ns, name)
-            return p if p.get("status", {}).get("phase") in ("Running", "Failed") else None
+    def has_room() -> bool:
+        cpu, memory = node_batch(h)
+        return cpu >= 100 and memory >= 96 * 2**20
+
+    def settled() -> dict | None:
+        p = h.pod(ns, name)
+        return p if p.get("status", {}).get("phase") in ("Running", "Failed") else None
+
+    for attempt in range(1, 4):
+        wait_until("batch capacity on the Node for one more pod", has_room, 180, 2)
+        h.apply_obj(spec)
         pod = wait_until(f"pod {ns}/{name} Running or rejected", settled, h.POD_TIMEOUT, 0.5)
-        reason = pod["status"].get("reason", "")
-        if pod["status"]["phase"] == "Failed" and reason.startswith("OutOf") and attempt < 2:
-            log(f"{name}: rejected by the kubelet ({reason}: {pod['status'].get('message', '')}); "
-                "made again")
+        status = pod["status"]
+        why = f"{status.get('reason', '')}: {status.get('message', '')}"
+        if status["phase"] == "Running" or not status.get("reason", "").startswith("OutOf"):
+            break
+        if attempt < 3:
+            log(f"{name}: rejected by the kubelet ({why}); made again")
             h.delete_pods(ns, name)
-            continue
-        return h.wait_running(ns, name)
-    raise Check(f"{name} was rejected three times")
+    check(status["phase"] == "Running", f"{name} failed ({why}; attempt {attempt} of 3)")
+    return pod
 
 
 def batch_on(h: Harness) -> None:
@@ -807,6 +812,9 @@ def s_resize(h: Harness) -> None:
 
 
 SUPPRESS_PHASE_SECONDS = 20
+# The BE budget's floor on this one-CPU node (the applier's default, 2 CPUs capped at the node's,
+# would make the budget the whole node).
+SUPPRESS_FLOOR_CPUS = 0.05
 
 
 def be_cores(h: Harness, cg: str, seconds: int) -> tuple[float, str]:
@@ -826,9 +834,7 @@ def be_cores(h: Harness, cg: str, seconds: int) -> tuple[float, str]:
           "CPU lowers the quota and the BE pod's cores, stopping it gives them back")
 def s_suppress(h: Harness) -> None:
     batch_on(h)
-    # The floor defaults to 2 CPUs, capped at the node's: this node has one, so without a lower
-    # floor the budget would always be the whole node.
-    h.applier_args(add="--be-suppress-min-cpus=0.05")
+    h.applier_args(add=f"--be-suppress-min-cpus={SUPPRESS_FLOOR_CPUS}")
     patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
     burn = ["koord-stress", "-c", "1"]
@@ -842,13 +848,17 @@ def s_suppress(h: Harness) -> None:
     try:
         be = start_batch_pod(h, be_spec)
         cg = h.pod_cgroup(None, be)
-        wait_until("the BE parent's quota (suppression on)",
-                   lambda: h.read(parent).split()[0] != "max", 60, 1)
-        # Calm means calm: the pod's start (kubelet, containerd, the image) counts as system
-        # usage and can hold the budget at the floor for a while on this one-CPU node; on a
-        # loaded host that lasted into the calm phase, which then had nothing to fall from.
-        wait_until("the BE quota above its floor (0.05 CPU) with no LS load", lambda: (
-            h.read(parent).split()[0] != "max" and int(h.read(parent).split()[0]) > 5000), 120, 1)
+        # Suppression on, and calm means calm: the pod's start (kubelet, containerd, the image)
+        # counts as system usage and can hold the budget at the floor for a while on this
+        # one-CPU node; on a loaded host that lasted into the calm phase, which then had
+        # nothing to fall from.
+        floor_us = round(SUPPRESS_FLOOR_CPUS * 100_000)
+
+        def above_floor() -> bool:
+            quota = h.read(parent).split()[0]
+            return quota != "max" and int(quota) > floor_us
+        wait_until(f"the BE quota above its floor ({SUPPRESS_FLOOR_CPUS} CPU) with no LS load",
+                   above_floor, 120, 1)
         phases = [("calm", *be_cores(h, cg, SUPPRESS_PHASE_SECONDS))]
         h.apply_obj(ls)
         h.wait_running(NS_BATCH, "ls-burn")

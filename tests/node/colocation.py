@@ -27,8 +27,8 @@ cannot outrun the server: what coordinated omission could hide shows as fewer re
 configuration's request rate is printed and compared), pinned at SCHED_FIFO so that it measures
 NGINX and not its own waits for a core, to the last CPU: the one Koordinator's `cpuset` policy
 leaves BE, so the load generator, which stands for the network, never sits on the LS side's CPU
-(pinned to CPU 0 it pushed NGINX's worker onto the last CPU and into FFmpeg's caches: the run
-measured where wrk sat as much as the product; docs/decisions.md). A window is a run of 2-second wrk slices, each
+(on CPU 0 it would push NGINX's worker onto the last CPU, into FFmpeg's caches, and the figures
+would measure where wrk sat as much as the product; docs/decisions.md). A window is a run of 2-second wrk slices, each
 printing its whole latency histogram: the window's percentiles come from the merged histograms
 (exact, not an average of slices) and each slice's p99 is a point of the plot. Per configuration:
 P50/P90/P99/P99.9 and max, requests/s, node CPU utilisation (the machine's /proc/stat, wrk
@@ -308,21 +308,20 @@ def last_cpu(pid: int | None) -> int | None:
 
 
 class Sampler:
-    """In a thread, every `every` seconds: the CPUs kubepods/besteffort may use and the CPU
-    NGINX's worker last ran on, [(seconds since `t0`, cpus, nginx's cpu or None)]."""
+    """In a thread, every `every` seconds: [(seconds since `t0`, read())]."""
 
-    def __init__(self, t0: float, every: float, nginx: int | None = None) -> None:
-        self.t0, self.every, self.nginx, self.points = t0, every, nginx, []
+    def __init__(self, t0: float, every: float, read) -> None:
+        self.t0, self.every, self.read, self.points = t0, every, read, []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.points.append((time.monotonic() - self.t0, be_cpus(), last_cpu(self.nginx)))
+            self.points.append((time.monotonic() - self.t0, self.read()))
             self._stop.wait(self.every)
 
-    def stop(self) -> list[tuple[float, int, int | None]]:
+    def stop(self) -> list[tuple[float, object]]:
         self._stop.set()
         self._thread.join()
         return self.points
@@ -356,9 +355,9 @@ def measure(h, name: str, ffmpeg: dict | None, script: Path, seconds: int) -> di
     parent0 = be_parent()
     worker = nginx_worker(nginx)
     check(worker is not None, "no NGINX worker process in the nginx pod's cgroup")
-    sampler = Sampler(t0, 0.1, worker)
+    sampler = Sampler(t0, 0.1, lambda: last_cpu(worker))
     run, series = sliced(ip, seconds, SLICE, script, t0)
-    be_series = sampler.stop()
+    nginx_cpus = [c for _, c in sampler.stop() if c is not None]
     b1, p1, f1, t1 = busy_ticks(), pods_cpu_ns(), ffmpeg and ffmpeg_frames(h, ffmpeg), time.monotonic()
     hist = run["hist"]
     r = {"requests": run["requests"], "rps": run["requests"] / (run["duration_us"] / 1e6),
@@ -369,8 +368,7 @@ def measure(h, name: str, ffmpeg: dict | None, script: Path, seconds: int) -> di
     r["pods_cpu"] = 100.0 * (p1 - p0) / 1e9 / (t1 - t0) / os.cpu_count()
     r["fps"] = (f1 - f0) / (t1 - t0) if ffmpeg else None
     r["be_parent"] = f"cpus {parent0['cpus']} -> {be_parent()['cpus']}, idle {parent0['idle']}"
-    on = [c for _, _, c in be_series if c is not None]
-    r["nginx_last"] = 100.0 * sum(1 for c in on if c == LAST_CPU) / max(1, len(on))
+    r["nginx_last"] = 100.0 * nginx_cpus.count(LAST_CPU) / max(1, len(nginx_cpus))
     log(f"colocation {name}: {r} (p99 per {SLICE} s: {[round(y, 2) for _, y in series]} ms)")
     r["series"] = series
     RESULTS[name] = r
@@ -385,11 +383,11 @@ def load_step(h, script: Path) -> dict:
     ip = h.wait_running(NS, "nginx")["status"]["podIP"]
     wait_until("BE pods on both CPUs with NGINX idle", lambda: be_cpus() == os.cpu_count(), 30, 0.2)
     t0 = time.monotonic() + 1.0
-    sampler = Sampler(t0, STEP_POLL)
+    sampler = Sampler(t0, STEP_POLL, be_cpus)
     time.sleep(1.0)
     run, series = sliced(ip, STEP, 1, script, t0)
     cpus = sampler.stop()
-    cut = next((t for t, n, _ in cpus if t >= 0 and n < os.cpu_count()), None)
+    cut = next((t for t, n in cpus if t >= 0 and n < os.cpu_count()), None)
     log(f"colocation load step: p99 per second {[round(y, 2) for _, y in series]} ms, "
         f"BE CPUs cut at {cut} s")
     check(cut is not None, f"the applier did not take a CPU from the BE pods within {STEP} s of "
@@ -576,7 +574,7 @@ def draw(day: str) -> str:
              "3": "3 colocation"}
     windows = {names[n]: RESULTS[n]["series"] for n in names if n in RESULTS}
     step_p99 = {"3: NGINX p99": STEP_RESULT["series"]}
-    step_cpus = {"CPUs kubepods/besteffort may use": [(t, float(n)) for t, n, _ in STEP_RESULT["cpus"]]}
+    step_cpus = {"CPUs kubepods/besteffort may use": [(t, float(n)) for t, n in STEP_RESULT["cpus"]]}
     return plot.stack([
         plot.line_chart(windows, f"NGINX p99 per {SLICE} s while wrk runs ({day})",
                         "seconds into the configuration's window", "p99 (ms)"),

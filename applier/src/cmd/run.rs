@@ -97,6 +97,11 @@ pub async fn run_with_client(
         proc_root: config.proc_root.clone(),
         ..run.reclaim.clone()
     };
+    // Before the first pod pass, whatever the reclaim settings now: a BE throttle an earlier
+    // applier died holding goes back (a dry run writes nothing).
+    if !ctx.dry_run {
+        crate::node::reclaim::release_left_throttles(&ctx.layout);
+    }
     let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config, reclaim)?;
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
@@ -243,8 +248,6 @@ fn async_reclaim(
     if ctx.dry_run {
         return Ok(None);
     }
-    // Before the first pod pass: a throttle an earlier applier died holding goes back.
-    crate::node::reclaim::release_left_throttles(&ctx.layout);
     let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
     let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
     let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);

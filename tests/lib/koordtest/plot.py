@@ -24,7 +24,8 @@ def nice_step(span: float, ticks: int = 5) -> float:
 def line_chart(series: dict[str, list[tuple[float, float]]], title: str, x_label: str,
                y_label: str, width: int = 720, height: int = 380, x_min: float = 0.0) -> str:
     """One polyline per series (in the given order, with a legend), the y axis from 0 and the x
-    axis from x_min (rounded down to a tick), each to its largest value rounded up to a tick."""
+    axis from 0 or, when x_min is negative, from x_min rounded down to a tick; each to its largest
+    value rounded up to a tick."""
     left, right, top, bottom = 64, 16, 40, 84
     pw, ph = width - left - right, height - top - bottom
     xs = [x for pts in series.values() for x, _ in pts] or [1.0]

@@ -93,7 +93,7 @@ pub struct AsyncReclaim {
 
 /// The throttles an applier that died while throttling left on this node, put back: once at
 /// start, before the first pod pass, whatever the settings now (the throttle may have been turned
-/// off since). Only cgroup v2 has them; a dry run writes nothing.
+/// off since). Only cgroup v2 has them.
 pub fn release_left_throttles(layout: &Layout) {
     if layout.version != CgroupVersion::V2 {
         return;
