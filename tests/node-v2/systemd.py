@@ -60,8 +60,9 @@ DISRUPTIONS = [(5, "systemctl daemon-reload", "systemctl daemon-reload"),
 # The kubelet updates its QoS slices every minute from its start (periodicQOSCgroupUpdateInterval,
 # a timer that runs unconditionally): the window lasts this many of them after the restart.
 KUBELET_MINUTES = 4
-# 2 Hz samples place a run's ends to half a second: a reset repaired within a second reads
-# as at most this long.
+# 2 Hz samples place a run's ends to half a second: a reset the applier repairs at its next
+# check (every 0.5 s, the files written before systemd is called) reads as 1 s at most; the
+# bound leaves one more sample for a loaded guest.
 LONGEST_BELOW = 1.5
 
 set_log_tag("node-v2-systemd")

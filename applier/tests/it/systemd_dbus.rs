@@ -53,6 +53,9 @@ struct FakeState {
     answer: Option<Answer>,
     /// Unit name -> its cgroup directory (written on success).
     dirs: HashMap<String, PathBuf>,
+    /// Per call and property with a file: the unit, the file, what the file held when the call
+    /// came and what systemd writes.
+    before: Vec<(String, &'static str, String, String)>,
 }
 
 struct FakeManager {
@@ -134,6 +137,11 @@ impl FakeManager {
     fn take_calls(&self) -> Vec<Recorded> {
         std::mem::take(&mut self.state.lock().expect("lock").calls)
     }
+
+    /// What each called property's file held when its call came (see [`FakeState::before`]).
+    fn take_before(&self) -> Vec<(String, &'static str, String, String)> {
+        std::mem::take(&mut self.state.lock().expect("lock").before)
+    }
 }
 
 impl Drop for FakeManager {
@@ -192,9 +200,16 @@ async fn serve(s: tokio::net::UnixStream, state: Arc<Mutex<FakeState>>) {
                 properties: properties.clone(),
             });
             let answer = st.answer.clone().unwrap_or(Answer::Ok);
-            if let (Answer::Ok, Some(dir)) = (&answer, st.dirs.get(&unit)) {
+            if let Some(dir) = st.dirs.get(&unit).cloned() {
                 for (name, _, v) in &properties {
-                    if let Some((file, text)) = systemd_writes(name, *v) {
+                    let Some((file, text)) = systemd_writes(name, *v) else {
+                        continue;
+                    };
+                    let held = std::fs::read_to_string(dir.join(file))
+                        .map(|t| t.trim().to_owned())
+                        .unwrap_or_default();
+                    st.before.push((unit.clone(), file, held, text.clone()));
+                    if let Answer::Ok = answer {
                         std::fs::write(dir.join(file), format!("{text}\n")).expect("write");
                     }
                 }
@@ -414,6 +429,16 @@ fn ancestors_set_their_slices_and_leave_the_kubelets_properties() {
     );
     assert_eq!(read(&ancestors[0].join("memory.min")), "73400320");
     assert_eq!(read(&ancestors[2].join("memory.min")), "73400320");
+    // The files are in force before systemd is asked to store them: a slow systemd (the kubelet
+    // restarting) cannot hold a repair back, not even the last level's.
+    let before = s.fake.take_before();
+    assert_eq!(before.len(), 6, "{before:?}");
+    for (unit, file, held, stored) in &before {
+        assert_eq!(
+            held, stored,
+            "{unit} {file} held {held} when systemd was asked for {stored}"
+        );
+    }
     // A fresh record (a new applier) with the kubelet's TieredReservation: kubepods' two files
     // and burstable's memory.low are the kubelet's.
     let fresh = setup();

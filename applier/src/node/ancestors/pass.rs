@@ -36,7 +36,7 @@ pub struct MemoryAncestors {
     unsupported_logged: AtomicBool,
     /// Per child directory seen by the last pass: its `memory.min` and `memory.low` kept open.
     kept: Mutex<HashMap<PathBuf, KeptPair>>,
-    /// On the systemd driver: the slices' values are set through systemd first.
+    /// On the systemd driver: the slices' values are also stored as their units' properties.
     systemd: Option<Arc<crate::cgroup::systemd::Units>>,
     /// The files the last pass left at the sum (not the kubelet's), for [`Self::drifted`].
     left: Mutex<Vec<Left>>,
@@ -44,6 +44,13 @@ pub struct MemoryAncestors {
 
 /// A child's two files (`ProtectionFile::BOTH` order), each kept open when the fd budget allows.
 type KeptPair = [Option<KeptKnob>; 2];
+
+/// An ancestor's values for its systemd unit: per file (`ProtectionFile::BOTH` order) the file's
+/// name, the text the pass wrote and whether the file differed before the pass.
+struct UnitWants {
+    dir: PathBuf,
+    wants: [Option<(&'static str, String, bool)>; 2],
+}
 
 /// The values of one file over the direct children of a directory.
 struct Children {
@@ -73,44 +80,35 @@ impl MemoryAncestors {
         }
     }
 
-    /// Sets the slices' values through systemd ([`crate::cgroup::systemd`]) before reading their files
-    /// back.
+    /// Stores the slices' values as their units' properties ([`crate::cgroup::systemd`]), after
+    /// the files are written.
     pub fn with_systemd(mut self, units: Option<Arc<crate::cgroup::systemd::Units>>) -> Self {
         self.systemd = units;
         self
     }
 
-    /// Gives systemd this ancestor's values (the files the applier owns, one call), before
-    /// they are compared and written; for each file, whether systemd took it.
-    fn store_on_unit(
-        &self,
-        dir: &Path,
-        wants: &[Option<(&'static str, String, bool)>; 2],
-    ) -> [bool; 2] {
-        let mut held = [false; 2];
+    /// Gives systemd an ancestor's values (the files the applier owns, one call) after they
+    /// were written, so that systemd's next re-apply of the unit writes them again. A value
+    /// systemd does not take stays as the pass wrote it until that re-apply, which the drift
+    /// check then repairs; the systemd metrics count it.
+    fn store_on_unit(&self, unit: &UnitWants) {
         let Some(units) = self.systemd.as_ref().filter(|_| !self.writer.dry_run) else {
-            return held;
+            return;
         };
-        let (idx, list): (Vec<usize>, Vec<crate::cgroup::systemd::plan::Want<'_>>) = wants
+        let list: Vec<crate::cgroup::systemd::plan::Want<'_>> = unit
+            .wants
             .iter()
-            .enumerate()
-            .filter_map(|(i, w)| {
-                let (file, text, differs) = w.as_ref()?;
-                Some((
-                    i,
-                    crate::cgroup::systemd::plan::Want {
-                        dir,
-                        file,
-                        text,
-                        differs: *differs,
-                    },
-                ))
+            .flatten()
+            .map(|(file, text, differs)| crate::cgroup::systemd::plan::Want {
+                dir: &unit.dir,
+                file,
+                text,
+                differs: *differs,
             })
-            .unzip();
-        for (i, h) in idx.into_iter().zip(units.store(&list)) {
-            held[i] = h;
+            .collect();
+        if !list.is_empty() {
+            units.store(&list);
         }
-        held
     }
 
     /// The directory of `level` relative to the hierarchy root, from the layout.
@@ -132,14 +130,22 @@ impl MemoryAncestors {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         // Children not seen by this pass (deleted pods) drop their files.
         let mut old = std::mem::take(&mut *kept);
+        let mut units = Vec::with_capacity(Level::BOTTOM_UP.len());
         for level in Level::BOTTOM_UP {
-            let (entries, held) = self.ancestor(level, &held_by_class, &mut old, &mut kept);
+            let (entries, held, unit) = self.ancestor(level, &held_by_class, &mut old, &mut kept);
             if let Level::Qos(_) = level
                 && let Some(name) = self.rel(level).file_name()
             {
                 held_by_class.push((name.to_owned(), held));
             }
             report.cgroups.extend(entries);
+            units.extend(unit);
+        }
+        drop(kept);
+        // Every file first, then systemd: a repair is in force at once, and a call that waits
+        // on a busy systemd (the kubelet restarting) cannot hold the next level's file back.
+        for unit in &units {
+            self.store_on_unit(unit);
         }
         self.account(&report);
         *self.left.lock().unwrap_or_else(PoisonError::into_inner) = self.left_by(&report);
@@ -177,14 +183,19 @@ impl MemoryAncestors {
         first_drift(&left, |p| std::fs::read_to_string(p).ok()).map(|l| l.path.clone())
     }
 
-    /// One ancestor's two files; also the values they hold afterwards (`None`: no such file).
+    /// One ancestor's two files; also the values they hold afterwards (`None`: no such file) and
+    /// what its systemd unit is to store.
     fn ancestor(
         &self,
         level: Level,
         known: &[(OsString, [Option<Protection>; 2])],
         old: &mut HashMap<PathBuf, KeptPair>,
         kept: &mut HashMap<PathBuf, KeptPair>,
-    ) -> (Vec<AncestorReport>, [Option<Protection>; 2]) {
+    ) -> (
+        Vec<AncestorReport>,
+        [Option<Protection>; 2],
+        Option<UnitWants>,
+    ) {
         let rel = self.rel(level);
         let cgroup = rel.display().to_string();
         let dir = match self.layout.dir(&rel, Controller::Memory) {
@@ -204,7 +215,7 @@ impl MemoryAncestors {
                     kept_kubelet_value: false,
                     reason: Some(e.to_string()),
                 });
-                return (entries.to_vec(), [None, None]);
+                return (entries.to_vec(), [None, None], None);
             }
         };
         let cg = CgroupDir::open(Arc::from(dir.as_path()));
@@ -216,8 +227,8 @@ impl MemoryAncestors {
         } else {
             Children::none()
         };
-        // What each file should hold; the files the applier owns go to systemd first, in one
-        // call (the kubelet's own are left to it).
+        // What each file should hold; the files the applier owns go to systemd after the pass
+        // wrote them, in one call per unit (the kubelet's own are left to it).
         let decisions = ProtectionFile::BOTH.map(|file| {
             let i = file as usize;
             let cur = Protection::parse(current[i].as_ref().ok()?).ok()?;
@@ -238,7 +249,6 @@ impl MemoryAncestors {
                 !crate::cgroup::readback::matches(d.target.expect(), old),
             ))
         });
-        let by_systemd = self.store_on_unit(&dir, &wants);
         let mut entries = Vec::with_capacity(2);
         let mut held = [None, None];
         for (i, file) in ProtectionFile::BOTH.into_iter().enumerate() {
@@ -274,13 +284,12 @@ impl MemoryAncestors {
                             let owned = self.kubelet_memory_qos.owns(level, file);
                             let d = decisions[i].unwrap_or_else(|| decide(cur, values, owned));
                             let text = d.target.text(self.layout.version);
-                            let r = self.writer.compare_write_held(
+                            let r = self.writer.compare_write(
                                 &cg,
                                 file.name(),
                                 &text,
                                 d.target.expect(),
                                 old.clone(),
-                                by_systemd[i],
                             );
                             entry.sum = Some(d.sum.to_string());
                             entry.outcome = r.outcome;
@@ -302,7 +311,11 @@ impl MemoryAncestors {
             }
             entries.push(entry);
         }
-        (entries, held)
+        let unit = wants
+            .iter()
+            .any(Option::is_some)
+            .then_some(UnitWants { dir, wants });
+        (entries, held, unit)
     }
 
     /// Metrics and logs of a pass.
