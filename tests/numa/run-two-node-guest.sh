@@ -16,7 +16,8 @@
 #      (node 0 -> 1), ROUNDS rounds each, each side read as a whole (the applier's pass as `run`
 #      performs it, and its whole `once` command; migratepages' whole command) and as the
 #      migrate_pages syscall alone (the applier's own clock; strace -T for migratepages); fails
-#      when the applier's whole pass is below MIN_PASS_RATIO of migratepages' whole command;
+#      when the applier's whole pass is below MIN_PASS_RATIO of migratepages' whole command in
+#      the median round;
 #      plus one rate-limited move_pages pass.
 # The host parses the serial console and exits non-zero on any failure.
 #
@@ -82,8 +83,10 @@ fi
 # the same two ways: the whole thing (koord-applier: the pass as `run` performs it, and the
 # whole `once` command; migratepages: the whole command) and the migrate_pages syscall alone.
 # Summed over the rounds (pages / time). Gate: the applier's whole pass reaches at least
-# MIN_PASS_RATIO (0.9) of migratepages' whole command, over all rounds together: a single
-# round under TCG on a shared host moves by +/-20%, so one round is not asserted alone.
+# MIN_PASS_RATIO (0.9) of migratepages' whole command in the median round, each round's ratio
+# taken between the two tools run back to back: under TCG on a shared host one round moves by
+# +/-40% with the load (even the same syscall on both sides), and a load swing hits both tools
+# of one round, where a sum over the rounds carries a single slow round whole.
 if ! tr -d '\r' < "$out" | awk -v min="${MIN_PASS_RATIO:-0.9}" '
   /^RESULT round/ && $4 == "applier" {
     n++; ap += $6; aw += $10; apass += $12; asys += $14; ain += $16
@@ -101,16 +104,22 @@ if ! tr -d '\r' < "$out" | awk -v min="${MIN_PASS_RATIO:-0.9}" '
     printf "[two-node] koord-applier: %.0f pages/s whole pass, %.0f pages/s in migrate_pages (%.0f pages/s whole once command); migratepages: %.0f pages/s whole command, %.0f pages/s in migrate_pages\n",
       ap / apass * 1e6, ap / asys * 1e6, ap / aw * 1e6, mp / mw * 1e6, sp / ss * 1e6
     r = (ap / apass) / (mp / mw)
-    lo = 1e9; hi = 0
-    for (k in rp) if (k in rm) { x = rp[k] / rm[k]; if (x < lo) lo = x; if (x > hi) hi = x }
-    printf "[two-node] ratios over %d rounds: whole pass / whole command %.2f (single rounds %.2f-%.2f, best of %d: %.2f); whole once command / whole command %.2f; migrate_pages / migrate_pages %.2f\n",
-      n, r, lo, hi, n, bpass / bmw, (ap / aw) / (mp / mw), (ap / asys) / (sp / ss)
+    m = 0
+    for (k in rp) if (k in rm) {
+      x = rp[k] / rm[k]
+      for (j = m; j > 0 && pr[j - 1] > x; j--) pr[j] = pr[j - 1]
+      pr[j] = x; m++
+    }
+    if (m == 0) { print "[two-node] FAIL: no round with both tools"; exit 1 }
+    med = (m % 2) ? pr[(m - 1) / 2] : (pr[m / 2 - 1] + pr[m / 2]) / 2
+    printf "[two-node] ratios over %d rounds: whole pass / whole command %.2f in the median round (single rounds %.2f-%.2f; summed over the rounds %.2f; best of %d: %.2f); whole once command / whole command %.2f; migrate_pages / migrate_pages %.2f\n",
+      n, med, pr[0], pr[m - 1], r, n, bpass / bmw, (ap / aw) / (mp / mw), (ap / asys) / (sp / ss)
     printf "[two-node] koord-applier once, mean us per round: whole %d = process start, report printing and exit %d + setup %d + layout %d + manifest %d + cgroup pass %d + resctrl %d + locality %d (topology %d, cgroup reads %d, numa_maps before %d, migrate_pages %d, numa_maps after %d); the pass %d of it (other work in the pass %d)\n",
       aw / n, (aw - ain) / n, t["setup_us"] / n, t["layout_us"] / n, t["manifest_us"] / n, t["cgroup_pass_us"] / n,
       t["resctrl_us"] / n, t["locality_us"] / n, t["topology_us"] / n, t["cgroup_reads_us"] / n,
       t["numa_maps_before_us"] / n, asys / n, t["numa_maps_after_us"] / n, apass / n,
       (apass - t["topology_us"] - t["cgroup_reads_us"] - t["numa_maps_before_us"] - asys - t["numa_maps_after_us"]) / n
-    if (r < min) { printf "[two-node] FAIL: koord-applier whole pass is %.2f of migratepages whole command (need >= %.2f)\n", r, min; exit 1 }
+    if (med < min) { printf "[two-node] FAIL: koord-applier whole pass is %.2f of migratepages whole command in the median round (need >= %.2f)\n", med, min; exit 1 }
   }' >&2; then
   exit 1
 fi
