@@ -37,7 +37,8 @@ def counts_percentile(counts: dict[int, int], p: float) -> int:
     """wrk's definition over exact counts (latency -> how many requests took it, merged from
     several runs): the smallest latency whose cumulative count reaches round(p/100 * total + 0.5),
     with C's round (half away from zero, not Python's half to even). 0 when nothing was counted."""
-    rank = math.floor(p / 100 * sum(counts.values()) + 0.5 + 0.5)
+    # C's round(x + 0.5) for x >= 0 is floor(x + 1).
+    rank = math.floor(p / 100 * sum(counts.values())) + 1
     seen = 0
     for value in sorted(counts):
         seen += counts[value]

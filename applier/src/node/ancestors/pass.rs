@@ -175,11 +175,9 @@ impl MemoryAncestors {
     /// A file the last pass left at its value that reads otherwise now (the kubelet's restart,
     /// a daemon-reload): the next pass is due at once. A few small reads, no pass.
     pub fn drifted(&self) -> Option<PathBuf> {
-        let left = self
-            .left
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        // Held while reading: only the pass writes it, and the pass and this check take turns
+        // in the watch loop; no copy of the list at every check.
+        let left = self.left.lock().unwrap_or_else(PoisonError::into_inner);
         first_drift(&left, |p| std::fs::read_to_string(p).ok()).map(|l| l.path.clone())
     }
 
