@@ -28,8 +28,10 @@ pub fn container_knobs(basis: MemoryBasis, p: &MemoryQosParams) -> ContainerMemo
     let request = basis.request.max(0);
     let limit = basis.limit.filter(|l| *l > 0);
     let min = percent(request, p.min_limit_percent);
+    // The reference's fix-up: a low that is set but below min rises to it; a low of 0 (the
+    // class does not ask for low protection) stays 0, as koordlet writes it.
     let mut low = percent(request, p.low_limit_percent);
-    if min > 0 && low < min {
+    if low > 0 && low < min {
         low = min;
     }
     let throttling = p.throttling_percent > 0;

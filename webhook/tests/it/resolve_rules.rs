@@ -32,8 +32,8 @@ fn worked_numbers_from_the_reference() {
     let k = r.resolved.memory_qos.containers["app"];
     assert_eq!(k.min, 104_857_600);
     assert_eq!(
-        k.low, 104_857_600,
-        "low below a non-zero min is raised to it"
+        k.low, 0,
+        "lowLimitPercent 0 leaves memory.low 0 whatever min is (the reference's `low > 0 && low < min`)"
     );
     // high = 80% of 100Mi = 83886080, but never below min (104857600).
     assert_eq!(k.high, MaxOr::Bytes(104_857_600));
@@ -62,7 +62,7 @@ fn byte_arithmetic_table() {
             Some("100Mi"),
             r#"{"policy":"auto","minLimitPercent":100}"#,
             100 * MI,
-            100 * MI,
+            0,
             MaxOr::Max,
             MaxOr::Bytes(95 * MI),
         ),
@@ -78,6 +78,7 @@ fn byte_arithmetic_table() {
         (
             "100Mi",
             Some("200Mi"),
+            // A low that is set but below min rises to min.
             r#"{"policy":"auto","minLimitPercent":50,"lowLimitPercent":10}"#,
             50 * MI,
             50 * MI,
@@ -98,7 +99,7 @@ fn byte_arithmetic_table() {
             Some("100Mi"),
             r#"{"policy":"auto","throttlingPercent":50,"minLimitPercent":60}"#,
             60 * MI,
-            60 * MI,
+            0,
             MaxOr::Bytes(60 * MI),
             MaxOr::Bytes(15_360 * 95 / 100 * 4096),
         ),
