@@ -15,6 +15,13 @@
 //! two-container pod of benches/resolve.rs: view, engine, patch), `floor` (the floor server's
 //! handler body on the `create` fixture: parse for the uid, fixed answer). Same allocator as the
 //! server.
+//!
+//! Every review's answer is checked, or the run fails (exit 1, and so does
+//! `benches/callgrind.sh`): a path that errors out early would otherwise read as faster. The
+//! admission cases must answer exactly the golden bytes of `tests/fixtures/responses/` (an
+//! allowed response with its patch; `tests/it/review_golden.rs` keeps those files true),
+//! `floor` an allowed answer echoing the fixture's uid, `resolve` the same non-empty patch each
+//! time. The comparison is a memcmp of about a kilobyte per review.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -37,6 +44,33 @@ fn compact(name: &str) -> anyhow::Result<Vec<u8>> {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{FIXTURES}{name}"))?)?;
     Ok(serde_json::to_vec(&v)?)
+}
+
+/// The stored answer a case must give: `tests/fixtures/responses/<fixture>.<policy>.json`, which
+/// must itself allow the pod with a patch.
+fn expected_answer(fixture: &str, policy: &str) -> anyhow::Result<Vec<u8>> {
+    let stem = fixture.trim_end_matches(".json");
+    let path = format!("{FIXTURES}responses/{stem}.{policy}.json");
+    let want = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_slice(&want)?;
+    let response = &v["response"];
+    anyhow::ensure!(
+        response["allowed"] == true && response["patch"].is_string(),
+        "{path} is not an allowed answer with a patch"
+    );
+    Ok(want)
+}
+
+/// Fails on the first answer that differs from `want`, naming the review.
+fn check_answer(case: &str, i: usize, got: &[u8], want: &[u8]) -> anyhow::Result<()> {
+    if got != want {
+        anyhow::bail!(
+            "case {case}, review {i}: answer differs from the expected one\n  got  {}\n  want {}",
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(want)
+        );
+    }
+    Ok(())
 }
 
 fn run(case: &str, n: usize) -> anyhow::Result<()> {
@@ -66,18 +100,31 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
         }
     };
     let body = compact(fixture)?;
+    let policy = if case == "be-off" {
+        "defaults"
+    } else {
+        "colocation"
+    };
     match case {
         "span" => {
-            for _ in 0..n {
+            let want = expected_answer(fixture, policy)?;
+            for i in 0..n {
                 let span = admission_span();
                 let reviewed = span.in_scope(|| review(black_box(&body), &ctx));
                 reviewed.record_in(&span);
+                check_answer(case, i, &reviewed.body, &want)?;
                 black_box(reviewed);
             }
         }
         "floor" => {
-            for _ in 0..n {
-                black_box(floor_review::floor_review(black_box(&body)));
+            let review: serde_json::Value = serde_json::from_slice(&body)?;
+            let uid = review["request"]["uid"].as_str().unwrap_or_default();
+            let want = koord_webhook::admission::response::write_response(uid, true, None, None);
+            anyhow::ensure!(!uid.is_empty(), "{fixture} has no request.uid");
+            for i in 0..n {
+                let got = floor_review::floor_review(black_box(&body));
+                check_answer(case, i, &got, &want)?;
+                black_box(got);
             }
         }
         "resolve" => {
@@ -93,15 +140,27 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
                 operation: Operation::Create,
                 config: &config,
             };
-            for _ in 0..n {
+            let mut first: Option<Vec<u8>> = None;
+            for i in 0..n {
                 let view: PodInput<'_> = serde_json::from_slice(black_box(&pod))?;
                 let r = resolve_pod(&view, &ctx)?;
-                black_box(json_patch(&view, &r));
+                let patch = json_patch(&view, &r);
+                match &first {
+                    Some(want) => check_answer(case, i, &patch, want)?,
+                    None => {
+                        anyhow::ensure!(patch.len() > 2, "case {case}: an empty patch");
+                        first = Some(patch.clone());
+                    }
+                }
+                black_box(patch);
             }
         }
         _ => {
-            for _ in 0..n {
-                black_box(review(black_box(&body), &ctx));
+            let want = expected_answer(fixture, policy)?;
+            for i in 0..n {
+                let reviewed = review(black_box(&body), &ctx);
+                check_answer(case, i, &reviewed.body, &want)?;
+                black_box(reviewed);
             }
         }
     }
