@@ -2,7 +2,9 @@
 //!
 //! Registered with [`koord_runtime::metrics::register`], like the applier's. The admission
 //! counters are resolved to their label set once at start: a request then costs one atomic
-//! add, not a hash lookup under a lock.
+//! add, not a hash lookup under a lock. The re-resolver's families are [`reresolve`].
+
+pub mod reresolve;
 
 use koord_api::QosClass;
 use koord_runtime::metrics::{MetricError, register};
@@ -10,8 +12,8 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
+use self::reresolve::ReresolveMetrics;
 use crate::admission::{Decision, OperationLabel};
-use crate::reresolve::controller::metrics::ReresolveMetrics;
 
 const OUTCOMES: [&str; 4] = ["mutated", "unchanged", "denied", "error"];
 const CLASSES: [&str; 6] = ["LSE", "LSR", "LS", "BE", "SYSTEM", "none"];
@@ -242,18 +244,14 @@ impl Metrics {
             .set(i64::from(ok));
     }
 
-    /// The certificate now served (PEM, leaf first): its notAfter in
-    /// `koord_webhook_tls_certificate_expiry_timestamp_seconds`. A PEM that does not parse
-    /// leaves the gauge as it was (the config built from it would have failed first).
-    pub fn served_certificate(&self, cert_pem: &[u8]) {
-        let Some(leaf) = crate::certs::inspect::inspect_pem(cert_pem)
-            .ok()
-            .and_then(|c| c.into_iter().next())
-        else {
+    /// The certificate now served: its leaf's notAfter (`certs::inspect::leaf_not_after`) in
+    /// `koord_webhook_tls_certificate_expiry_timestamp_seconds`. `None`, a PEM that does not
+    /// parse, leaves the gauge as it was (the config built from it would have failed first).
+    pub fn served_certificate(&self, not_after: Option<std::time::SystemTime>) {
+        let Some(not_after) = not_after else {
             return;
         };
-        let secs = leaf
-            .not_after
+        let secs = not_after
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         self.tls_expiry.set(secs);
@@ -297,6 +295,7 @@ mod tests {
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use super::*;
+    use crate::certs::inspect::leaf_not_after;
 
     fn value(text: &str, series: &str) -> Option<i64> {
         text.lines()
@@ -315,7 +314,7 @@ mod tests {
         // No series before the first check: certificates from files never check the bundle.
         assert!(!m.render().contains("koord_webhook_tls_ca_bundle_match{"));
         let pem = crate::certs::self_signed(vec!["koord-webhook.svc".into()], 30).expect("cert");
-        m.served_certificate(pem.cert_pem.as_bytes());
+        m.served_certificate(leaf_not_after(pem.cert_pem.as_bytes()));
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("clock")
@@ -326,7 +325,7 @@ mod tests {
             (got - in_30_days).abs() < 2 * 86_400,
             "notAfter {got}, expected about {in_30_days}"
         );
-        m.served_certificate(b"not a certificate");
+        m.served_certificate(leaf_not_after(b"not a certificate"));
         assert_eq!(value(&m.render(), expiry), Some(got), "kept on a bad PEM");
         m.ca_bundle_match("koord-webhook", false);
         let series = "koord_webhook_tls_ca_bundle_match{webhook_configuration=\"koord-webhook\"} ";

@@ -66,6 +66,15 @@ pub fn inspect_pem(pem: &[u8]) -> Result<Vec<CertInfo>, InspectError> {
     pem_ders(pem)?.iter().map(|d| inspect_der(d)).collect()
 }
 
+/// The notAfter of a PEM chain's first (leaf) certificate; `None` when the PEM does not parse.
+pub fn leaf_not_after(pem: &[u8]) -> Option<SystemTime> {
+    inspect_pem(pem)
+        .ok()?
+        .into_iter()
+        .next()
+        .map(|c| c.not_after)
+}
+
 /// PEM text of DER certificates (what a caBundle holds).
 pub fn to_pem(ders: &[Vec<u8>]) -> String {
     let mut out = String::new();

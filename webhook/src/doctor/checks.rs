@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
-use super::DoctorArgs;
+use super::args::DoctorArgs;
 use super::report::{Check, Report, Status};
 use crate::certs::inspect::chains_to;
 use crate::policy::load::from_data;

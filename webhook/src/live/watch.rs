@@ -27,8 +27,7 @@ use crate::policy::load::from_data;
 use crate::policy::{
     ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
 };
-use crate::reresolve::controller::Triggers;
-use crate::reresolve::scope::{OptInTracker, Scope, Trigger, config_change};
+use crate::triggers::{OptInTracker, Scope, Trigger, Triggers, config_change};
 use koord_runtime::WATCH_TIMEOUT_SECS;
 
 /// A watch of one object by name, renewed every [`WATCH_TIMEOUT_SECS`].

@@ -1,9 +1,9 @@
 //! Re-resolution of stored pods, one room: the pure part — what re-resolving a pod would change
-//! ([`plan`], the same answer admission gives), the Event note ([`message`]), which triggers
-//! ask for which namespaces ([`scope`]), the request pacing ([`rate`]), the Lease
-//! decisions ([`lease`]) and which watched pods were resized ([`resize`]) — and the controller
-//! that does the IO around them (Lease loop, lists, pod watch, patches, Events, metrics:
-//! [`controller`]), started by `serve`.
+//! ([`plan`], the same answer admission gives), the Event note ([`message`]), a burst of
+//! triggers ([`crate::triggers`]) folded into one pass ([`scope`]), the request pacing
+//! ([`rate`]), the Lease decisions ([`lease`]) and which watched pods were resized
+//! ([`resize`]) — and the controller that does the IO around them (Lease loop, lists, pod
+//! watch, patches, Events: [`controller`]), started by `serve`.
 
 pub mod controller;
 pub mod lease;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use koord_api::keys::{CLUSTER_CONFIGMAP, CONFIG_NAMESPACE, NAMESPACE_CONFIGMAP};
 
-pub use super::duration_arg::parse_duration;
+use crate::duration::parse_duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {

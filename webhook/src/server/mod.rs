@@ -6,7 +6,6 @@
 
 mod args;
 pub mod connections;
-mod duration_arg;
 mod handler;
 mod handshake_turns;
 pub mod tls;
@@ -33,10 +32,9 @@ use crate::certs::self_managed::{SelfCertConfig, SelfCertConfigError};
 use crate::live::state::{AppState, Limits, NamespaceGate, Readiness};
 use crate::live::watch::ConfigMapNames;
 use crate::metrics::Metrics;
-use crate::reresolve::controller::{
-    Election, LeaseConfig, ReresolveConfig, ReresolveConfigError, Triggers,
-};
-pub use args::{ServeArgs, parse_duration};
+use crate::reresolve::controller::{Election, LeaseConfig, ReresolveConfig, ReresolveConfigError};
+use crate::triggers::Triggers;
+pub use args::ServeArgs;
 use connections::{ConnectionLimits, FirstBytesAcceptor, GuardedAcceptor};
 use tls::CertFiles;
 use tls_accept::TlsAcceptor;
@@ -360,7 +358,7 @@ impl WebhookServer {
         koord_runtime::install_crypto_provider();
         let metrics = Metrics::new()?;
         let (tls, tls_current) = load_tls(&config.tls)?;
-        metrics.served_certificate(&tls_current.0);
+        metrics.served_certificate(crate::certs::inspect::leaf_not_after(&tls_current.0));
         let initial = InitialPolicy::load(&config)?;
         let state = AppState::new(
             initial.policy,
@@ -511,7 +509,7 @@ impl WebhookServer {
         let _ = self.state.kube.set(client.clone());
         let (triggers, reresolver) = match self.config.reresolve.clone() {
             Some(config) => {
-                let (tx, rx) = crate::reresolve::controller::triggers();
+                let (tx, rx) = crate::triggers::triggers();
                 (tx.clone(), Some((config, (tx, rx))))
             }
             None => (Triggers::default(), None),

@@ -1,57 +1,18 @@
-//! Serving TLS: rustls with the ring provider (the only one compiled in), TLS 1.2 and 1.3,
-//! ALPN h2 + http/1.1, and certificate rotation by polling the files' bytes.
+//! Serving TLS from files (`--tls-cert`, `--tls-key`): the config built from them
+//! ([`crate::tls_config`]) and certificate rotation by polling the files' bytes.
 //!
 //! Secret volumes swap a `..data` symlink atomically, so inotify on the file path misses the
 //! change; comparing bytes every few seconds sees it. A rotation only swaps the config used by
 //! new handshakes: connections already up keep their session, in-flight requests finish.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum_server::tls_rustls::RustlsConfig;
-use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::certs::inspect::leaf_not_after;
 use crate::metrics::Metrics;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("{path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("certificate PEM: {0}")]
-    CertPem(rustls::pki_types::pem::Error),
-    #[error("certificate PEM holds no CERTIFICATE block")]
-    NoCert,
-    #[error("private key PEM: {0}")]
-    KeyPem(rustls::pki_types::pem::Error),
-    #[error("certificate and key do not fit together: {0}")]
-    Rustls(#[from] rustls::Error),
-}
-
-/// A rustls server config from PEM text (a chain, leaf first, and its key).
-pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<ServerConfig>, TlsError> {
-    koord_runtime::install_crypto_provider();
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(TlsError::CertPem)?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCert);
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(TlsError::KeyPem)?;
-    let mut config = ServerConfig::builder_with_protocol_versions(&[
-        &rustls::version::TLS13,
-        &rustls::version::TLS12,
-    ])
-    .with_no_client_auth()
-    .with_single_cert(certs, key)?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
+pub use crate::tls_config::{PemPair, TlsError, server_config};
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
@@ -59,9 +20,6 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
         source,
     })
 }
-
-/// The PEM bytes a config was built from (cert, key): what the poller compares against.
-pub type PemPair = (Vec<u8>, Vec<u8>);
 
 /// The serving certificate files, re-read when their bytes change.
 #[derive(Debug, Clone)]
@@ -110,7 +68,7 @@ impl CertFiles {
                     current = next;
                     last_error = None;
                     metrics.tls_reloads.inc();
-                    metrics.served_certificate(&current.0);
+                    metrics.served_certificate(leaf_not_after(&current.0));
                     tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
                 }
                 Err(e) => {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::certs::rotation::RotationPolicy;
-use crate::server::parse_duration;
+use crate::duration::parse_duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SelfCertArgs {

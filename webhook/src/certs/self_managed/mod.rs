@@ -32,12 +32,12 @@ use tokio::task::JoinHandle;
 pub use args::{SelfCertArgs, SelfCertConfig, SelfCertConfigError};
 use secret::{SecretPems, published_bundles, stored_state, with_bundle, with_pems};
 
-use crate::certs::inspect::{CertInfo, chains_to, inspect_pem, to_pem};
+use crate::certs::inspect::{CertInfo, chains_to, inspect_pem, leaf_not_after, to_pem};
 use crate::certs::rotation::{Renewal, desired_bundle, renewal, should_switch, until_next_renewal};
 use crate::certs::{CertKeyPem, GenerateError, generate_ca, sign_serving};
 use crate::live::state::AppState;
 use crate::reresolve::controller::Leadership;
-use crate::server::tls::{PemPair, server_config};
+use crate::tls_config::{PemPair, server_config};
 
 /// Who may write: the Lease holder (tests use a plain flag).
 pub trait Writer: Send + Sync {
@@ -255,7 +255,9 @@ fn serve_step(
                         serving.candidate = None;
                         served_ok = Ok(());
                         state.metrics.tls_reloads.inc();
-                        state.metrics.served_certificate(&serving.served.0);
+                        state
+                            .metrics
+                            .served_certificate(leaf_not_after(&serving.served.0));
                         tracing::info!(secret = %config.secret, "serving certificate switched to the Secret's");
                     } else {
                         serving.candidate = Some((pair, since));

@@ -12,7 +12,7 @@ use super::SelfCertConfig;
 use crate::certs::CertKeyPem;
 use crate::certs::inspect::{CertInfo, chains_to, inspect_pem};
 use crate::certs::rotation::{Stored, Validity};
-use crate::server::tls::{PemPair, server_config};
+use crate::tls_config::{PemPair, server_config};
 
 pub const CA_CERT: &str = "ca.crt";
 pub const CA_KEY: &str = "ca.key";

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::duration::parse_duration;
 use crate::reresolve::lease::{LeaseTiming, TimingError};
-use crate::server::parse_duration;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReresolveArgs {

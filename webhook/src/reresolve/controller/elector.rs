@@ -13,7 +13,7 @@ use kube::api::PostParams;
 use tokio::sync::{Notify, watch};
 
 use super::config::LeaseConfig;
-use super::metrics::ReresolveMetrics;
+use crate::metrics::reresolve::ReresolveMetrics;
 use crate::reresolve::lease::{
     LeaseAction, LeaseTiming, Observed, decide, may_act, next_look, next_spec, released_spec,
 };

@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
-use super::metrics::{EventResult, ReresolveMetrics};
+use crate::metrics::reresolve::{EventResult, ReresolveMetrics};
 use crate::reresolve::message::REASON_RERESOLVED;
 use crate::reresolve::rate::TokenBucket;
 use crate::reresolve::stored_pod::PodRef;

@@ -17,7 +17,6 @@
 mod config;
 pub mod elector;
 mod event_post;
-pub mod metrics;
 mod pass;
 mod pods;
 mod resize_watch;
@@ -41,31 +40,18 @@ use metrics::PassOutcome;
 use pass::{Limiter, PassContext, PassReport};
 
 use crate::live::state::AppState;
-use crate::reresolve::scope::{Pending, Scope, Trigger, trigger_names};
+use crate::reresolve::scope::{Pending, trigger_names};
+use crate::triggers::{Scope, Trigger};
+
+// At their old paths: the re-resolver's metrics live with the webhook's other families, the
+// channel from the watches to the driver in `crate::triggers`, below both.
+pub use crate::metrics::reresolve as metrics;
+pub use crate::triggers::{Triggers, triggers};
 
 /// Retries of pods that admission answered differently, before the next trigger.
 const MAX_RETRY_ROUNDS: u32 = 3;
 /// The first retry's delay; doubled each round.
 const RETRY_DELAY: Duration = Duration::from_secs(2);
-
-/// Sends triggers to the re-resolver; does nothing when there is none (standalone, or
-/// `--reresolve=false`).
-#[derive(Debug, Clone, Default)]
-pub struct Triggers(Option<mpsc::UnboundedSender<(Trigger, Scope)>>);
-
-impl Triggers {
-    pub fn send(&self, trigger: Trigger, scope: Scope) {
-        if let Some(tx) = &self.0 {
-            let _ = tx.send((trigger, scope));
-        }
-    }
-}
-
-/// A trigger channel.
-pub fn triggers() -> (Triggers, mpsc::UnboundedReceiver<(Trigger, Scope)>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (Triggers(Some(tx)), rx)
-}
 
 /// The running re-resolver.
 pub struct Running {

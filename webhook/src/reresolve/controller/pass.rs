@@ -16,14 +16,14 @@ use serde::Deserialize;
 
 use super::elector::Leadership;
 use super::event_post::{EventQueue, PodNote};
-use super::metrics::{FailReason, ReresolveMetrics};
 use super::pods;
 use crate::live::state::{AppState, has_opt_in_label};
+use crate::metrics::reresolve::{FailReason, ReresolveMetrics};
 use crate::reresolve::plan::{PlannedChange, Verdict, plan_pod};
 use crate::reresolve::rate::TokenBucket;
-use crate::reresolve::scope::Scope;
 use crate::reresolve::stored_pod::{PodListPage, PodRef};
 use crate::resolve::pod_input::{StrMap, Text};
+use crate::triggers::Scope;
 
 /// Patches in flight at once (all paced by the same bucket).
 const WRITERS: usize = 4;

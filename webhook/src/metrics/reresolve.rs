@@ -5,7 +5,7 @@
 use koord_runtime::metrics::{MetricError, register};
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-use crate::reresolve::scope::Trigger;
+use crate::triggers::Trigger;
 
 /// Why a pod was not brought up to date.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! The duration syntax of the serve flags (`500ms`, `3s`, `2m`, `24h`, `90d`), a leaf both the flag
-//! definitions and the re-resolver's settings use.
+//! The duration syntax of the flags (`500ms`, `3s`, `2m`, `24h`, `90d`): a leaf the `serve`
+//! flags, the re-resolver's and the self-managed certificates' settings parse with.
 
 use std::time::Duration;
 
