@@ -42,6 +42,10 @@ LOCKOUT_SOURCES=${LOCKOUT_SOURCES:-2}
 LOCKOUT_SHARED_SOURCES=${LOCKOUT_SHARED_SOURCES:-1}
 LOCKOUT_P99_MS=${LOCKOUT_P99_MS:-5}
 LOCKOUT_NEW_P99_MS=${LOCKOUT_NEW_P99_MS:-}
+# The normal client's p99 under the HTTP/1.1 and HTTP/2 attacks: the median round must be under it.
+ABUSE_P99_MS=${ABUSE_P99_MS:-5}
+P99_LOG=$(mktemp)
+trap 'rm -f "$P99_LOG"' EXIT
 
 # Both ends of every connection live on this machine: the client side needs one descriptor
 # per connection, the server one per admitted connection.
@@ -63,13 +67,14 @@ for round in $(seq 1 "$ROUNDS"); do
           ABUSE_MAX_CONNECTIONS=$MAX_CONNECTIONS ABUSE_HEADER_TIMEOUT_SECS=10 \
           cargo test --release -q -p koord-webhook --test attack -- --nocapture --exact \
           server_abuse::idle_slow_and_large_clients_do_not_starve_admissions 2>&1 \
-          | grep -E '^.*ABUSE|panicked|FAILED' | sed 's/^.*ABUSE/ABUSE/' ;;
+          | grep -E '^.*ABUSE|panicked|FAILED' | sed 's/^.*ABUSE/ABUSE/' | tee -a "$P99_LOG" ;;
       h2)
         ABUSE_H2_ATTACKS=$H2_ATTACKS ABUSE_H2_SECONDS=$SECONDS_PER_ROUND \
           ABUSE_H2_SERVER_ARGS=$H2_SERVER_ARGS \
+          KOORD_WEBHOOK_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/koord-webhook \
           cargo test --release -q -p koord-webhook --test attack -- server_abuse_h2:: --nocapture \
           --include-ignored --test-threads 1 2>&1 \
-          | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' ;;
+          | grep -E '^.*ABUSE|panicked|FAILED|above|took|answers' | sed 's/^.*ABUSE/ABUSE/' | tee -a "$P99_LOG" ;;
       lockout)
         for variant in "other $LOCKOUT_SOURCES half_sent_and_silent_connections_do_not_lock_admissions_out" \
           "shared $LOCKOUT_SHARED_SOURCES a_flood_from_the_clients_own_address_does_not_lock_it_out"; do
@@ -88,5 +93,19 @@ for round in $(seq 1 "$ROUNDS"); do
     esac
     echo "round $round $protocol: load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   done
+done
+# The normal client's p99 under the HTTP/1.1 and HTTP/2 attacks, every round, and the bound on
+# the median round (one round can meet a burst of the machine's other work).
+for kind in http1 h2; do
+  if [ "$kind" = http1 ]; then pattern='^ABUSE idle='; else pattern='^ABUSE h2 caps=shipped '; fi
+  p99s=$(grep -E "$pattern" "$P99_LOG" | sed -n 's/.* p99_ms=\([0-9.]*\).*/\1/p' | sort -n)
+  [ -n "$p99s" ] || continue
+  n=$(wc -l <<<"$p99s")
+  median=$(sed -n "$(( (n + 1) / 2 ))p" <<<"$p99s")
+  echo "ABUSE_P99 $kind: rounds $n, p99 $(paste -sd' ' <<<"$p99s") ms, median $median ms (bound < $ABUSE_P99_MS ms)"
+  if ! awk -v m="$median" -v b="$ABUSE_P99_MS" 'BEGIN {exit !(m < b)}'; then
+    echo "FAIL: $kind: the normal client's median p99 $median ms is not under $ABUSE_P99_MS ms" >&2
+    failed=1
+  fi
 done
 exit $failed

@@ -55,6 +55,21 @@ pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
     HEAVY.lock().await
 }
 
+/// The server under attack: `KOORD_WEBHOOK_BIN` when set (the release binary, whose RSS is
+/// the shipped one: `make perf` attacks it), else this build's own.
+pub fn server_binary() -> std::path::PathBuf {
+    let Some(bin) = std::env::var_os("KOORD_WEBHOOK_BIN") else {
+        return env!("CARGO_BIN_EXE_koord-webhook").into();
+    };
+    let bin = std::path::PathBuf::from(bin);
+    assert!(
+        bin.is_absolute() && bin.is_file(),
+        "KOORD_WEBHOOK_BIN={}: not an absolute path to a file (the tests run in the package's directory)",
+        bin.display()
+    );
+    bin
+}
+
 impl Server {
     /// Logging at `error`, to this process's stderr.
     pub fn start(extra: &[&str]) -> Server {
@@ -71,7 +86,7 @@ impl Server {
         for _ in 0..5 {
             let port = free_port();
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-            let mut child = Command::new(env!("CARGO_BIN_EXE_koord-webhook"))
+            let mut child = Command::new(server_binary())
                 .args(["serve", "--standalone", "--listen", &addr.to_string()])
                 .arg("--tls-cert")
                 .arg(dir.path().join("tls.crt"))
