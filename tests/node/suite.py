@@ -32,8 +32,8 @@ sys.dont_write_bytecode = True
 
 import colocation  # noqa: E402  (NGINX beside FFmpeg: latency held)
 import continuity  # noqa: E402  (rolling update and drain: no admission missed)
-import monitoring  # noqa: E402  (the shipped alerts and dashboards on a real Prometheus)
 import koordtest  # noqa: E402
+from koordtest import monitoring  # noqa: E402  (the shipped alerts and dashboards on a real Prometheus)
 from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
 from koordtest.harness import log  # noqa: E402

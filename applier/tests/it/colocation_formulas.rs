@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use koord_applier::cpu_list::{format_slice, parse_vec};
 use koord_applier::node::colocation::capacity::{
-    CapacityInput, Resources, UpdateDecision, advertised, batch_capacity, degraded, moved,
-    system_usage, update_decision,
+    CapacityInput, Resources, UpdateDecision, advertised, batch_capacity, committed, degraded,
+    moved, system_usage, update_decision,
 };
 use koord_applier::node::colocation::config::{
     ColocationConfig, ConfigState, MemoryPolicy, SuppressPolicy, parse_colocation, parse_threshold,
@@ -423,15 +423,91 @@ fn degradation_table() {
     ];
     for (age, want_degraded, want) in cases {
         assert_eq!(degraded(&c, age), want_degraded, "{age:?}");
-        assert_eq!(advertised(&c, Some(&input), age), want, "{age:?}");
+        assert_eq!(
+            advertised(&c, Some(&input), age, Resources::ZERO),
+            want,
+            "{age:?}"
+        );
     }
     // No input (too few readings) or colocation disabled: 0.
-    assert_eq!(advertised(&c, None, Some(Duration::ZERO)), Resources::ZERO);
-    c.enable = false;
     assert_eq!(
-        advertised(&c, Some(&input), Some(Duration::ZERO)),
+        advertised(&c, None, Some(Duration::ZERO), Resources::ZERO),
         Resources::ZERO
     );
+    c.enable = false;
+    assert_eq!(
+        advertised(&c, Some(&input), Some(Duration::ZERO), Resources::ZERO),
+        Resources::ZERO
+    );
+}
+
+#[test]
+fn never_less_than_the_batch_requests_already_bound() {
+    let c = ColocationConfig {
+        enable: true,
+        ..ColocationConfig::default()
+    };
+    // 10 cores / 10 GiB at the defaults (cpu 60%, memory 65%) lend 6 cores / 6.5 GiB; LS usage
+    // takes it down.
+    let with_ls = |cpu_milli: i64, memory_bytes: i64| CapacityInput {
+        allocatable: Resources::new(10_000, 10 * GI),
+        node_usage: Resources::new(cpu_milli, memory_bytes),
+        pods_usage: Resources::new(cpu_milli, memory_bytes),
+        non_be_usage: Resources::new(cpu_milli, memory_bytes),
+        ..CapacityInput::default()
+    };
+    let bound = [Resources::new(1_000, GI), Resources::new(500, GI / 2)];
+    let floor = committed(&bound);
+    assert_eq!(floor, Resources::new(1_500, 3 * GI / 2));
+    let fresh = Some(Duration::ZERO);
+    let stale = Some(Duration::from_secs(3600));
+    // (what, input, age, enabled, advertised)
+    let cases = [
+        (
+            "room above the floor: the formula",
+            Some(with_ls(1_000, GI)),
+            fresh,
+            true,
+            Resources::new(5_000, 55 * GI / 10),
+        ),
+        (
+            "LS usage swung up: the formula (0) below the floor",
+            Some(with_ls(9_000, 9 * GI)),
+            fresh,
+            true,
+            floor,
+        ),
+        (
+            "one dimension below, the other above",
+            Some(with_ls(6_000, GI)),
+            fresh,
+            true,
+            Resources::new(1_500, 55 * GI / 10),
+        ),
+        (
+            "degraded (stale usage)",
+            Some(with_ls(1_000, GI)),
+            stale,
+            true,
+            floor,
+        ),
+        ("no input yet", None, fresh, true, floor),
+        (
+            "colocation disabled",
+            Some(with_ls(1_000, GI)),
+            fresh,
+            false,
+            floor,
+        ),
+    ];
+    for (what, input, age, enable, want) in cases {
+        let cfg = ColocationConfig {
+            enable,
+            ..c.clone()
+        };
+        assert_eq!(advertised(&cfg, input.as_ref(), age, floor), want, "{what}");
+    }
+    assert_eq!(committed(&[]), Resources::ZERO);
 }
 
 #[test]

@@ -72,6 +72,24 @@ fn pod_facts_table() {
         .expect("facts");
         assert!(f.be, "{labels}");
     }
+    // Batch requests (what the Node's batch figures may never fall below): max(sum of the
+    // containers, largest init container), a limit standing for a missing request.
+    let f = PodFacts::from_pod(&pod(serde_json::json!({
+        "metadata": {"name": "b", "namespace": "n", "uid": "0123abcd-0000-4000-8000-000000000002"},
+        "spec": {"containers": [
+            {"name": "a", "resources": {"requests": {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "512Mi"},
+                                          "limits": {"kubernetes.io/batch-cpu": "2k", "kubernetes.io/batch-memory": "1Gi"}}},
+            {"name": "b", "resources": {"limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}}}
+        ], "initContainers": [
+            {"name": "i", "resources": {"requests": {"kubernetes.io/batch-cpu": "2k", "kubernetes.io/batch-memory": "64Mi"}}}
+        ]},
+        "status": {"qosClass": "BestEffort", "phase": "Pending"}
+    })))
+    .expect("facts");
+    assert!(f.be);
+    assert_eq!(f.batch_request, Resources::new(2_000, 768 * 1024 * 1024));
+    assert_eq!(f.request, Resources::ZERO);
+
     // The koordinator.sh label wins over the legacy one.
     let f = PodFacts::from_pod(&base(
         serde_json::json!({"koordinator.sh/qosClass": "LS", "alibabacloud.com/qosClass": "BE"}),

@@ -169,6 +169,7 @@ fn facts(uid: &str, qos: KubeQos, be: bool) -> PodFacts {
         kube_qos: qos,
         be,
         request: Resources::ZERO,
+        batch_request: Resources::ZERO,
     }
 }
 

@@ -40,6 +40,7 @@ fn facts(uid: &str, qos: KubeQos, be: bool, request: Resources) -> PodFacts {
         kube_qos: qos,
         be,
         request,
+        batch_request: Resources::ZERO,
     }
 }
 

@@ -199,7 +199,8 @@ impl Colocation {
             return None;
         }
         reporter.last_report = Some(now);
-        let new = advertised(c, input.as_ref(), age);
+        let committed = capacity::committed(pods.iter().map(|p| &p.batch_request));
+        let new = advertised(c, input.as_ref(), age, committed);
         let decision = update_decision(c, on_node, new, reporter.last_patch.map(|t| t.elapsed()));
         tracing::debug!(
             ?new,

@@ -21,6 +21,9 @@ pub struct PodFacts {
     /// cpu (milli) / memory (bytes) requests as the scheduler counts them: max(sum of
     /// containers, largest init container) + overhead. BE pods have none after translation.
     pub request: Resources,
+    /// `kubernetes.io/batch-cpu` (milli-cores, the resource's own unit) / `batch-memory`
+    /// (bytes) requests, summed the same way (extended resources have no overhead).
+    pub batch_request: Resources,
 }
 
 fn label_is_be(pod: &Pod) -> bool {
@@ -103,6 +106,22 @@ impl PodFacts {
                 .unwrap_or(0);
             main.max(init).saturating_add(overhead.max(0))
         };
+        // Extended resources: integers (batch-cpu counts milli-cores), no overhead.
+        let batch = |key: &str| -> i64 {
+            let main: i64 = spec
+                .containers
+                .iter()
+                .map(|c| request_of(c, key, false))
+                .sum();
+            let init = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .map(|c| request_of(c, key, false))
+                .max()
+                .unwrap_or(0);
+            main.max(init)
+        };
         Some(PodFacts {
             uid,
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -112,6 +131,10 @@ impl PodFacts {
             request: Resources::new(
                 sum(keys::RESOURCE_CPU, true),
                 sum(keys::RESOURCE_MEMORY, false),
+            ),
+            batch_request: Resources::new(
+                batch(keys::RESOURCE_BATCH_CPU),
+                batch(keys::RESOURCE_BATCH_MEMORY),
             ),
         })
     }

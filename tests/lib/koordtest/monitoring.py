@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The shipped alerts and dashboards against a real Prometheus that scrapes the real
-components of the node suite (tests/lib/koordtest/prometheus.py).
+components of a node suite (tests/lib/koordtest/prometheus.py): the v1 node's and the cgroup
+v2 node's, each with the metrics its node cannot have (`needs`).
 
-- `start`: Debian's `prometheus` on 127.0.0.1:27090, data in the suite's directory. It scrapes
+- `start`: Debian's `prometheus` on 127.0.0.1 (27090 for the v1 node, 27091 + the slot for a v2
+  node, so both run side by side), data in the suite's directory. It scrapes
   kube-apiserver (10.247.0.1:27443, the suite's token, every 5 s; only the series the rules and
   dashboards name are kept) and, every 2 s, every webhook replica's :8080 and the applier's
   :9316, as the prometheus-operator finds them from manifests/monitoring's two ServiceMonitors
@@ -28,7 +30,7 @@ components of the node suite (tests/lib/koordtest/prometheus.py).
   metric and its label names must then exist). Then the alerts driven to firing above must be
   silent. Prometheus is paused during the figures (`paused`).
 
-Used from suite.py.
+Used from tests/node/suite.py and tests/node-v2/suite.py.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ PORT = 27090
 MONITORING = promlib.MONITORING
 NS_REFUSED = "node-unmanaged"
 
-# Metrics this node cannot have, and why (a panel or alert naming only these is not failed).
-NEEDS = {
+# Metrics the v1 node cannot have, and why (a panel or alert naming only these is not failed).
+NEEDS_V1 = {
     "koord_applier_qos_memory_protection_bytes":
         "memory.min/memory.low of the QoS-class cgroups: cgroup v2 or Alibaba Cloud Linux "
         "(mainline cgroup v1 here has no such file; the cgroup v2 node has them)",
@@ -102,7 +104,7 @@ def kubeconfig_secrets(kubeconfig: Path, out: Path) -> tuple[Path, Path, str]:
     return out / "token", out / "ca.crt", server.group(1)
 
 
-def start(h) -> None:
+def start(h, port: int = PORT) -> None:
     exe = promlib.ensure_installed(os.environ.get("CI") == "true")
     if not exe:
         raise Check("no prometheus (Debian package prometheus); tests/monitoring/install-prometheus.sh")
@@ -129,7 +131,7 @@ def start(h) -> None:
     h.carry["target_sync"] = sync
     config = promlib.scrape_config(server, token, ca, "2s", "5s", rules, sync,
                                    "apiserver_admission_webhook_.*|apiserver_resource_objects")
-    prom = promlib.Prometheus(exe, work, PORT)
+    prom = promlib.Prometheus(exe, work, port)
     t0 = time.monotonic()
     prom.start(config)
     h.carry["prom"] = prom
@@ -138,7 +140,7 @@ def start(h) -> None:
     h.carry["alerts"] = promlib.AlertWatch(prom).start()
     applier = next(t for t in _up(prom) if t["job"] == "koordlet")
     check(applier.get("instance") == h.env["NODE_NAME"], f"applier target labels {applier}")
-    log(f"prometheus {exe} on 127.0.0.1:{PORT}: targets {jobs} up "
+    log(f"prometheus {exe} on 127.0.0.1:{port}: targets {jobs} up "
         f"{time.monotonic() - t0:.1f} s after start (applier: {applier}); rules: a test copy "
         "with for 0s and windows / 20")
 
@@ -192,9 +194,9 @@ def paused(h, stopped: bool) -> None:
     log(f"prometheus {'paused' if stopped else 'resumed'}")
 
 
-def started(h) -> None:
+def started(h, port: int = PORT) -> None:
     """Prometheus running and scraping (started by whichever scenario needs it first)."""
-    h.need("prometheus started", start)
+    h.need("prometheus started", lambda h: start(h, port))
 
 
 def _prom(h) -> promlib.Prometheus:
@@ -261,14 +263,15 @@ def refused(h, image: str, node: str) -> None:
                   "--wait=false", check_rc=False)
 
 
-def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str) -> str | None:
+def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str,
+                    needs: dict[str, str]) -> str | None:
     """None when the selector returned series in this run; else why that is acceptable, or a
     Check. Over the run, not only now: a counter has series once it counted, and an applier a
     scenario just replaced (the doctor's) has counted nothing yet, rightly."""
     if prom.query(f"count(last_over_time({metric}{matchers}[1h]))"):
         return None
-    if metric in NEEDS:
-        return f"not on this node: {NEEDS[metric]}"
+    if metric in needs:
+        return f"not on this node: {needs[metric]}"
     labels = promlib.matcher_labels(matchers)
     faulty = {k for k in labels if k in FAULT_LABELS}
     structural = {k: v for k, v in labels.items() if k not in FAULT_LABELS}
@@ -282,8 +285,9 @@ def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str) -> str
             f"it counts); {metric} and the label exist")
 
 
-def queries(h) -> None:
-    """Every alert expression and every dashboard query, as the cluster holds them."""
+def queries(h, needs: dict[str, str] = NEEDS_V1) -> dict[str, str]:
+    """Every alert expression and every dashboard query, as the cluster holds them; returns the
+    selectors without series and why that is acceptable (each also logged)."""
     prom = _prom(h)
     targets_up(prom)  # an applier or webhook replaced just before has a new target
     # A new applier exposes PSI after its first collector round (every 10 s here).
@@ -311,7 +315,7 @@ def queries(h) -> None:
                 if (metric, matchers) in seen:
                     continue
                 seen.add((metric, matchers))
-                why = _check_selector(prom, metric, matchers)
+                why = _check_selector(prom, metric, matchers, needs)
                 if why:
                     excused[f"{metric}{matchers}"] = why
         except (Check, RuntimeError) as e:
@@ -324,6 +328,7 @@ def queries(h) -> None:
              f"{len(seen)} distinct selectors, {len(seen) - len(excused)} with series, "
              f"{len(excused)} excused (fault-only values or hardware this node lacks)")
     log(h.figures[-1])
+    return excused
 
 
 def driven_alerts(h) -> None:
