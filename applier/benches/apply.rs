@@ -133,7 +133,7 @@ fn bench(c: &mut Criterion) {
             assert_eq!(r.cgroups[0].children, PODS);
         })
     });
-    // What `run` does every `--ancestors-check-ms` (0.5 s) between passes: the files the last
+    // What `run` does every `--ancestors-check-ms` (0.25 s) between passes: the files the last
     // pass left read again, none moved (asserted).
     g.bench_function("ancestors_drift_check", |b| {
         b.iter(|| assert_eq!(ancestors.drifted(), None))

@@ -47,10 +47,10 @@ else
     skip=(--skip no_pmu_)
 fi
 # The systemd_real tests need systemd as PID 1 and a kubelet on its driver: the systemd node
-# of tests/node-v2 (KOORD_NODE_V2_PART=systemd), whose daemon-reload scenario checks the same
-# effect on the product as installed. On a host without them they stay ignored.
+# of tests/node-v2 (KOORD_NODE_V2_PART=systemd) runs them in its guest before the install, in
+# `make test`. On a host without them they stay ignored here.
 if [ "$(cat /proc/1/comm 2>/dev/null)" != systemd ]; then
-    echo "machine-tests: PID 1 is not systemd: systemd_real::* stay ignored (the node-v2 systemd part covers them)" >&2
+    echo "machine-tests: PID 1 is not systemd: systemd_real::* stay ignored here (the node-v2 systemd part runs them in its guest)" >&2
     skip+=(--skip systemd_real::)
 fi
 exec "$cargo" test -p koord-applier --no-fail-fast -- --ignored "${skip[@]}"

@@ -121,7 +121,7 @@ pub struct RunArgs {
     /// QoS-class cgroups this often, and run the pass at once when one has moved (the
     /// kubelet zeroes them when it starts, a daemon-reload re-applies systemd's values):
     /// milliseconds, 0 = only at the resync.
-    #[arg(long, env = "KOORD_ANCESTORS_CHECK_MS", default_value_t = 500)]
+    #[arg(long, env = "KOORD_ANCESTORS_CHECK_MS", default_value_t = 250)]
     pub ancestors_check_ms: u64,
     /// Address of /metrics, /healthz and /readyz (`:9316` = all interfaces).
     #[arg(long, env = "KOORD_METRICS_ADDR", default_value = ":9316")]

@@ -10,7 +10,8 @@ WORKLOAD_IMAGE=localhost/koord-node/workload:1
 REDIS_IMAGE=localhost/koord-node/redis:1
 
 # The node's own images: the sandbox (pause) and the workload (busybox, koord-stress,
-# koord-stream); with `redis`, Redis for the protection proof as well.
+# koord-stream); with `redis`, Redis for the protection proof as well. Beside them in
+# OUTDIR/build: koord-sample, the suites' sampler inside the node.
 build_node_images() { # OUTDIR [redis]
     local out=$1 b=$1/build src=$REPO/tests/node/images
     mkdir -p "$b"
@@ -19,6 +20,9 @@ build_node_images() { # OUTDIR [redis]
         die "building koord-stress failed"
     gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-stream" "$src/stream.c" ||
         die "building koord-stream failed"
+    # Not in an image: the suites' sampler of cgroup files, run inside the node (tests/lib/sample.c).
+    gcc -O2 -static -Wall -Wextra -Werror -o "$b/koord-sample" "$REPO/tests/lib/sample.c" ||
+        die "building koord-sample failed"
     python3 "$REPO/images/oci.py" --name "$PAUSE_IMAGE" --out "$out/pause.oci.tar" \
         --add "$b/pause:/pause:0755" --user 65535:65535 --entrypoint '["/pause"]' >/dev/null ||
         die "assembling $PAUSE_IMAGE failed"

@@ -1,8 +1,9 @@
 //! On a real systemd: a value set through the applier's connection is stored by systemd and
 //! is still in the file after `systemctl daemon-reload`, where a value only written into the
 //! file is reset. Ignored: it needs systemd as PID 1 with its private socket and a kubelet on
-//! the systemd driver (cgroup v2), as root; the systemd node of tests/node-v2 before the product
-//! is installed (the applier would set the same slice to its sum):
+//! the systemd driver (cgroup v2), as root; the systemd node of tests/node-v2 runs it in its guest
+//! before the product is installed (the applier would set the same slice to its sum), in
+//! `make test`; by hand:
 //!
 //! ```sh
 //! tests/node-v2/node.sh sh "$(ls -t $CARGO_TARGET_DIR/debug/deps/it-* | grep -v '\.d$' | head -1) \
