@@ -4,7 +4,7 @@
 # while their tests wait on sockets, timers and valgrind: run side by side, each fills the
 # other's gaps.
 #
-#   builds (background, from the start): helm, cargo-deny and cargo-machete, Kubernetes
+#   builds (background, from the start): helm, cargo-deny and cargo-shear, Kubernetes
 #          (kube-apiserver, kubelet, kube-proxy, kube-scheduler, kube-controller-manager,
 #          kubectl), etcd and containerd 2, each built once per version and cached
 #          (tests/build.sh)
@@ -43,7 +43,7 @@ step perf "$MAKE" --no-print-directory perf
 # The release binaries and the images every node suite installs, built once here rather than
 # by the first suite that needs them while the others wait on cargo's lock.
 step images "$MAKE" --no-print-directory images
-# Last: its cargo-deny and cargo-machete come from the builds lane.
+# Last: its cargo-deny and cargo-shear come from the builds lane.
 step lint "$MAKE" --no-print-directory lint
 wait "$builds"
 

@@ -13,7 +13,7 @@ lap() { echo "build.sh: $1 ready after $((SECONDS - t0)) s"; }
 "$here/e2e/helm.sh" build
 lap helm
 "$here/rust-tools.sh" build
-lap "cargo-deny and cargo-machete"
+lap "cargo-deny and cargo-shear"
 "$here/e2e/control-plane.sh" build kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kwok
 lap "kubernetes + etcd + kwok"
 "$here/node-v2/build-containerd.sh"
