@@ -44,9 +44,9 @@ from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
 from koordtest.metrics import metric_sum
 
-# The README's table and its plot, written by the verdict of the run that asserted them.
-README = Path(__file__).resolve().parents[2] / "README.md"
-PLOT = README.parent / "docs" / "img" / "protection.svg"
+# The results page's table and its plot, written by the verdict of the run that asserted them.
+RESULTS_MD = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+PLOT = RESULTS_MD.parent / "img" / "protection.svg"
 NS = "v2-protect"
 LS_FILE_MIB = 160
 BE_ANON = "700M"
@@ -438,8 +438,8 @@ def be_high_text(r: dict) -> str:
 
 
 def publish(h) -> None:
-    """The asserted run's table into the README between its markers. Not under CI=true (a
-    checkout thrown away); KOORD_NODE_V2_PUBLISH=0 leaves the README alone too."""
+    """The asserted run's table into docs/results.md between its markers. Not under CI=true (a
+    checkout thrown away); KOORD_NODE_V2_PUBLISH=0 leaves it alone too."""
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     rows = [textwrap.fill(
@@ -463,7 +463,7 @@ def publish(h) -> None:
         rows += ["", textwrap.fill(f"While C ran: {RESULTS['C']['window'].text}.", 100,
                                    break_on_hyphens=False)]
     rows += ["", "![The LS pod's working set during the BE flood, per configuration]"
-             "(docs/img/protection.svg)"]
+             "(img/protection.svg)"]
     series = {CONFIG_SHORT[n]: RESULTS[n]["samples"] for n in ("A", "B", "C0", "P", "C")
               if n in RESULTS and RESULTS[n]["samples"]}
     PLOT.parent.mkdir(parents=True, exist_ok=True)
@@ -471,8 +471,8 @@ def publish(h) -> None:
         series, f"LS redis-demo's working set (file pages) while the BE pod floods the node "
         f"({datetime.now(timezone.utc):%Y-%m-%d})", "seconds from the BE pod's creation",
         "LS pod file pages (MiB)"))
-    published.replace_between_markers(README, "protection", "\n".join(rows))
-    log(f"the protection table written into {README}, its plot into {PLOT}")
+    published.replace_between_markers(RESULTS_MD, "protection", "\n".join(rows))
+    log(f"the protection table written into {RESULTS_MD}, its plot into {PLOT}")
 
 
 def throttled(h) -> None:

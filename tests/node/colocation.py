@@ -58,7 +58,7 @@ from koordtest.metrics import counts_percentile
 from koordtest.harness import log
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+RESULTS_MD = REPO / "docs" / "results.md"
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "img" / "colocation.svg"
 NS = "node-coloc"  # opted in: NGINX (LS) and, in 3, FFmpeg (BE)
@@ -456,17 +456,19 @@ def run(h) -> None:
     verdict(h)
 
 
-# What is asserted (the goal is printed and published beside it, met or not):
+# What is asserted (the full form asserts the goal itself, and only a run that passed publishes):
 # - the direction: 3 removes at least REMOVED of the p99 that FFmpeg adds to NGINX in 2
 #   ((p99(2) - p99(3)) / (p99(2) - p99(1)), judged against the machine's own interference);
-# - 3's p99 within ASSERT_P99 of 1's at >= GOAL_CPU its node CPU (2 measures 3.3-4.8x; a
-#   20-s window of 1 can be quick: 436 us against 553 us over 60 s, so the short form's 3 has
-#   measured up to 1.97x);
+# - 3's p99 within the bound of 1's at >= GOAL_CPU its node CPU: the goal, GOAL_P99, in the full
+#   form; ASSERT_P99 in the short form (20-s windows on a machine just out of the other suites:
+#   a window of 1 can be quick, 436 us against 553 us over 60 s), the bound measured over loaded
+#   runs of the short form (docs/benchmarks.md, "Colocation latency", gives the spread);
 # - the applier cuts BE's CPUs within REACTION_LIMIT of the LS load's start: it samples every
 #   2 s and the first sample may straddle the start, so two samples and one pass.
 GOAL_P99, GOAL_CPU = 1.10, 1.8
 REMOVED = 0.5
 ASSERT_P99 = 2.5
+P99_BOUND = ASSERT_P99 if SHORT else GOAL_P99
 REACTION_LIMIT = 4.5
 
 
@@ -517,8 +519,9 @@ def verdict(h) -> None:
           f"configuration removed {100 * gone:.0f}% of what FFmpeg adds, not {100 * REMOVED:.0f}%")
     check(cpu >= GOAL_CPU, f"3's node CPU {three['node_cpu']:.0f}% is {cpu:.2f}x 1's "
           f"{one['node_cpu']:.0f}%, below the goal's {GOAL_CPU}x")
-    check(p99 <= ASSERT_P99, f"3's p99 {three['p99']} us is {p99:.2f}x 1's {one['p99']} us, "
-          f"above {ASSERT_P99}x (the goal: {GOAL_P99:.2f}x)")
+    check(p99 <= P99_BOUND, f"3's p99 {three['p99']} us is {p99:.2f}x 1's {one['p99']} us, "
+          f"above the {MODE} form's {P99_BOUND:.2f}x (the goal: {GOAL_P99:.2f}x; load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     check(reaction <= REACTION_LIMIT, f"the applier cut BE's CPUs {reaction:.2f} s after the LS load "
           f"started, later than {REACTION_LIMIT} s")
     check(STEP_RESULT["errors"] == 0, f"the load step: {STEP_RESULT['errors']} wrk errors")
@@ -527,7 +530,7 @@ def verdict(h) -> None:
 
 
 def publish(h) -> None:
-    """The README's table (1, 2, 3), benchmarks.md's (every step, every column) and the plot,
+    """The results page's table (1, 2, 3), benchmarks.md's (every step, every column) and the plot,
     from the full run that asserted them. Not under CI=true; KOORD_NODE_PUBLISH=0 neither."""
     if not published.wanted("KOORD_NODE_PUBLISH"):
         return
@@ -559,12 +562,12 @@ def publish(h) -> None:
         full.append(f"{cells}{r['max']} µs | {r['rps']:,.0f} | {cpu} | {fps} | {r['be_parent']} | "
                     f"{r['nginx_last']:.0f}% |")
     short += ["", "![NGINX's p99 per 2 s in each configuration; the LS load step in 3: p99 and the "
-              "CPUs BE may use](docs/img/colocation.svg)"]
+              "CPUs BE may use](img/colocation.svg)"]
     PLOT.parent.mkdir(parents=True, exist_ok=True)
     PLOT.write_text(draw(day))
-    published.replace_between_markers(README, "colocation", "\n".join(short))
+    published.replace_between_markers(RESULTS_MD, "colocation", "\n".join(short))
     published.replace_between_markers(BENCHMARKS, "colocation", "\n".join(full))
-    log(f"the colocation tables written into {README} and {BENCHMARKS}, the plot into {PLOT}")
+    log(f"the colocation tables written into {RESULTS_MD} and {BENCHMARKS}, the plot into {PLOT}")
 
 
 def draw(day: str) -> str:
