@@ -650,10 +650,12 @@ def s_batch(h: Harness) -> None:
           "the Node's batch-memory never falls below the batch requests bound to it")
 def s_batch_swing(h: Harness) -> None:
     batch_on(h)
-    # Four pods that take half of what the Node lends before the swing: each fits when placed,
-    # and the swing takes the formula below what they hold.
+    # Four pods that take two thirds of what the Node lends before the swing: each fits when
+    # placed (the last on an upswing), and the swing takes the formula below what they hold
+    # (measured: 672 MiB lent falls to 262 MiB while LS holds its 450 MiB), so the floor is what
+    # keeps the Node at their requests.
     lent = node_batch(h)[1]
-    each = max(8, min(32, int(lent / 2**20) // 8))
+    each = max(8, min(128, int(lent / 2**20) // 6))
     swing = ls_pod("ls-swing", h.env["WORKLOAD_IMAGE"])
     swing["metadata"]["namespace"] = NS_BATCH
     swing["spec"]["containers"][0].update(command=["sh", "-c", (
@@ -796,6 +798,7 @@ def s_webhook_down(h: Harness) -> None:
         p = h.wait_running(NS_QOS, "while-down")
         check(RESOLVED not in (p["metadata"].get("annotations") or {}),
               f"mutated while the webhook was down: {p['metadata']}")
+        h.carry["failed open"] = True  # kube-apiserver now counts a fail-open (monitoring)
     finally:
         h.kubectl("uncordon", node)
     h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=240s",
@@ -1099,7 +1102,13 @@ def s_monitoring(h: Harness) -> None:
     port = 27091 + int(os.environ.get("KOORD_V2_SLOT", "0"))
     try:
         monitoring.started(h, port)
-        excused = monitoring.queries(h, NEEDS_V2)
+        needs = dict(NEEDS_V2)
+        # kube-apiserver counts a fail-open only once one happened: the webhook-down scenario
+        # makes one before this one in a whole run; run alone, there was none to count.
+        if not h.carry.get("failed open"):
+            needs["apiserver_admission_webhook_fail_open_count"] = (
+                "no fail-open in this run (the webhook-down scenario, not run here, makes one)")
+        excused = monitoring.queries(h, needs)
         node_only = sorted(s for s in excused if s.startswith(
             ("koord_applier_qos_memory_protection", "koord_applier_nri_")) and "not on this node" in excused[s])
         check(not node_only, f"protection/NRI selectors without series on cgroup v2: {node_only}")

@@ -161,7 +161,9 @@ def s_systemd_real(h: Harness) -> None:
                   "systemd_real::a_value_set_through_systemd_survives_daemon_reload --nocapture "
                   "--test-threads 1 2>&1", timeout=180, check_rc=False)
     check("test result: ok. 1 passed" in out, f"systemd_real in the guest: {out[-1500:]}")
-    figure = next((line for line in out.splitlines() if line.startswith("figure real systemd")), "")
+    # libtest prints the test's name and then, on the same line, what the test printed.
+    figure = next((line[line.index("figure real systemd"):] for line in out.splitlines()
+                   if "figure real systemd" in line), "")
     check(figure != "", f"systemd_real printed no figure: {out[-800:]}")
     h.figures.append(figure)
 
