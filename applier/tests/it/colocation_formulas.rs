@@ -484,20 +484,21 @@ fn never_less_than_the_batch_requests_already_bound() {
             true,
             Resources::new(1_500, 55 * GI / 10),
         ),
+        // Withdrawn as the reference withdraws: stale usage, or the operator's enable: false.
         (
             "degraded (stale usage)",
             Some(with_ls(1_000, GI)),
             stale,
             true,
-            floor,
+            Resources::ZERO,
         ),
-        ("no input yet", None, fresh, true, floor),
+        ("no input yet", None, fresh, true, Resources::ZERO),
         (
             "colocation disabled",
             Some(with_ls(1_000, GI)),
             fresh,
             false,
-            floor,
+            Resources::ZERO,
         ),
     ];
     for (what, input, age, enable, want) in cases {

@@ -154,26 +154,29 @@ pub fn degraded(cfg: &ColocationConfig, usage_age: Option<Duration>) -> bool {
     usage_age.is_none_or(|age| age > cfg.degrade_time)
 }
 
-/// What the Node should advertise now: disabled or degraded -> 0, else the formula; never less
-/// than `committed`, the batch requests of the pods already bound to the node. The kubelet
-/// admits a pod against the Node's allocatable: a figure that fell below what the scheduler
-/// already placed there would make the kubelet reject a pod for capacity the applier itself
-/// withdrew (`OutOfkubernetes.io/batch-memory`). The floor promises nothing new: with the
-/// formula below it no further BE pod fits, and the BE pods already running are the
-/// suppression's and the BE-first reclaim's to squeeze.
+/// What the Node should advertise now: disabled or degraded -> 0 (the operator's or the
+/// reference's withdrawal), else the formula, never less than `committed`, the batch requests
+/// of the pods already bound to the node. The kubelet admits a pod against the Node's
+/// allocatable: a formula that fell below what the scheduler already placed there (LS usage
+/// swinging up) would make the kubelet reject a pod for capacity the applier itself withdrew
+/// (`OutOfkubernetes.io/batch-memory`). The floor promises nothing new: with the formula below
+/// it no further BE pod fits, and the BE pods already running are the suppression's and the
+/// BE-first reclaim's to squeeze.
 pub fn advertised(
     cfg: &ColocationConfig,
     input: Option<&CapacityInput>,
     usage_age: Option<Duration>,
     committed: Resources,
 ) -> Resources {
-    let lendable = match input {
-        Some(i) if cfg.enable && !degraded(cfg, usage_age) => batch_capacity(cfg, i),
+    match input {
+        Some(i) if cfg.enable && !degraded(cfg, usage_age) => {
+            let lendable = batch_capacity(cfg, i);
+            Resources {
+                cpu_milli: lendable.cpu_milli.max(committed.cpu_milli),
+                memory_bytes: lendable.memory_bytes.max(committed.memory_bytes),
+            }
+        }
         _ => Resources::ZERO,
-    };
-    Resources {
-        cpu_milli: lendable.cpu_milli.max(committed.cpu_milli),
-        memory_bytes: lendable.memory_bytes.max(committed.memory_bytes),
     }
 }
 
