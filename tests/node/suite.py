@@ -302,7 +302,7 @@ def applied_event(h: Harness, ns: str, pod: dict, timeout: float = 60) -> dict:
           "beside FFmpeg BE with the product's colocation (batch resources, cpuset suppression "
           "at 65%, cpu.idle): FFmpeg progresses, the product's configuration takes away at least "
           "half of the p99 FFmpeg adds with Kubernetes' defaults and keeps it within 2.5x of NGINX "
-          "alone at >= 1.8x its node CPU; the applier cuts BE's CPUs within 4.5 s of the LS load",
+          "alone at >= 1.8x its node CPU; the applier cuts BE's CPUs within 8.5 s of the LS load",
           full="a latency figure needs a quiet machine: make test runs its short form alone, "
           "after the other lanes (tests/suites.sh); the full form about 7 minutes")
 def s_colocation(h: Harness) -> None:
