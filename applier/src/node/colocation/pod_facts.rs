@@ -106,22 +106,6 @@ impl PodFacts {
                 .unwrap_or(0);
             main.max(init).saturating_add(overhead.max(0))
         };
-        // Extended resources: integers (batch-cpu counts milli-cores), no overhead.
-        let batch = |key: &str| -> i64 {
-            let main: i64 = spec
-                .containers
-                .iter()
-                .map(|c| request_of(c, key, false))
-                .sum();
-            let init = spec
-                .init_containers
-                .iter()
-                .flatten()
-                .map(|c| request_of(c, key, false))
-                .max()
-                .unwrap_or(0);
-            main.max(init)
-        };
         Some(PodFacts {
             uid,
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -132,9 +116,11 @@ impl PodFacts {
                 sum(keys::RESOURCE_CPU, true),
                 sum(keys::RESOURCE_MEMORY, false),
             ),
+            // Extended resources are integers (batch-cpu counts milli-cores); no overhead
+            // names them, so the sum is the scheduler's too.
             batch_request: Resources::new(
-                batch(keys::RESOURCE_BATCH_CPU),
-                batch(keys::RESOURCE_BATCH_MEMORY),
+                sum(keys::RESOURCE_BATCH_CPU, false),
+                sum(keys::RESOURCE_BATCH_MEMORY, false),
             ),
         })
     }
