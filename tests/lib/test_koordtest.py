@@ -520,5 +520,22 @@ class Plot(unittest.TestCase):
         self.assertEqual(root.get("height"), "500")
 
 
+class ColocationStep(unittest.TestCase):
+    """The load step's size: BE's budget lands STEP_MARGIN_MILLI past a whole-CPU boundary."""
+
+    def test_connections_from_the_measured_cost(self):
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "node"))
+        import colocation as c  # noqa: PLC0415 - the suite module, only for its pure helpers
+        # (CPUs, 1's LS + system milli at 12 connections) -> connections
+        for ncpus, used, want in [(2, 580, 13), (2, 380, 19), (2, 100, 48), (4, 300, 12),
+                                  (1, 200, 48), (2, 900, 12)]:
+            n, expect = c.step_connections(ncpus, used)
+            self.assertEqual(n, want, (ncpus, used))
+            if c.CONNECTIONS < n < c.STEP_MAX_CONNECTIONS:
+                # BE's predicted budget is a whole CPU short of the node, with the margin
+                budget = ncpus * c.SUPPRESS_PERCENT * 10 - expect
+                self.assertLessEqual(budget + c.STEP_MARGIN_MILLI, (ncpus - 1) * 1000)
+
+
 if __name__ == "__main__":
     unittest.main()
