@@ -520,6 +520,32 @@ class Plot(unittest.TestCase):
         self.assertEqual(root.get("height"), "500")
 
 
+class SamplerTest(unittest.TestCase):
+    def test_values_with_their_times_and_gaps_counted(self):
+        from koordtest.sampler import Sampler  # noqa: PLC0415
+        calls = iter(range(1000))
+
+        def read() -> int:
+            n = next(calls)
+            if n == 2:
+                raise OSError("a file gone for one read")
+            return n
+
+        s = Sampler(read, 0.01, t0=time.monotonic() - 5)
+        time.sleep(0.2)
+        points = s.stop()
+        self.assertGreaterEqual(len(points), 5)
+        self.assertEqual(s.missed, 1)
+        self.assertNotIn(2, [v for _, v in points])
+        times = [t for t, _ in points]
+        self.assertEqual(times, sorted(times))
+        self.assertGreaterEqual(times[0], 5)
+        self.assertEqual(s.peak(), max(v for _, v in points))
+        n = len(points)
+        time.sleep(0.05)
+        self.assertEqual(len(s.points), n, "stopped: no more reads")
+
+
 class ColocationStep(unittest.TestCase):
     """The load step's size: BE's budget lands STEP_MARGIN_MILLI past a whole-CPU boundary."""
 

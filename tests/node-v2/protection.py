@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import textwrap
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,6 +42,7 @@ from koordtest import plot, published
 from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
 from koordtest.metrics import metric_sum
+from koordtest.sampler import Sampler
 
 # The results page's table and its plot, written by the verdict of the run that asserted them.
 RESULTS_MD = Path(__file__).resolve().parents[2] / "docs" / "results.md"
@@ -169,32 +169,6 @@ def memstat(h, cg: str) -> dict[str, int]:
     return out
 
 
-class WorkingSetSampler(threading.Thread):
-    """The LS pod's file pages (its working set), MiB, once a second from the flood's start:
-    the protection plot's line for one configuration."""
-
-    def __init__(self, h, cg: str) -> None:
-        super().__init__(daemon=True)
-        self.h, self.cg, self.t0 = h, cg, time.monotonic()
-        self.samples: list[tuple[float, float]] = []
-        self.done = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            t = time.monotonic() - self.t0
-            try:
-                self.samples.append((round(t, 1), memstat(self.h, self.cg)["file"] / 2**20))
-            except Exception:  # noqa: BLE001 - a missed sample is a gap in the line, not a failure
-                pass
-            self.done.wait(1)
-
-    def stop(self) -> list[tuple[float, float]]:
-        self.done.set()
-        self.join(10)
-        return self.samples
-
-
 def kv(text: str) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
 
@@ -251,7 +225,8 @@ def run_config(h, name: str, window=None) -> None:
     oom0 = kv(h.guest("grep oom_kill /proc/vmstat")).get("oom_kill", 0)
     log(f"{name}: LS file {before['file'] >> 20} MiB anon {before['anon'] >> 20} MiB; protection {prot}")
 
-    sampler = WorkingSetSampler(h, ls_cg)
+    # The LS pod's file pages (its working set), MiB, once a second: the plot's line.
+    sampler = Sampler(lambda: memstat(h, ls_cg)["file"] / 2**20, 1.0)
     h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
@@ -269,7 +244,7 @@ def run_config(h, name: str, window=None) -> None:
     wait_until("the BE flood to finish", lambda: h.guest(
         f"[ -f {be_ed}/done ] && echo y", check_rc=False).strip() == "y", 600, 1)
     flood_s = time.monotonic() - t0
-    samples = sampler.stop()
+    samples = [(round(t, 1), v) for t, v in sampler.stop()]
     after = memstat(h, ls_cg)
     # BE-first (memory.wmark_min_adj emulated): what the applier reclaimed from the BE pod.
     m = h.applier_metrics() if h.installed else {}

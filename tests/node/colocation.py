@@ -49,7 +49,6 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-import threading
 import time
 from collections import Counter
 from datetime import datetime, timezone
@@ -58,6 +57,7 @@ from pathlib import Path
 from koordtest import plot, published
 from koordtest.checks import check, quantity, wait_until
 from koordtest.metrics import counts_percentile
+from koordtest.sampler import Sampler
 from koordtest.harness import log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -317,26 +317,6 @@ def last_cpu(pid: int | None) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[36])
 
 
-class Sampler:
-    """In a thread, every `every` seconds: [(seconds since `t0`, read())]."""
-
-    def __init__(self, t0: float, every: float, read) -> None:
-        self.t0, self.every, self.read, self.points = t0, every, read, []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.points.append((time.monotonic() - self.t0, self.read()))
-            self._stop.wait(self.every)
-
-    def stop(self) -> list[tuple[float, object]]:
-        self._stop.set()
-        self._thread.join()
-        return self.points
-
-
 def sliced(ip: str, seconds: int, slice_s: int, script: Path, t0: float,
            connections: int = CONNECTIONS) -> tuple[dict, list]:
     """wrk in back-to-back slices for `seconds`: the merged run and each slice's
@@ -366,7 +346,7 @@ def measure(h, name: str, ffmpeg: dict | None, script: Path, seconds: int) -> di
     parent0 = be_parent()
     worker = nginx_worker(nginx)
     check(worker is not None, "no NGINX worker process in the nginx pod's cgroup")
-    sampler = Sampler(t0, 0.1, lambda: last_cpu(worker))
+    sampler = Sampler(lambda: last_cpu(worker), 0.1, t0)
     run, series = sliced(ip, seconds, SLICE, script, t0)
     nginx_cpus = [c for _, c in sampler.stop() if c is not None]
     b1, p1, f1, t1 = busy_ticks(), pods_cpu_ns(), ffmpeg and ffmpeg_frames(h, ffmpeg), time.monotonic()
@@ -418,7 +398,7 @@ def load_step(h, script: Path) -> dict:
     connections, expect = step_connections(ncpus, RESULTS["1"]["node_cpu"] * ncpus * 10)
     wait_until("BE pods on both CPUs with NGINX idle", lambda: be_cpus() == ncpus, 30, 0.2)
     t0 = time.monotonic() + 1.0
-    sampler = Sampler(t0, STEP_POLL, be_cpus)
+    sampler = Sampler(be_cpus, STEP_POLL, t0)
     time.sleep(1.0)
     run, series = sliced(ip, STEP, 1, script, t0, connections)
     cpus = sampler.stop()

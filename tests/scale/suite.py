@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +36,7 @@ from koordtest import webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, wait_until  # noqa: E402
 from koordtest.harness import log  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
+from koordtest.sampler import Sampler  # noqa: E402
 from koordtest.procs import Proc, ProcTable, impersonating_kubeconfig, vm_status  # noqa: E402
 from koordtest.watch import ApiWatch, Endpoint, namespaced_name  # noqa: E402
 from load import Api, burst  # noqa: E402
@@ -630,17 +630,8 @@ def s_reresolve(h: Harness) -> None:
     m0 = replica_metrics(h, who)
     watch = ApiWatch(Endpoint(api.host, api.port, api.ctx, api.headers), "/api/v1/pods",
                      wmark_ratio, resource_version=rv, key_of=namespaced_name)
-    peak = {"rss": 0}
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            peak["rss"] = max(peak["rss"], vm_status(pid)["VmRSS"])
-            time.sleep(0.25)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     rss_before = vm_status(pid)["VmRSS"]
+    sampler = Sampler(lambda: vm_status(pid)["VmRSS"], 0.25)
     t0 = time.monotonic()
     cfg = {"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": True, "wmarkRatio": 90}},
                                "beClass": {"memoryQOS": {"enable": True, "wmarkRatio": 90}}}}
@@ -654,8 +645,7 @@ def s_reresolve(h: Harness) -> None:
         wait_until(f"all {n} pods to carry wmarkRatio 90", all_changed, 120 + n / 20, 1)
     finally:
         watch.stop()
-        stop.set()
-        sampler.join()
+        sampler.stop()
     done = [t - t0 for k, t in watch.seen(90).items() if k.startswith("scale-") and "/pod-" in k]
     done.sort()
     m1: dict = {}
@@ -681,7 +671,7 @@ def s_reresolve(h: Harness) -> None:
            - delta("koord_webhook_reresolve_events_total", result="posted"),
            "failed": delta("koord_webhook_reresolve_pods_failed_total"),
            "holder_rss_before_mib": round(rss_before / 1024, 1),
-           "holder_rss_peak_mib": round(peak["rss"] / 1024, 1),
+           "holder_rss_peak_mib": round(max(sampler.peak() or 0, rss_before) / 1024, 1),
            "holder_hwm_mib": round(vm_status(pid)["VmHWM"] / 1024, 1)}
     h.results["reresolve"] = fig
     log(f"re-resolution: {fig}")

@@ -12,6 +12,8 @@ imports what it needs:
   the applier pod and its metrics, the kubelet's cgroup paths)
 - `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts)
 - `watch.ApiWatch`: the one watch of a collection (pods, Events) the suites time things by
+- `sampler.Sampler`: a value read every N seconds in a thread, with its time (the suites'
+  in-process samplers: BE's CPUs, NGINX's CPU, a working set, a process's peak RSS)
 - `runner.Suite`: the scenario registry, the run loop with KOORD_*_ONLY filtering, the
   PASS/FAIL/"N passed, M failed" output and the signal handling
 """
