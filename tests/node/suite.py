@@ -152,44 +152,9 @@ def s_images(h: Harness) -> None:
           "else: the webhook makes its own certificates; webhook Available, applier DaemonSet "
           "ready, example ConfigMaps applied, a pod in an opted-in namespace mutated", base=True)
 def s_install(h: Harness) -> None:
-    t_install = time.monotonic()
-    h.kubectl("apply", "-k", str(OVERLAY))
     # The reference's example ConfigMaps, applied explicitly (not relying on the base).
-    for f in ("ack-slo-config.yaml", "ack-slo-pod-config.yaml"):
-        h.kubectl("apply", "-f", str(TESTDATA / f))
-    t0 = time.monotonic()
-    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook", "--timeout=180s",
-              timeout=200)
-    h.kubectl("-n", SYSTEM_NS, "wait", "deployment/koord-webhook", "--for=condition=Available",
-              "--timeout=60s", timeout=80)
-    h.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier", "--timeout=180s",
-              timeout=200)
-    log(f"webhook Available and applier ready {time.monotonic() - t0:.0f}s after apply")
-    ds = h.kjson("-n", SYSTEM_NS, "get", "daemonset", "koord-applier")["status"]
-    check(ds.get("numberReady") == ds.get("desiredNumberScheduled") == 1, f"DaemonSet status {ds}")
-    for pod in h.kjson("-n", SYSTEM_NS, "get", "pods")["items"]:
-        for c in pod["status"]["containerStatuses"]:
-            check(c["image"] in h.images, f"{pod['metadata']['name']} runs {c['image']}")
-            check(c["ready"], f"{pod['metadata']['name']}/{c['name']} not ready")
-    for ns in (NS_QOS, NS_BATCH, NS_LOAD):
-        h.namespace(ns)
-    # The apiserver calls the webhook through the Service: wait until a dry run is mutated.
-    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": NS_QOS},
-             "spec": {"containers": [{"name": "c", "image": h.env["WORKLOAD_IMAGE"]}]}}
-    wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(h.kubectl(
-        "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
-        ["metadata"].get("annotations") or {}), 60, 0.5)
-    h.figures.append(f"figure install: first mutated pod {time.monotonic() - t_install:.1f} s "
-                     "after `kubectl apply -k` (images already on the node)")
-    log(h.figures[-1])
-    # The Secret the webhook made: owned by the MutatingWebhookConfiguration (uninstall deletes
-    # it), and its CA is what the caBundle holds.
-    secret = h.kjson("-n", SYSTEM_NS, "get", "secret", "koord-webhook-tls")
-    mwc = h.kjson("get", "mutatingwebhookconfiguration", "koord-webhook")
-    owners = secret["metadata"].get("ownerReferences") or []
-    check([o["uid"] for o in owners] == [mwc["metadata"]["uid"]], f"Secret owners {owners}")
-    check(mwc["webhooks"][0]["clientConfig"].get("caBundle") == secret["data"]["ca.crt"],
-          "the caBundle is not the Secret's CA")
+    h.install(OVERLAY, [NS_QOS, NS_BATCH, NS_LOAD],
+              [TESTDATA / "ack-slo-config.yaml", TESTDATA / "ack-slo-pod-config.yaml"])
 
 
 @scenario("prometheus: Debian's prometheus on loopback scrapes kube-apiserver, both webhook "

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from .checks import Fatal, check, quantity
+from .checks import Fatal, check, quantity, wait_until
 from .harness import Harness, container_id, kubepods_path, log
 from .metrics import parse_metrics
 
@@ -30,6 +30,7 @@ class NodeHarness(Harness):
         self.node_started = False
         self.images: dict[str, str] = {}  # the product's: image name -> archive
         self.webhook_bin = ""
+        self.installed = False  # the product installed (install())
 
     def node_sh(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
         """node.sh ARGS: its stdout captured, its stderr (progress, errors) passed through."""
@@ -41,6 +42,54 @@ class NodeHarness(Harness):
         for line in (self.node_dir / "node.env").read_text().splitlines():
             k, _, v = line.partition("=")
             self.env[k] = v
+
+    # -- the install ------------------------------------------------------------------------
+
+    def install(self, overlay: Path, namespaces: list[str], configmaps: list[Path] = (),
+                timeout: int = 300) -> None:
+        """The README's quickstart and nothing else: `kubectl apply -k overlay` (the webhook
+        makes its own certificates), then `configmaps` applied as an operator would; waits for
+        the webhook Available and the applier DaemonSet ready, each pod on the product's own
+        images; makes `namespaces` (opted in) and waits until the apiserver, through the
+        Service, has a dry-run pod in the first one mutated; checks the Secret the webhook made
+        (owned by its MutatingWebhookConfiguration, its CA the caBundle)."""
+        t_install = time.monotonic()
+        self.installed = True
+        self.kubectl("apply", "-k", str(overlay))
+        for f in configmaps:
+            self.kubectl("apply", "-f", str(f))
+        t0 = time.monotonic()
+        self.kubectl("-n", SYSTEM_NS, "rollout", "status", "deployment/koord-webhook",
+                     f"--timeout={timeout}s", timeout=timeout + 20)
+        self.kubectl("-n", SYSTEM_NS, "wait", "deployment/koord-webhook",
+                     "--for=condition=Available", "--timeout=60s", timeout=80)
+        self.kubectl("-n", SYSTEM_NS, "rollout", "status", "daemonset/koord-applier",
+                     f"--timeout={timeout}s", timeout=timeout + 20)
+        self.figures.append(f"figure install: webhook Available and applier ready "
+                            f"{time.monotonic() - t0:.0f}s after kubectl apply -k")
+        log(self.figures[-1])
+        ds = self.kjson("-n", SYSTEM_NS, "get", "daemonset", "koord-applier")["status"]
+        check(ds.get("numberReady") == ds.get("desiredNumberScheduled") == 1, f"DaemonSet status {ds}")
+        for pod in self.kjson("-n", SYSTEM_NS, "get", "pods")["items"]:
+            for c in pod["status"]["containerStatuses"]:
+                check(c["image"] in self.images, f"{pod['metadata']['name']} runs {c['image']}")
+                check(c["ready"], f"{pod['metadata']['name']}/{c['name']} not ready")
+        for ns in namespaces:
+            self.namespace(ns)
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": namespaces[0]},
+                 "spec": {"containers": [{"name": "c", "image": self.env["WORKLOAD_IMAGE"]}]}}
+        wait_until("the webhook to mutate a dry-run pod", lambda: RESOLVED in (json.loads(self.kubectl(
+            "create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(probe)).stdout)
+            ["metadata"].get("annotations") or {}), 90, 0.5)
+        self.figures.append(f"figure install: first mutated pod {time.monotonic() - t_install:.1f} s "
+                            "after `kubectl apply -k` (images already on the node)")
+        log(self.figures[-1])
+        secret = self.kjson("-n", SYSTEM_NS, "get", "secret", "koord-webhook-tls")
+        mwc = self.kjson("get", "mutatingwebhookconfiguration", "koord-webhook")
+        owners = secret["metadata"].get("ownerReferences") or []
+        check([o["uid"] for o in owners] == [mwc["metadata"]["uid"]], f"Secret owners {owners}")
+        check(mwc["webhooks"][0]["clientConfig"].get("caBundle") == secret["data"]["ca.crt"],
+              "the caBundle is not the Secret's CA")
 
     # -- the product's pods --------------------------------------------------------------
 
