@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_applier::node::ancestors::{KubeletMemoryQos, MemoryAncestors};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::spec_view::PodSpecView;
 
 const PODS: usize = 1000;
 const DEFAULTS: [(&str, &str); 7] = [
@@ -147,11 +147,11 @@ fn bench(c: &mut Criterion) {
                         p.resolved_qos.as_deref().expect("annotated"),
                     )
                     .expect("valid");
-                    koord_applier::pod::plan::plan(
+                    koord_translator::pod::plan::plan(
                         &q,
                         p,
                         &layout,
-                        koord_applier::pod::plan::NodeCaps::default(),
+                        koord_translator::pod::plan::NodeCaps::default(),
                     )
                     .expect("plan")
                     .writes
@@ -167,11 +167,11 @@ fn bench(c: &mut Criterion) {
                 p.resolved_qos.as_deref().expect("annotated"),
             )
             .expect("valid");
-            koord_applier::pod::plan::plan(
+            koord_translator::pod::plan::plan(
                 &q,
                 p,
                 &layout,
-                koord_applier::pod::plan::NodeCaps::default(),
+                koord_translator::pod::plan::NodeCaps::default(),
             )
             .expect("plan")
             .writes
@@ -185,7 +185,7 @@ fn bench(c: &mut Criterion) {
             paths
                 .iter()
                 .filter(|p| {
-                    koord_applier::cgroup::file::read(p)
+                    koord_translator::cgroup::file::read(p)
                         .ok()
                         .flatten()
                         .is_some()

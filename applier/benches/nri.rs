@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::CgroupVersion;
 use koord_applier::node::nri::adjust::NodeFiles;
 use koord_applier::node::nri::decide::Decider;
 use koord_applier::node::nri::link::Link;
 use koord_applier::node::nri::proto::{self, service};
 use koord_applier::node::nri::{self, NriMode, Settings, mux, ttrpc};
-use koord_applier::pod::plan::NodeCaps;
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::pod::plan::NodeCaps;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use prost::Message as _;

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::reclaim::{AsyncReclaim, Registration, Settings, Worker};
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 const CONTAINERS: usize = 110;
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The applier's machine tests: the ones marked #[ignore = "needs ..."] because they need root
-# and real kernel interfaces (cgroup v1 and v2, NUMA, perf). `cargo test` reports them as
+# The machine tests of the applier and its translator crate: the ones marked
+# #[ignore = "needs ..."] because they need root and real kernel interfaces (cgroup v1 and v2,
+# NUMA, perf). `cargo test` reports them as
 # ignored; this runs them with --ignored. Root and cgroup v1 are required: without them this
 # fails (exit 1) naming what is missing, unless told that not running them is fine:
 #   applier/scripts/machine-tests.sh --allow-not-run
@@ -53,4 +54,5 @@ if [ "$(cat /proc/1/comm 2>/dev/null)" != systemd ]; then
     echo "machine-tests: PID 1 is not systemd: systemd_real::* stay ignored here (the node-v2 systemd part runs them in its guest)" >&2
     skip+=(--skip systemd_real::)
 fi
-exec "$cargo" test -p koord-applier --no-fail-fast -- --ignored "${skip[@]}"
+# The translator's own (statfs on this machine's cgroup v1 root) run with the applier's.
+exec "$cargo" test -p koord-applier -p koord-translator --no-fail-fast -- --ignored "${skip[@]}"

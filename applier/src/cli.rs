@@ -10,10 +10,11 @@ use std::time::Duration;
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 pub use koord_runtime::LogFormat;
 
-use crate::cgroup::detect::{self, DetectError, detect_version};
-use crate::cgroup::kubelet_root::KubeletRoot;
-use crate::cgroup::layout::Layout;
-use crate::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::cgroup::detect::{self, DetectError, detect_version};
+use koord_translator::cgroup::kubelet_root::KubeletRoot;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+
 use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
 
 #[derive(Debug, Parser)]
@@ -98,7 +99,7 @@ pub struct GlobalArgs {
     pub ancestors: crate::node::ancestors::AncestorArgs,
     /// The values of systemd units, set through systemd on its driver.
     #[command(flatten)]
-    pub systemd: crate::cgroup::systemd::SystemdArgs,
+    pub systemd: koord_translator::cgroup::systemd::SystemdArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,7 +182,7 @@ pub struct Config {
     /// `--protect-ancestors`, `--kubelet-memory-qos`.
     pub ancestors: crate::node::ancestors::AncestorSettings,
     /// `--systemd-dbus`, `--systemd-socket`.
-    pub systemd: crate::cgroup::systemd::Settings,
+    pub systemd: koord_translator::cgroup::systemd::Settings,
 }
 
 /// Settings of `run`.
@@ -315,7 +316,7 @@ impl From<&GlobalArgs> for Config {
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             resctrl_root: g.resctrl_root.clone(),
             ancestors: crate::node::ancestors::AncestorSettings::from(&g.ancestors),
-            systemd: crate::cgroup::systemd::Settings::from(&g.systemd),
+            systemd: koord_translator::cgroup::systemd::Settings::from(&g.systemd),
         }
     }
 }
@@ -554,5 +555,38 @@ mod tests {
             "127.0.0.1:1".parse().expect("addr")
         );
         assert!(parse_addr("nonsense").is_err());
+    }
+
+    #[test]
+    fn systemd_flags() {
+        use koord_translator::cgroup::systemd::{Settings, SystemdDbus};
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["koord-applier", "once", "-f", "p"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+                .map(|c| Config::from(&c.global).systemd)
+                .map_err(|e| e.to_string())
+        };
+        let s = |mode, socket: &str| {
+            Ok(Settings {
+                mode,
+                socket: PathBuf::from(socket),
+            })
+        };
+        assert_eq!(parse(&[]), s(SystemdDbus::Auto, "/run/systemd/private"));
+        for (arg, mode) in [
+            ("--systemd-dbus=off", SystemdDbus::Off),
+            // A Helm values file's unquoted `off` arrives as `false`.
+            ("--systemd-dbus=false", SystemdDbus::Off),
+            ("--systemd-dbus=on", SystemdDbus::On),
+            ("--systemd-dbus=true", SystemdDbus::On),
+        ] {
+            assert_eq!(parse(&[arg]), s(mode, "/run/systemd/private"), "{arg}");
+        }
+        assert_eq!(
+            parse(&["--systemd-socket", "/host-run-systemd/private"]),
+            s(SystemdDbus::Auto, "/host-run-systemd/private")
+        );
+        assert!(parse(&["--systemd-dbus=maybe"]).is_err());
     }
 }

@@ -15,8 +15,9 @@ use koord_runtime::EventDedup;
 use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
+use koord_translator::pod::event::{EventKind, PodEvent};
+
 use crate::metrics::Metrics;
-use crate::pod::event::{EventKind, PodEvent};
 
 pub const REPORTING_CONTROLLER: &str = "koordinator.sh/koord-applier";
 const ACTION: &str = "ApplyCgroups";

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
-use crate::cgroup::layout::Layout;
+use koord_translator::cgroup::layout::Layout;
+
 use crate::event_sink::SinkMsg;
 use crate::metrics::Metrics;
 
@@ -33,5 +34,5 @@ pub struct RunContext {
     pub metrics: Arc<Metrics>,
     /// On the systemd driver (cgroup v2): the connection that sets unit values through
     /// systemd; `None` = cgroup files only.
-    pub systemd: Option<Arc<crate::cgroup::systemd::Units>>,
+    pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
 }

@@ -3,22 +3,21 @@
 //! writes, safely and idempotently, on cgroup v1 and v2, and reports what it did as Events and
 //! metrics. The module map is in `docs/architecture.md`.
 //!
-//! The layout is the architecture: [`pod`] is the pod path (watch -> spec view -> plan ->
-//! write -> Event), [`node`] the node loops (ancestors, QoS-class parents, NRI, reclaim,
-//! colocation, NUMA, collectors, resctrl), [`cgroup`] the one door to the cgroup files (layout,
-//! knob names, read-compare-write, systemd units), [`cmd`] the commands that wire them.
-//! Dependencies point one way: [`cmd`] -> [`node`] and [`pod`] -> the pure core
-//! ([`pod::plan`], [`cgroup::knob_map`], [`pod::events`], [`pod::report`], [`cgroup::layout`],
-//! `node::ancestors::{plan, report}`) -> `koord_api`.
-//! IO at the edge: [`cgroup::writer`], [`cgroup::detect`], [`pod::watch`] (kube watch),
-//! [`event_sink`], [`server`], [`cgroup::systemd::dbus`] (systemd's manager over D-Bus).
+//! The translating core (spec view -> plan -> write -> Event text, and the cgroup files) is
+//! the crate `koord_translator`; this crate is the node agent around it: [`pod`] the pod
+//! watch that feeds it, [`node`] the node features (ancestors, QoS-class parents, NRI,
+//! reclaim, colocation, NUMA, collectors, resctrl), [`cmd`] the commands that wire them.
+//! Dependencies point one way: [`cmd`] -> [`node`] and [`pod`] -> `koord_translator` ->
+//! `koord_api`. A feature that takes part in a pod's pass does so through the translator's
+//! `ContainerHooks` (the async-reclaim emulation, wired in `cmd::run`); the others read the
+//! pass's report.
+//! IO at the edge: [`pod::watch`] (kube watch), [`event_sink`], [`server`], and the node
+//! features' own loops.
 
-pub mod cgroup;
 pub mod cli;
 pub mod cmd;
 pub mod cpu_list;
 pub mod event_sink;
-pub mod fd_limit;
 pub mod feature;
 pub mod go_flags;
 pub mod metrics;

@@ -1,27 +1,23 @@
 //! Prometheus metrics on `/metrics`. Own registry (no process collector: that feature pulls a
-//! second procfs); names are prefixed `koord_applier_`. The features register their own
-//! families in the same registry ([`Metrics::registry`]), all through
+//! second procfs); names are prefixed `koord_applier_`. The pod pass
+//! ([`koord_translator::metrics::ApplyMetrics`]) and the features register their own families
+//! in the same registry ([`Metrics::registry`]), all through
 //! `koord_runtime::metrics::register`.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use koord_runtime::metrics::{MetricError, register};
-use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use koord_translator::metrics::ApplyMetrics;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
-    /// Knob outcomes: `knob` is the file name on this node, `outcome` one of written,
-    /// unchanged, unsupported, missing, refused, failed.
-    pub writes: IntCounterVec,
-    /// Seconds to reconcile one pod (read, compare, write every knob).
-    pub reconcile_seconds: Histogram,
+    /// What the pod pass counts (knob outcomes, the time per pod, the knobs this kernel
+    /// lacks); the node-level passes count their writes in its `writes` too.
+    pub apply: ApplyMetrics,
     /// Pods with a resolved-qos annotation currently known on this node.
     pub pods_managed: IntGauge,
-    /// 1 for each knob the kernel of this node does not have.
-    pub unsupported: IntGaugeVec,
     /// `memory.min`/`memory.low` of `kubepods` and the QoS-class directories after the last
     /// pass (bytes; unlimited = i64::MAX), by `cgroup` (relative path) and `file`.
     pub qos_protection: IntGaugeVec,
@@ -62,39 +58,12 @@ impl Metrics {
             register(r, IntCounterVec::new(Opts::new(name, help), labels))
         };
         let m = Self {
-            writes: counters(
-                "koord_applier_cgroup_writes_total",
-                "Cgroup knob reconciliations by knob and outcome.",
-                &["knob", "outcome"],
-            )?,
-            reconcile_seconds: register(
-                r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "koord_applier_reconcile_duration_seconds",
-                        "Time to reconcile one pod's cgroups.",
-                    )
-                    .buckets(vec![
-                        0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
-                        0.1, 0.5,
-                    ]),
-                ),
-            )?,
+            apply: ApplyMetrics::register(r)?,
             pods_managed: register(
                 r,
                 IntGauge::new(
                     "koord_applier_pods_managed",
                     "Pods on this node with a resolved-qos annotation.",
-                ),
-            )?,
-            unsupported: register(
-                r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "koord_applier_unsupported_knobs",
-                        "Knobs this node's kernel does not have (1 each).",
-                    ),
-                    &["knob"],
                 ),
             )?,
             qos_protection: register(
@@ -171,8 +140,8 @@ impl Metrics {
         // The Events an alert counts exist from the start at 0: a counter that first appears
         // at 1 shows no increase in Prometheus, and the first refusal would go unseen.
         for reason in [
-            crate::pod::events::REASON_REFUSED,
-            crate::pod::events::REASON_FAILED,
+            koord_translator::pod::events::REASON_REFUSED,
+            koord_translator::pod::events::REASON_FAILED,
         ] {
             for result in ["posted", "suppressed", "delayed", "error"] {
                 m.events.with_label_values(&[reason, result]);
@@ -190,7 +159,7 @@ impl Metrics {
     }
 
     /// Exposes the layout the passes use (`koord_applier_cgroup_layout_info`).
-    pub fn set_cgroup_layout(&self, layout: &crate::cgroup::layout::Layout) {
+    pub fn set_cgroup_layout(&self, layout: &koord_translator::cgroup::layout::Layout) {
         self.cgroup_layout
             .with_label_values(&[
                 layout.version.to_string().as_str(),
@@ -229,7 +198,7 @@ fn render_cgroup_read_errors(out: &mut String) {
         out,
         "# HELP {name} Cgroup files and directories that could not be read (an error, not an absent file); the log names the path.\n\
          # TYPE {name} counter\n{name} {}\n",
-        crate::cgroup::file::read_errors()
+        koord_translator::cgroup::file::read_errors()
     );
 }
 
@@ -240,10 +209,14 @@ mod tests {
     #[test]
     fn renders_all_families() {
         let m = Metrics::new().expect("metrics");
-        m.writes.with_label_values(&["memory.min", "written"]).inc();
-        m.reconcile_seconds.observe(0.001);
+        m.apply
+            .writes
+            .with_label_values(&["memory.min", "written"])
+            .inc();
+        m.apply.reconcile_seconds.observe(0.001);
         m.pods_managed.set(3);
-        m.unsupported
+        m.apply
+            .unsupported
             .with_label_values(&["memory.wmark_ratio"])
             .set(1);
         m.events
@@ -251,13 +224,14 @@ mod tests {
             .inc();
         m.resctrl_supported.set(0);
         m.set_cgroup_layout(
-            &crate::cgroup::layout::Layout::new(
+            &koord_translator::cgroup::layout::Layout::new(
                 "/sys/fs/cgroup",
-                crate::cgroup::CgroupVersion::V2,
-                crate::cgroup::CgroupDriver::Systemd,
+                koord_translator::cgroup::CgroupVersion::V2,
+                koord_translator::cgroup::CgroupDriver::Systemd,
             )
             .with_kubelet_root(
-                crate::cgroup::kubelet_root::KubeletRoot::parse("/kubelet").expect("root"),
+                koord_translator::cgroup::kubelet_root::KubeletRoot::parse("/kubelet")
+                    .expect("root"),
             ),
         );
         m.resctrl_schemata_writes.inc();

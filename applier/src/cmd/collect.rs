@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_runtime::metrics::MetricError;
 use tracing::Instrument as _;
 
+use koord_translator::cgroup::layout::Layout;
+
 use super::manifest::{ManifestError, read_pods};
-use crate::cgroup::layout::Layout;
 use crate::cli::{Config, ConfigError, parse_addr};
 use crate::metrics::Metrics;
 use crate::node::collectors::{

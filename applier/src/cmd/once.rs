@@ -9,9 +9,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::plan::NodeCaps;
+use koord_translator::pod::report::{PodReport, PodStatus};
+use koord_translator::pod::spec_view::{PodSpecView, PodSpecViewError};
+
 use super::manifest::{ManifestError, read_pod};
-use crate::cgroup::Outcome;
-use crate::cgroup::layout::Layout;
 use crate::cli::{Config, ConfigError};
 use crate::node::ancestors::{AncestorsReport, MemoryAncestors};
 use crate::node::numa::locality::once_locality;
@@ -19,10 +24,6 @@ use crate::node::numa::report::LocalityReport;
 use crate::node::numa::timings::micros_since;
 use crate::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
 use crate::node::resctrl::ResctrlReport;
-use crate::pod::apply::Applier;
-use crate::pod::plan::NodeCaps;
-use crate::pod::report::{PodReport, PodStatus};
-use crate::pod::spec_view::{PodSpecView, PodSpecViewError};
 
 /// The JSON report of `once`: the cgroup pass, the ancestors' memory protection, then the
 /// locality and resctrl passes.
@@ -110,8 +111,12 @@ pub fn run(
     })?;
     t.manifest_micros = lap();
     // On the systemd driver, unit values go through systemd here too.
-    let systemd =
-        crate::cgroup::systemd::Units::start(&layout, &config.systemd, config.dry_run, None);
+    let systemd = koord_translator::cgroup::systemd::Units::start(
+        &layout,
+        &config.systemd,
+        config.dry_run,
+        None,
+    );
     let applier = Applier::new(layout.clone(), config.dry_run, None)
         .with_caps(caps)
         .with_systemd(systemd.clone());
@@ -154,7 +159,7 @@ fn ancestors_pass(
     config: &Config,
     layout: &Layout,
     pod: &PodReport,
-    systemd: Option<std::sync::Arc<crate::cgroup::systemd::Units>>,
+    systemd: Option<std::sync::Arc<koord_translator::cgroup::systemd::Units>>,
 ) -> Option<AncestorsReport> {
     let applied = matches!(
         pod.status,

@@ -12,6 +12,9 @@ use kube::runtime::reflector;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::hooks::ContainerHooks;
+
 use crate::cli::{Config, ConfigError, RunConfig};
 use crate::event_sink;
 use crate::feature::RunContext;
@@ -25,7 +28,6 @@ use crate::node::nri::metrics::NriMetrics;
 use crate::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
 use crate::node::reclaim::{AsyncReclaim, ReclaimMetrics};
 use crate::node::{collectors, colocation, nri, numa};
-use crate::pod::apply::Applier;
 use crate::pod::watch::Watch;
 use crate::server;
 
@@ -65,7 +67,7 @@ pub async fn run_with_client(
     let layout = config.layout()?;
     // Before anything opens a file: the kept knob files and the metrics endpoint's connection
     // cap are sized from the limit.
-    let nofile = crate::fd_limit::raise_to_hard();
+    let nofile = koord_translator::fd_limit::raise_to_hard();
     server::check_cap(run.endpoint.max_connections, nofile)?;
     tracing::info!(root = %layout.root.display(), version = %layout.version, driver = %layout.driver, kubelet_cgroup_root = %layout.kubelet_root, node = %run.node_name, "starting");
     // Every feature reads the watch's pod cache (no second watch) and posts through one sink.
@@ -73,7 +75,7 @@ pub async fn run_with_client(
     let (events, events_rx) = mpsc::channel(1024);
     let metrics = Arc::new(Metrics::new()?);
     // Before the first pass: on the systemd driver, unit values go through systemd.
-    let systemd = crate::cgroup::systemd::Units::start(
+    let systemd = koord_translator::cgroup::systemd::Units::start(
         &layout,
         &config.systemd,
         config.dry_run,
@@ -102,7 +104,12 @@ pub async fn run_with_client(
     if !ctx.dry_run {
         crate::node::reclaim::release_left_throttles(&ctx.layout);
     }
-    let (applier, node_qos, ancestors) = cgroup_passes(&ctx, &config, reclaim)?;
+    let CgroupPasses {
+        applier,
+        node_qos,
+        ancestors,
+        reclaim,
+    } = cgroup_passes(&ctx, &config, reclaim)?;
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
     tokio::spawn(
@@ -119,10 +126,9 @@ pub async fn run_with_client(
         Some(p) => (Some(p.link), Some(p.nudges)),
         None => (None, None),
     };
-    // Kept for the exit: a BE throttle in force is released before the process goes.
-    let reclaim = applier.async_reclaim().cloned();
     let watch = Watch {
         applier,
+        metrics: Some(ctx.metrics.clone()),
         node_qos: Some(node_qos),
         ancestors,
         events: ctx.events.clone(),
@@ -158,7 +164,7 @@ fn start_nri(
     ctx: &RunContext,
     config: &Config,
     run: &RunConfig,
-    caps: crate::pod::plan::NodeCaps,
+    caps: koord_translator::pod::plan::NodeCaps,
 ) -> Result<Option<Plugged>, RunError> {
     let metrics = NriMetrics::register(ctx.metrics.registry())?;
     if config.dry_run && run.nri.mode != NriMode::Off {
@@ -178,7 +184,14 @@ fn start_nri(
 
 /// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's
 /// capabilities detected once, and the ancestors' memory protection (unless turned off).
-type CgroupPasses = (Arc<Applier>, Arc<NodeQos>, Option<Arc<MemoryAncestors>>);
+struct CgroupPasses {
+    applier: Arc<Applier>,
+    node_qos: Arc<NodeQos>,
+    ancestors: Option<Arc<MemoryAncestors>>,
+    /// The async-reclaim emulation, the pod pass's hooks; kept for the exit: a BE throttle in
+    /// force is released before the process goes.
+    reclaim: Option<Arc<AsyncReclaim>>,
+}
 
 fn cgroup_passes(
     ctx: &RunContext,
@@ -199,15 +212,19 @@ fn cgroup_passes(
         resctrl,
         Some(ctx.metrics.clone()),
     ));
+    let reclaim = async_reclaim(ctx, reclaim)?;
+    // The emulation takes part in every pod pass: it holds the `memory.high` its BE throttle
+    // set and registers the containers whose `memory.wmark_*` this kernel lacks.
+    let hooks = reclaim.clone().map(|r| -> Arc<dyn ContainerHooks> { r });
     let applier = Arc::new(
         Applier::new(
             ctx.layout.clone(),
             config.dry_run,
-            Some(ctx.metrics.clone()),
+            Some(ctx.metrics.apply.clone()),
         )
         .with_caps(caps)
         .with_systemd(ctx.systemd.clone())
-        .with_async_reclaim(async_reclaim(ctx, reclaim)?),
+        .with_hooks(hooks),
     );
     let ancestors = config.ancestors.enabled.then(|| {
         Arc::new(
@@ -236,7 +253,12 @@ fn cgroup_passes(
                 "sums of the children, except in the files the kubelet's Memory QoS rewrites, which are left to it",
         }
     );
-    Ok((applier, node_qos, ancestors))
+    Ok(CgroupPasses {
+        applier,
+        node_qos,
+        ancestors,
+        reclaim,
+    })
 }
 
 /// The async reclaim emulation, its worker started, when the settings and the kernel allow it

@@ -3,7 +3,7 @@
 //! pod of the node, so they run once per resync over the pod cache, after the per-pod passes.
 //!
 //! The applier holds no policy: a parent's group identity is the value all annotated pods
-//! below it agree on (else 0, see [`crate::pod::plan::parent_group_identity`]), and the resctrl
+//! below it agree on (else 0, see [`koord_translator::pod::plan::parent_group_identity`]), and the resctrl
 //! partition of a class is the one its pods' annotations carry.
 
 use std::path::{Path, PathBuf};
@@ -12,16 +12,19 @@ use std::sync::Arc;
 use koord_api::{ResolvedCpuQos, ResolvedQos};
 use serde::Serialize;
 
-use crate::cgroup::file;
-use crate::cgroup::knob_map::{CPU_BVT_WARP_NS, CPU_IDLE};
-use crate::cgroup::layout::{ContainerId, KubeQos, Layout};
-use crate::cgroup::readback::Expect;
-use crate::cgroup::writer::{CgroupDir, CgroupWriter};
-use crate::cgroup::{CgroupVersion, Controller, Outcome};
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::knob_map::{CPU_BVT_WARP_NS, CPU_IDLE};
+use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
+use koord_translator::cgroup::readback::Expect;
+use koord_translator::cgroup::writer::{CgroupDir, CgroupWriter};
+use koord_translator::cgroup::{CgroupVersion, Controller, Outcome};
+use koord_translator::pod::plan::{
+    NodeCaps, cpu_idle_value, group_identity, parent_group_identity,
+};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::metrics::Metrics;
 use crate::node::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
-use crate::pod::plan::{NodeCaps, cpu_idle_value, group_identity, parent_group_identity};
-use crate::pod::spec_view::PodSpecView;
 
 /// Detects group identity: `cpu.bvt_warp_ns` in the `kubepods` cpu cgroup or, before the
 /// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence), and
@@ -248,7 +251,8 @@ impl NodeQos {
                 .writer
                 .apply(&cg, file, &value.to_string(), Expect::Int(value));
             if let Some(m) = &self.metrics {
-                m.writes
+                m.apply
+                    .writes
                     .with_label_values(&[file, r.outcome.as_str()])
                     .inc();
             }

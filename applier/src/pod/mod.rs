@@ -1,13 +1,5 @@
-//! The pod path: the pods of this node from the watch ([`watch`], [`event`], [`phase`]), each
-//! read as the applier needs it ([`spec_view`]), its annotation checked and turned into a write
-//! plan ([`plan`], pure), the plan made real in the cgroup files ([`apply`]) and what happened
-//! said ([`report`], [`events`]: the Event texts).
+//! The pod watch ([`watch`]): the pods of this node from the API server, each passed to the
+//! translator's [`koord_translator::pod::apply::Applier`], its Event sent, and the node
+//! features (NRI, the ancestors' protection, the QoS-class parents) told.
 
-pub mod apply;
-pub mod event;
-pub mod events;
-pub mod phase;
-pub mod plan;
-pub mod report;
-pub mod spec_view;
 pub mod watch;

@@ -16,18 +16,21 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
-use crate::cgroup::Outcome;
+use koord_translator::cgroup::Outcome;
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::event::{EventKind, PodEvent};
+use koord_translator::pod::events::{REASON_REFUSED, event_for};
+use koord_translator::pod::phase;
+use koord_translator::pod::plan::Target;
+use koord_translator::pod::report::PodReport;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::event_sink::SinkMsg;
+use crate::metrics::Metrics;
+use crate::node::ancestors::event::ancestors_event;
 use crate::node::ancestors::{MemoryAncestors, ProtectedPod};
 use crate::node::nri::link::{Link, Nudge};
 use crate::node::nri::proto::ContainerUpdate;
-use crate::pod::apply::Applier;
-use crate::pod::event::{EventKind, PodEvent};
-use crate::pod::events::{REASON_REFUSED, ancestors_event, event_for};
-use crate::pod::phase;
-use crate::pod::plan::Target;
-use crate::pod::report::PodReport;
-use crate::pod::spec_view::PodSpecView;
 
 /// Pod events that change what the ancestors should hold (a deletion, a pod whose pod-level
 /// protection was written) make one ancestors pass this long after the first of them: a burst
@@ -177,6 +180,8 @@ async fn sleep_until_due(at: Option<tokio::time::Instant>) {
 /// Everything the watch loop needs.
 pub struct Watch {
     pub applier: Arc<Applier>,
+    /// The applier's metrics (the managed pods, the ancestors' repairs).
+    pub metrics: Option<Arc<Metrics>>,
     /// QoS-class parents and resctrl groups, reconciled after each resync's pod passes.
     pub node_qos: Option<Arc<crate::node::qos_parents::NodeQos>>,
     /// `kubepods` and the QoS-class directories' memory protection (`--protect-ancestors`).
@@ -200,7 +205,9 @@ impl Watch {
         let span = tracing::Span::current();
         let done = tokio::task::spawn_blocking(move || {
             let _in_task = span.enter();
-            crate::pod::apply::par_map(&pods, |p| reconcile(&applier, link.as_deref(), p))
+            koord_translator::pod::apply::par_map(&pods, |p| {
+                reconcile(&applier, link.as_deref(), p)
+            })
         })
         .await
         .unwrap_or_default();
@@ -230,14 +237,14 @@ impl Watch {
             file = %path.display(),
             "QoS-level memory protection changed outside the applier; reconciling now"
         );
-        if let Some(m) = self.applier.metrics() {
+        if let Some(m) = &self.metrics {
             m.qos_protection_repairs.inc();
         }
         true
     }
 
     /// One ancestors pass, then the Event of each pod in `told` (see
-    /// [`crate::pod::events::ancestors_event`]).
+    /// [`crate::node::ancestors::event::ancestors_event`]).
     async fn protect_ancestors(&self, told: Vec<ProtectedPod>) {
         let Some(ancestors) = self.ancestors.clone() else {
             return;
@@ -286,7 +293,7 @@ impl Watch {
     }
 
     fn count_managed(&self, store: &Store<Pod>) {
-        if let Some(m) = self.applier_metrics() {
+        if let Some(m) = &self.metrics {
             let n = store
                 .state()
                 .iter()
@@ -298,10 +305,6 @@ impl Watch {
 
     fn link(&self) -> Option<Arc<Link>> {
         self.nri.clone()
-    }
-
-    fn applier_metrics(&self) -> Option<&crate::metrics::Metrics> {
-        self.applier.metrics()
     }
 
     /// Watches `api` until the stream ends (it does not, short of a shutdown).

@@ -97,7 +97,7 @@ impl TryFrom<&EndpointArgs> for EndpointSettings {
 /// client holding every slot leaves the reconcile loop, the watch and the Event posts the
 /// other three quarters.
 pub fn check_cap(max_connections: usize, nofile_soft: usize) -> Result<(), EndpointError> {
-    let reserved = crate::cgroup::writer::reserved_fds(nofile_soft);
+    let reserved = koord_translator::cgroup::writer::reserved_fds(nofile_soft);
     let max = reserved / 4;
     if (1..=max).contains(&max_connections) {
         Ok(())

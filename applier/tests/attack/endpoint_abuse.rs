@@ -6,6 +6,9 @@
 //! managed cgroup file must be repaired within the resync bound, and the applier must stay
 //! under the DaemonSet's memory limit and hold no more descriptors than its connection cap.
 
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::path::Path;
@@ -14,8 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Kernel, fixture, layout, make_pod_tree, read};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::spec_view::PodSpecView;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -277,7 +278,7 @@ async fn hand_edit_repaired_in(file: &Path) -> Option<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_holding_thousands_of_connections_locks_nobody_out() {
     // This process holds the attacker's 3,000 sockets.
-    let nofile = koord_applier::fd_limit::raise_to_hard();
+    let nofile = koord_translator::fd_limit::raise_to_hard();
     // Too few files allowed: a failure naming why, never a pass.
     assert!(
         nofile >= ATTACKERS + 500,

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{Kernel, ancestor_dirs, fixture, fixture_path, layout, make_pod_tree, read, snapshot};
-use koord_applier::cgroup::layout::{KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller, Outcome};
 use koord_applier::metrics::Metrics;
 use koord_applier::node::ancestors::{KubeletMemoryQos, MemoryAncestors};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::layout::{KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller, Outcome};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::spec_view::PodSpecView;
 
 const MIB: u64 = 1 << 20;
 /// ls-redis.json: pod-level memory.min = memory.low = 70 MiB.

@@ -4,15 +4,16 @@
 //! kubelet's restart zeroing `kubepods` is undone within the ancestors check, both without
 //! waiting for the resync.
 
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::time::Duration;
 
 use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
-use koord_applier::cgroup::layout::KubeQos;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::pod::spec_view::PodSpecView;
 use kube::client::Body;
 
 /// ls-redis.json: pod-level memory.min = memory.low = 70 MiB.

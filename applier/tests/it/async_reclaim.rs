@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
-use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::reclaim::{AsyncReclaim, Settings, held};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::events::applied_message;
-use koord_applier::pod::plan::Target;
-use koord_applier::pod::report::PodReport;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::events::applied_message;
+use koord_translator::pod::plan::Target;
+use koord_translator::pod::report::PodReport;
+use koord_translator::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const MIB: u64 = 1 << 20;
@@ -71,7 +71,7 @@ fn a_container_above_wmark_high_is_reclaimed_to_wmark_low_until_its_pod_goes() {
 
     let reclaim = AsyncReclaim::detect(&l, settings(), None).expect("memory.reclaim is there");
     reclaim.start().expect("worker");
-    let applier = Applier::new(l, false, None).with_async_reclaim(Some(reclaim.clone()));
+    let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
     let r = applier.apply(&v);
     let knobs = vec![
         "memory.wmark_ratio",
@@ -255,7 +255,7 @@ impl Node {
         koord_applier::node::reclaim::release_left_throttles(&l);
         let reclaim = AsyncReclaim::detect(&l, settings, None).expect("memory.reclaim is there");
         reclaim.start().expect("worker");
-        let applier = Applier::new(l, false, None).with_async_reclaim(Some(reclaim.clone()));
+        let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
         let r = applier.apply(&self.ls);
         assert!(r.reason.is_none(), "{r:#?}");
         let r = applier.apply(&self.be);

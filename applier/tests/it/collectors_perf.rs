@@ -10,11 +10,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::collectors::{RealTree, cid, pod, scrape, series, unified_psi_missing};
-use koord_applier::cgroup::file as cgroup_file;
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::collectors::CollectorMetrics;
 use koord_applier::node::collectors::cpi::{self, CPI_EVENTS, PmuStatus};
+use koord_translator::cgroup::file as cgroup_file;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
 use koord_applier::node::collectors::perf_sys::{CounterGroup, Event};

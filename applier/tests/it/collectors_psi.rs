@@ -7,10 +7,10 @@ use crate::common;
 use std::path::Path;
 
 use common::collectors::{RealTree, cid, pod, require_unified_psi, scrape, series};
-use koord_applier::cgroup::file as cgroup_file;
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::collectors::CollectorMetrics;
+use koord_translator::cgroup::file as cgroup_file;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
 use koord_applier::node::collectors::psi::{self, Resource};

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use common::collectors::{cid, pod, series};
 use http::{Request, Response};
-use koord_applier::cgroup::CgroupDriver;
 use koord_applier::cli::Config;
 use koord_applier::node::collectors::CollectorArgs;
+use koord_translator::cgroup::CgroupDriver;
 use kube::client::Body;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::colocation::{Colocation, ColocationMetrics, Settings};
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 use kube::client::Body;
 use kube::runtime::reflector;
 use kube::runtime::watcher;

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use koord_applier::cgroup::layout::KubeQos;
 use koord_applier::cli::{Cli, Command, RunConfig};
 use koord_applier::node::colocation::capacity::Resources;
 use koord_applier::node::colocation::config::ConfigState;
 use koord_applier::node::colocation::node_status::{advertised_on_node, allocatable, patch_body};
 use koord_applier::node::colocation::pod_facts::PodFacts;
 use koord_applier::node::colocation::{ColocationMetrics, Settings, on_configmap};
+use koord_translator::cgroup::layout::KubeQos;
 
 const GI: i64 = 1 << 30;
 

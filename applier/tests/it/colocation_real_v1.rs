@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use koord_applier::cgroup::layout::{KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::colocation::capacity::Resources;
 use koord_applier::node::colocation::config::{SloConfig, SuppressPolicy, ThresholdStrategy};
 use koord_applier::node::colocation::engine::Engine;
 use koord_applier::node::colocation::pod_facts::PodFacts;
 use koord_applier::node::colocation::suppress::BeParent;
+use koord_translator::cgroup::layout::{KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 const V1: &str = "/sys/fs/cgroup";
 const CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "cpuset", "memory"];

@@ -7,8 +7,6 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use koord_applier::cgroup::layout::{KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::colocation::capacity::{Resources, batch_capacity};
 use koord_applier::node::colocation::config::{
     ColocationConfig, SuppressPolicy, ThresholdStrategy,
@@ -17,6 +15,8 @@ use koord_applier::node::colocation::engine::Engine;
 use koord_applier::node::colocation::pod_facts::PodFacts;
 use koord_applier::node::colocation::suppress::Limit;
 use koord_applier::node::colocation::usage::{read_cgroup, read_node};
+use koord_translator::cgroup::layout::{KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 const GI: u64 = 1 << 30;
 const LS: &str = "11111111-2222-4333-8444-555555555555";
@@ -419,7 +419,7 @@ fn unreadable_cpusets_are_reported_not_absent() {
     let pods = vec![facts(LS, KubeQos::Guaranteed, false, Resources::ZERO)];
     let mut e = Engine::new(l.clone(), &proc, 1_000).expect("engine");
     e.sample(Instant::now(), &pods, Duration::from_secs(300));
-    let before = koord_applier::cgroup::file::read_errors();
+    let before = koord_translator::cgroup::file::read_errors();
     assert!(
         e.suppress(&ThresholdStrategy::default(), &pods)
             .expect("io")
@@ -432,7 +432,7 @@ fn unreadable_cpusets_are_reported_not_absent() {
     );
     // The kubepods cpuset (twice: start-up check and lift) and the container's.
     assert!(
-        koord_applier::cgroup::file::read_errors() >= before + 3,
+        koord_translator::cgroup::file::read_errors() >= before + 3,
         "each unreadable file counted"
     );
 }

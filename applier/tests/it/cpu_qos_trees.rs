@@ -12,16 +12,16 @@ use std::process::Command;
 use common::{Kernel, fixture, layout, make_pod_tree, read, snapshot};
 use k8s_openapi::api::core::v1::Pod;
 use koord_api::{DecisionSource, QosClass, ResolvedCpuQos, ResolvedQos, ResolvedResctrlQos, keys};
-use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::layout::KubeQos;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::metrics::Metrics;
 use koord_applier::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::events::{REASON_APPLIED, REASON_REFUSED, event_for};
-use koord_applier::pod::plan::NodeCaps;
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::events::{REASON_APPLIED, REASON_REFUSED, event_for};
+use koord_translator::pod::plan::NodeCaps;
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
 
 const LS_POD: &str = "kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
 const BE_POD: &str = "kubepods/besteffort/pod9c8b7a65-4321-4fed-cba9-876543210fed";
@@ -104,7 +104,7 @@ fn alibaba_v1_group_identity_every_file_parents_and_idempotence() {
         }
     );
     let metrics = std::sync::Arc::new(Metrics::new().expect("metrics"));
-    let applier = Applier::new(l.clone(), false, Some(metrics.clone())).with_caps(caps);
+    let applier = Applier::new(l.clone(), false, Some(metrics.apply.clone())).with_caps(caps);
     let r_ls = applier.apply(&ls);
     let r_be = applier.apply(&be);
     assert_eq!(

@@ -17,18 +17,19 @@ use std::sync::Arc;
 
 use common::real_v1::{RealV1Tree, V1, require_usable};
 use common::{fixture, read};
-use koord_applier::cgroup::Outcome;
 use koord_applier::metrics::Metrics;
 use koord_applier::node::colocation::suppress::BeParent;
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::events::event_for;
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::Outcome;
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::events::event_for;
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
 
 const FF: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
 fn held_count(m: &Metrics) -> u64 {
-    m.writes
+    m.apply
+        .writes
         .with_label_values(&["cpu.cfs_quota_us", "held"])
         .get()
 }
@@ -47,7 +48,7 @@ fn quota_held_by_suppressed_be_parent_then_written_when_lifted() {
     let ctr_quota = cpu.join(&pod_rel).join(FF).join("cpu.cfs_quota_us");
 
     let metrics = Arc::new(Metrics::new().expect("metrics"));
-    let applier = Applier::new(layout.clone(), false, Some(metrics.clone()));
+    let applier = Applier::new(layout.clone(), false, Some(metrics.apply.clone()));
     let first = applier.apply(&view);
     assert_eq!(first.status, PodStatus::Applied, "{first:#?}");
     assert_eq!(read(&pod_quota), "7100000");
@@ -86,6 +87,7 @@ fn quota_held_by_suppressed_be_parent_then_written_when_lifted() {
     }
     assert_eq!(
         metrics
+            .apply
             .writes
             .with_label_values(&["cpu.cfs_quota_us", "failed"])
             .get(),

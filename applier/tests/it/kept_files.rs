@@ -4,14 +4,15 @@
 //! path, pod cgroup recreated) is reopened, a new container ID moves to the new directory,
 //! and a changed annotation is planned again.
 
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read, with_runtime};
-use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const POD: &str = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5f2a6b1e_0c1d_4e2f_8a9b_0123456789ab.slice";

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use common::{Kernel, fixture, fixture_path, layout, make_pod_tree};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::cli::{Cli, Command as Sub, Config, normalize_args};
 use koord_applier::node::collectors::CollectorConfig;
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
 
 /// The reference's line, word for word (its Performance Collector page: `kubectl edit ds
 /// koordlet` and add these).

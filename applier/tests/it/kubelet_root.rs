@@ -2,16 +2,17 @@
 //! pod cgroups below it, detected or from `--kubelet-cgroup-root`, writes there, and leaves a
 //! decoy `kubepods` tree elsewhere untouched. Two candidate trees are refused at start.
 
+use koord_translator::cgroup::kubelet_root::KubeletRoot;
+use koord_translator::cgroup::layout::{KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{Kernel, fixture, fixture_path, make_pod_tree, snapshot};
-use koord_applier::cgroup::kubelet_root::KubeletRoot;
-use koord_applier::cgroup::layout::{KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
-use koord_applier::pod::spec_view::PodSpecView;
 
 /// `koord-applier once -f ls-redis.json --cgroup-root ROOT --cgroup-version V ARGS...`: exit
 /// code, stdout as JSON (Null when it is not JSON) and stderr.

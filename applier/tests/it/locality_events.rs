@@ -9,7 +9,7 @@ use koord_applier::node::numa::report::{
     ContainerLocality, ContainerStatus, FailedPid, LocalityReport,
 };
 use koord_applier::node::numa::topology::IdSet;
-use koord_applier::pod::event::EventKind;
+use koord_translator::pod::event::EventKind;
 
 fn nodes(ids: &[u32]) -> IdSet {
     ids.iter().copied().collect()

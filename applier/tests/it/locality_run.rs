@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::event_sink::SinkMsg;
 use koord_applier::node::numa::LocalityConfig;
 use koord_applier::node::numa::locality::Migrator;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use tokio::sync::mpsc;

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::layout::Layout;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
 use koord_applier::node::numa::LocalityConfig;
 use koord_applier::node::numa::locality::{Migrator, container_cgroup, pod_locality};
 use koord_applier::node::numa::report::{ContainerStatus, LocalityReport, Method};
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
 const CID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

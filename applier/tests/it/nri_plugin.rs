@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::CgroupVersion;
 use koord_applier::metrics::Metrics;
 use koord_applier::node::nri::adjust::NodeFiles;
 use koord_applier::node::nri::decide::Decider;
@@ -20,7 +19,8 @@ use koord_applier::node::nri::link::{Link, update};
 use koord_applier::node::nri::metrics::NriMetrics;
 use koord_applier::node::nri::proto::{self, service};
 use koord_applier::node::nri::{self, NriMode, Settings};
-use koord_applier::pod::plan::NodeCaps;
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::pod::plan::NodeCaps;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use prost::Message as _;

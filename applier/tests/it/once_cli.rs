@@ -1,12 +1,13 @@
 //! `koord-applier once -f POD_FILE`: the binary, its JSON report and --dry-run.
 
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::process::Command;
 
 use common::{Kernel, fixture, fixture_path, layout, make_pod_tree, read};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::spec_view::PodSpecView;
 
 fn once(root: &std::path::Path, file: &str, extra: &[&str]) -> (i32, serde_json::Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_koord-applier"))

@@ -2,16 +2,17 @@
 //! under `/sys/fs/cgroup/{memory,cpu}/koord-test-<pid>-<nanos>/` and always removed (Drop guard,
 //! leaf first). Needs root and v1 memory + cpu controllers; otherwise it is ignored unless run with --ignored (`make unit` does where the machine has them).
 
+use koord_translator::cgroup::Outcome;
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::path::Path;
 
 use common::real_v1::{RealV1Tree, V1, require_usable};
 use common::{fixture, read};
-use koord_applier::cgroup::Outcome;
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
 
 /// Removes every created cgroup directory, deepest first, also when the test panics.
 #[test]

@@ -3,13 +3,14 @@
 //! kubelet's allocated memory is held; one that never matched anything is refused; a held
 //! pod keeps (and restores) the values last applied and writes nothing new.
 
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, snapshot};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
 use serde_json::{Value, json};
 
 /// The LS fixture with redis at `spec_mi` in the spec and `status_mi` in the kubelet's status.

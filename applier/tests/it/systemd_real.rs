@@ -17,13 +17,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
-use koord_applier::cgroup::layout::KubeQos;
-use koord_applier::cgroup::systemd::Units;
-use koord_applier::cgroup::systemd::dbus::DbusSettings;
-use koord_applier::cgroup::systemd::plan::Want;
-use koord_applier::cgroup::systemd::unit::UnitNamer;
-use koord_applier::cgroup::{CgroupDriver, Controller};
 use koord_applier::cli::{Cli, Config};
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::cgroup::systemd::Units;
+use koord_translator::cgroup::systemd::dbus::DbusSettings;
+use koord_translator::cgroup::systemd::plan::Want;
+use koord_translator::cgroup::systemd::unit::UnitNamer;
+use koord_translator::cgroup::{CgroupDriver, Controller};
 
 fn sh(cmd: &str) -> String {
     let out = Command::new("sh").arg("-c").arg(cmd).output().expect("sh");

@@ -1,15 +1,16 @@
 //! The applier on temporary trees laid out like cgroup v2 (systemd and cgroupfs drivers;
 //! containerd, CRI-O and Docker IDs), like Alibaba Cloud Linux v1, and like mainline v1.
 
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::apply::Applier;
+use koord_translator::pod::events::{REASON_APPLIED, REASON_REFUSED, event_for};
+use koord_translator::pod::report::PodStatus;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read, snapshot, with_runtime};
-use koord_applier::cgroup::Outcome;
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::apply::Applier;
-use koord_applier::pod::events::{REASON_APPLIED, REASON_REFUSED, event_for};
-use koord_applier::pod::report::PodStatus;
-use koord_applier::pod::spec_view::PodSpecView;
 
 const REDIS: &str = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90";
 const FF: &str = "1111111111111111111111111111111111111111111111111111111111111111";
@@ -428,7 +429,7 @@ fn metrics_count_outcomes_and_unsupported_once() {
     let v = view("ls-redis.json", "containerd");
     make_pod_tree(&l, Kernel::MainlineV2, &v);
     let metrics = Arc::new(koord_applier::metrics::Metrics::new().expect("metrics"));
-    let applier = Applier::new(l, false, Some(metrics.clone()));
+    let applier = Applier::new(l, false, Some(metrics.apply.clone()));
     applier.apply(&v);
     applier.apply(&v);
     let text = metrics.render();

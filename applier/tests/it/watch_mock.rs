@@ -1,14 +1,15 @@
 //! `run` against an in-process fake API server (tower-test): the pod list and watch use the
 //! node field selector, a listed pod is applied to the cgroup tree, and an Event is posted.
 
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use crate::common;
 
 use std::time::Duration;
 
 use common::{Kernel, fixture, layout, make_pod_tree, read};
 use http::{Request, Response, StatusCode};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::spec_view::PodSpecView;
 use kube::client::Body;
 
 #[tokio::test]

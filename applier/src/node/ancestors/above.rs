@@ -6,10 +6,11 @@
 
 use std::path::PathBuf;
 
+use koord_translator::cgroup::Controller;
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::Layout;
+
 use super::plan::ProtectionFile;
-use crate::cgroup::Controller;
-use crate::cgroup::file;
-use crate::cgroup::layout::Layout;
 
 /// The protection files above `kubepods` that hold 0 (absent files, as on mainline v1, are
 /// not listed): each caps the pods' protection of that kind to nothing.

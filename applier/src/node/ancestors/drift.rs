@@ -7,8 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
+use koord_translator::cgroup::readback;
+
 use super::plan::Protection;
-use crate::cgroup::readback;
 
 /// A file the last pass left at `value` (written, or found already there).
 #[derive(Debug, Clone, PartialEq, Eq)]

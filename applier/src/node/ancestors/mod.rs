@@ -5,7 +5,8 @@
 //! decided: the applier stays policy-free. KEP-2570 (the kubelet's `MemoryQoS`) does the same
 //! with requests.
 //!
-//! `plan` is the pure arithmetic, `report` what a pass did (pure), `drift` whether a file the
+//! `plan` is the pure arithmetic, `report` what a pass did (pure), `event` the Event a pod
+//! hears when the protection above it changed (pure), `drift` whether a file the
 //! last pass left has moved since (pure), `pass` the IO (one pass over
 //! the node), `above` the check of a non-`/` kubelet cgroupRoot's own protection. `run` calls the pass
 //! after the initial list, after each resync, and (coalesced) after pod deletions and pods
@@ -13,6 +14,7 @@
 
 pub mod above;
 pub mod drift;
+pub mod event;
 pub mod pass;
 pub mod plan;
 pub mod report;

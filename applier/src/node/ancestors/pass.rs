@@ -17,13 +17,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rustix::io::Errno;
 
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
+use koord_translator::cgroup::{Controller, Outcome};
+
 use super::drift::{Left, first_drift};
 use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
-use crate::cgroup::file;
-use crate::cgroup::layout::Layout;
-use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
-use crate::cgroup::{Controller, Outcome};
 use crate::metrics::Metrics;
 
 /// The node's ancestors of pods and how to reconcile them.
@@ -37,7 +38,7 @@ pub struct MemoryAncestors {
     /// Per child directory seen by the last pass: its `memory.min` and `memory.low` kept open.
     kept: Mutex<HashMap<PathBuf, KeptPair>>,
     /// On the systemd driver: the slices' values are also stored as their units' properties.
-    systemd: Option<Arc<crate::cgroup::systemd::Units>>,
+    systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
     /// The files the last pass left at the sum (not the kubelet's), for [`Self::drifted`].
     left: Mutex<Vec<Left>>,
 }
@@ -80,9 +81,12 @@ impl MemoryAncestors {
         }
     }
 
-    /// Stores the slices' values as their units' properties ([`crate::cgroup::systemd`]), after
+    /// Stores the slices' values as their units' properties ([`koord_translator::cgroup::systemd`]), after
     /// the files are written.
-    pub fn with_systemd(mut self, units: Option<Arc<crate::cgroup::systemd::Units>>) -> Self {
+    pub fn with_systemd(
+        mut self,
+        units: Option<Arc<koord_translator::cgroup::systemd::Units>>,
+    ) -> Self {
         self.systemd = units;
         self
     }
@@ -95,16 +99,18 @@ impl MemoryAncestors {
         let Some(units) = self.systemd.as_ref().filter(|_| !self.writer.dry_run) else {
             return;
         };
-        let list: Vec<crate::cgroup::systemd::plan::Want<'_>> = unit
+        let list: Vec<koord_translator::cgroup::systemd::plan::Want<'_>> = unit
             .wants
             .iter()
             .flatten()
-            .map(|(file, text, differs)| crate::cgroup::systemd::plan::Want {
-                dir: &unit.dir,
-                file,
-                text,
-                differs: *differs,
-            })
+            .map(
+                |(file, text, differs)| koord_translator::cgroup::systemd::plan::Want {
+                    dir: &unit.dir,
+                    file,
+                    text,
+                    differs: *differs,
+                },
+            )
             .collect();
         if !list.is_empty() {
             units.store(&list);
@@ -244,7 +250,7 @@ impl MemoryAncestors {
             Some((
                 file.name(),
                 d.target.text(self.layout.version),
-                !crate::cgroup::readback::matches(d.target.expect(), old),
+                !koord_translator::cgroup::readback::matches(d.target.expect(), old),
             ))
         });
         let mut entries = Vec::with_capacity(2);
@@ -320,7 +326,8 @@ impl MemoryAncestors {
     fn account(&self, report: &AncestorsReport) {
         for c in &report.cgroups {
             if let Some(m) = &self.metrics {
-                m.writes
+                m.apply
+                    .writes
                     .with_label_values(&[c.file, c.outcome.as_str()])
                     .inc();
                 // The value in force: what the pass left, else (a failed write) what it read.

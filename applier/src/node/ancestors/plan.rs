@@ -8,9 +8,9 @@
 
 use serde::Serialize;
 
-use crate::cgroup::CgroupVersion;
-use crate::cgroup::layout::KubeQos;
-use crate::cgroup::readback::{Expect, V1_UNLIMITED_READBACK};
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::cgroup::readback::{Expect, V1_UNLIMITED_READBACK};
 
 /// A protection value as a `memory.min`/`memory.low` file shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::layout::KubeQos;
+
 use super::plan::{KubeletMemoryQos, Level};
-use crate::cgroup::Outcome;
-use crate::cgroup::layout::KubeQos;
 
 /// What the pass did to one ancestor file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

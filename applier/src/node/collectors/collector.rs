@@ -11,17 +11,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use koord_translator::cgroup::file as cgroup_file;
+use koord_translator::cgroup::layout::{ContainerId, Layout, LayoutError};
+use koord_translator::cgroup::{CgroupVersion, Controller};
+use koord_translator::pod::phase;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::args::CollectorConfig;
 use super::cpi::{self, ContainerCounters, PmuStatus};
 use super::exposition::{CpiSeries, Identity, PsiSeries};
 use super::metrics::CollectorMetrics;
 use super::perf_sys::{Event, PerfError};
 use super::psi::{self, PsiReadError, Resource};
-use crate::cgroup::file as cgroup_file;
-use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
-use crate::cgroup::{CgroupVersion, Controller};
-use crate::pod::phase;
-use crate::pod::spec_view::PodSpecView;
 
 /// Whether the CPI collector can count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +172,7 @@ impl Collector {
             c.probe_cpi();
             let per_container = c.cpus.len().max(1) * c.cpi_events.len();
             // Keep a reserve for sockets, cgroup files and the API connection.
-            c.cpi_batch = crate::fd_limit::raise_to_hard()
+            c.cpi_batch = koord_translator::fd_limit::raise_to_hard()
                 .saturating_sub(256)
                 .checked_div(per_container)
                 .unwrap_or(1)
@@ -540,7 +541,7 @@ mod tests {
         let v1 = Layout::new(
             "/cg",
             CgroupVersion::V1,
-            crate::cgroup::CgroupDriver::Cgroupfs,
+            koord_translator::cgroup::CgroupDriver::Cgroupfs,
         );
         assert_eq!(
             psi_dir(&v1, rel, Controller::Cpuacct).expect("ok"),
@@ -557,7 +558,7 @@ mod tests {
         let v2 = Layout::new(
             "/cg",
             CgroupVersion::V2,
-            crate::cgroup::CgroupDriver::Cgroupfs,
+            koord_translator::cgroup::CgroupDriver::Cgroupfs,
         );
         assert_eq!(
             psi_dir(&v2, rel, Controller::Cpuacct).expect("ok"),

@@ -94,7 +94,7 @@ pub fn open_container(
     cpus: &[u32],
     events: &[Event],
 ) -> Result<ContainerCounters, PerfError> {
-    let fd = crate::cgroup::file::open_dir(dir).map_err(PerfError::Other)?;
+    let fd = koord_translator::cgroup::file::open_dir(dir).map_err(PerfError::Other)?;
     let mut groups = Vec::with_capacity(cpus.len());
     let mut first_err = None;
     for &cpu in cpus {

@@ -6,10 +6,11 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::Pod;
 use koord_runtime::metrics::MetricError;
 
+use koord_translator::cgroup::layout::Layout;
+
 use super::args::CollectorConfig;
 use super::collector::Collector;
 use super::metrics::CollectorMetrics;
-use crate::cgroup::layout::Layout;
 
 /// The node name for labels outside `run`: the pod's `spec.nodeName`, else `$NODE_NAME`, else
 /// the kernel's host name.

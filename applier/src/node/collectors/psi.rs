@@ -10,7 +10,7 @@
 use std::io;
 use std::os::fd::AsFd;
 
-use crate::cgroup::file as cgroup_file;
+use koord_translator::cgroup::file as cgroup_file;
 
 /// One line: the kernel's running averages (percent of wall time) and the total stall (µs).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

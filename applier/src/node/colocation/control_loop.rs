@@ -11,6 +11,8 @@ use kube::api::Api;
 use kube::runtime::reflector::Store;
 use tracing::Instrument as _;
 
+use koord_translator::cgroup::layout::Layout;
+
 use super::args::Settings;
 use super::capacity::{self, Resources, UpdateDecision, advertised, update_decision};
 use super::config::{ConfigState, SloConfig};
@@ -19,7 +21,6 @@ use super::engine::{Engine, SuppressRound};
 use super::metrics::ColocationMetrics;
 use super::node_status;
 use super::pod_facts::PodFacts;
-use crate::cgroup::layout::Layout;
 
 /// Everything the colocation loop needs.
 pub struct Colocation {
@@ -32,7 +33,7 @@ pub struct Colocation {
     /// The applier's pod cache (this node's pods), shared with its watch.
     pub pods: Store<Pod>,
     /// On the systemd driver: the BE slice's quota is set through systemd.
-    pub systemd: Option<Arc<crate::cgroup::systemd::Units>>,
+    pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
 }
 
 fn facts(store: &Store<Pod>) -> Vec<PodFacts> {

@@ -7,15 +7,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupVersion, Controller};
+
 use super::capacity::{CapacityInput, Resources};
 use super::config::{SuppressPolicy, ThresholdStrategy};
 use super::pod_facts::PodFacts;
 use super::suppress::{self, Applied, BeParent, Limit, SuppressInput};
 use super::usage::{self, UsageError};
 use super::window::Window;
-use crate::cgroup::file;
-use crate::cgroup::layout::Layout;
-use crate::cgroup::{CgroupVersion, Controller};
 
 /// What a sampling pass saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,10 +74,10 @@ impl Engine {
         })
     }
 
-    /// Sets the BE slice's quota through systemd on its driver ([`crate::cgroup::systemd`]).
+    /// Sets the BE slice's quota through systemd on its driver ([`koord_translator::cgroup::systemd`]).
     pub fn with_systemd(
         mut self,
-        units: Option<std::sync::Arc<crate::cgroup::systemd::Units>>,
+        units: Option<std::sync::Arc<koord_translator::cgroup::systemd::Units>>,
     ) -> Self {
         self.be_parent.systemd = units;
         self

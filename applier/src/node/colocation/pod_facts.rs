@@ -5,10 +5,11 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use koord_api::keys;
 use koord_api::quantity::{parse_milli, parse_value};
 
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::pod::phase;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::capacity::Resources;
-use crate::cgroup::layout::KubeQos;
-use crate::pod::phase;
-use crate::pod::spec_view::PodSpecView;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {

@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use rustix::io::Errno;
 
-use crate::cgroup::file;
-use crate::cgroup::layout::{KubeQos, Layout, LayoutError};
-use crate::cgroup::{CgroupVersion, Controller};
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::{KubeQos, Layout, LayoutError};
+use koord_translator::cgroup::{CgroupVersion, Controller};
+
 use crate::cpu_list::{format_slice, parse_vec};
 
 /// Inputs of one suppression round (CPU in milli-cores, usage over the last interval).
@@ -99,7 +100,7 @@ pub struct BeParent {
     pub cpuset_dir: PathBuf,
     /// On the systemd driver (v2): the CFS quota is set as the slice's `CPUQuotaPerSecUSec`
     /// through systemd first, so that the kubelet's next QoS update does not lift it.
-    pub systemd: Option<Arc<crate::cgroup::systemd::Units>>,
+    pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
 }
 
 /// All cgroup directories below `dir` (excluding it), parents before children. One removed
@@ -142,13 +143,13 @@ impl BeParent {
         })
     }
 
-    /// Gives systemd the BE slice's `cpu.max` (see [`crate::cgroup::systemd`]); whether it took it.
+    /// Gives systemd the BE slice's `cpu.max` (see [`koord_translator::cgroup::systemd`]); whether it took it.
     /// `false` off the systemd driver and while systemd is unreachable.
     fn store_on_unit(&self, want: &str, differs: bool) -> bool {
         let Some(units) = &self.systemd else {
             return false;
         };
-        let w = crate::cgroup::systemd::plan::Want {
+        let w = koord_translator::cgroup::systemd::plan::Want {
             dir: &self.cpu_dir,
             file: "cpu.max",
             text: want,

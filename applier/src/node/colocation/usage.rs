@@ -12,9 +12,9 @@ use std::path::Path;
 
 use procfs_core::{ExplicitSystemInfo, FromRead as _, FromReadSI as _, KernelStats, Meminfo};
 
-use crate::cgroup::file;
-use crate::cgroup::layout::{Layout, LayoutError};
-use crate::cgroup::{CgroupVersion, Controller};
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::{Layout, LayoutError};
+use koord_translator::cgroup::{CgroupVersion, Controller};
 
 /// One reading of a cgroup or of the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! A container's planned values ([`crate::pod::plan::container_plan`]) -> the OCI resources runc
+//! A container's planned values ([`koord_translator::pod::plan::container_plan`]) -> the OCI resources runc
 //! writes when it creates the container. Pure.
 //!
 //! runc fails the container's creation when it cannot write a value, so only what is certain
@@ -16,9 +16,10 @@ use std::collections::BTreeSet;
 
 use koord_api::knobs;
 
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::cgroup::knob_map::{Knob, Value, map_knob};
+
 use super::proto::{LinuxCpu, LinuxMemory, LinuxResources, OptionalInt64, OptionalUInt64};
-use crate::cgroup::CgroupVersion;
-use crate::cgroup::knob_map::{Knob, Value, map_knob};
 
 /// The contract knobs set through cgroup v2's `unified` map at creation.
 pub const V2_UNIFIED: [Knob; 8] = [

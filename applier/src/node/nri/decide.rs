@@ -1,16 +1,17 @@
 //! What the plugin answers for one container: the pod from the watch -> the container's values
 //! as OCI resources, or why none. Pure; the checks are the reconcile path's
-//! ([`crate::pod::plan::container_plan`]).
+//! ([`koord_translator::pod::plan::container_plan`]).
 
 use k8s_openapi::api::core::v1::Pod;
 use koord_api::ResolvedQos;
 
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::pod::phase;
+use koord_translator::pod::plan::{self, NodeCaps};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::adjust::{self, NodeFiles};
 use super::proto::LinuxResources;
-use crate::cgroup::CgroupVersion;
-use crate::pod::phase;
-use crate::pod::plan::{self, NodeCaps};
-use crate::pod::spec_view::PodSpecView;
 
 /// Why a container gets no adjustment; the `outcome` label of the request metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

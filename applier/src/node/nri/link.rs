@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
 
+use koord_translator::pod::plan::Target;
+use koord_translator::pod::report::PodReport;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::conn::Client;
 use super::decide::Decider;
 use super::metrics::NriMetrics;
 use super::proto::{self, ContainerUpdate, LinuxContainerUpdate};
-use crate::pod::plan::Target;
-use crate::pod::report::PodReport;
-use crate::pod::spec_view::PodSpecView;
 
 /// A pod whose sandbox the runtime just started (namespace, name).
 pub type Nudge = (String, String);
@@ -132,7 +133,7 @@ impl Link {
         let mut names: Vec<&str> = report
             .knobs
             .iter()
-            .filter(|k| k.outcome == crate::cgroup::Outcome::Written)
+            .filter(|k| k.outcome == koord_translator::cgroup::Outcome::Written)
             .filter_map(|k| match &k.target {
                 Target::Container(name) => Some(name.as_str()),
                 Target::Pod => None,

@@ -35,10 +35,11 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use crate::cgroup::CgroupVersion;
-use crate::cgroup::layout::Layout;
 use adjust::NodeFiles;
 use link::Link;
+
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::cgroup::layout::Layout;
 
 /// The plugin's name as the runtime logs it.
 pub const PLUGIN_NAME: &str = "koord-applier";
@@ -146,13 +147,16 @@ pub fn probe_files(layout: &Layout) -> NodeFiles {
     match layout.version {
         CgroupVersion::V2 => NodeFiles {
             v2: NodeFiles::v2_candidates()
-                .filter(|f| exists(crate::cgroup::Controller::Memory, f))
+                .filter(|f| exists(koord_translator::cgroup::Controller::Memory, f))
                 .collect(),
             v1_memsw: false,
         },
         CgroupVersion::V1 => NodeFiles {
             v2: Default::default(),
-            v1_memsw: exists(crate::cgroup::Controller::Memory, adjust::V1_MEMSW),
+            v1_memsw: exists(
+                koord_translator::cgroup::Controller::Memory,
+                adjust::V1_MEMSW,
+            ),
         },
     }
 }

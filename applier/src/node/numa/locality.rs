@@ -16,6 +16,12 @@ use procfs_core::FromRead as _;
 use procfs_core::process::Status;
 use rustix::io::Errno;
 
+use koord_translator::cgroup::CgroupVersion;
+use koord_translator::cgroup::Controller;
+use koord_translator::cgroup::file;
+use koord_translator::cgroup::layout::{ContainerId, Layout, LayoutError};
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::LocalityConfig;
 use super::migrate_sys::{self, MPOL_MF_MOVE, SysError};
 use super::numa_maps::{NodeUsage, VmaNodes, parse_vmas};
@@ -23,12 +29,7 @@ use super::report::{ContainerLocality, ContainerStatus, FailedPid, LocalityRepor
 use super::target::{NO_TARGET_NUMA, Target, select};
 use super::timings::{ContainerTimings, PassTimings, micros, micros_since};
 use super::topology::{IdSet, Topology, TopologyError};
-use crate::cgroup::CgroupVersion;
-use crate::cgroup::Controller;
-use crate::cgroup::file;
-use crate::cgroup::layout::{ContainerId, Layout, LayoutError};
 use crate::cpu_list::{format_list, parse_list};
-use crate::pod::spec_view::PodSpecView;
 
 /// Pages queried per `move_pages(nodes = NULL)` call.
 const QUERY_CHUNK: usize = 4096;

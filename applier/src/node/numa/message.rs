@@ -14,9 +14,10 @@
 
 use std::fmt::Write as _;
 
+use koord_translator::pod::event::EventKind;
+
 use super::container::{ContainerLocality, ContainerStatus, FailedPid};
 use super::topology::IdSet;
-use crate::pod::event::EventKind;
 
 pub const REASON_COMPLETED: &str = "MemoryLocalityCompleted";
 pub const REASON_SKIPPED: &str = "MemoryLocalitySkipped";

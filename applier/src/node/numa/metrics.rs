@@ -5,8 +5,9 @@ use prometheus::{
     Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::report::{ContainerStatus, LocalityReport};
-use crate::pod::spec_view::PodSpecView;
 
 #[derive(Clone)]
 pub struct LocalityMetrics {

@@ -4,8 +4,9 @@
 use serde::Serialize;
 
 pub use super::container::{ContainerLocality, ContainerStatus, FailedPid, Method};
+use koord_translator::pod::event::EventKind;
+
 use super::timings::PassTimings;
-use crate::pod::event::EventKind;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

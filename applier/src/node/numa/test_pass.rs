@@ -1,9 +1,10 @@
 //! A pod and a pass shared by the worker's and the metrics' unit tests.
 
+use koord_translator::cgroup::layout::KubeQos;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::numa_maps::Locality;
 use super::report::{ContainerLocality, ContainerStatus, LocalityReport, Method};
-use crate::cgroup::layout::KubeQos;
-use crate::pod::spec_view::PodSpecView;
 
 pub(crate) fn view() -> PodSpecView {
     PodSpecView {

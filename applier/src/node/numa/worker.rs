@@ -11,14 +11,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::Store;
 use tokio::sync::mpsc;
 
+use koord_translator::pod::event::{EventKind, PodEvent, truncate_note};
+use koord_translator::pod::phase;
+use koord_translator::pod::spec_view::PodSpecView;
+
 use super::locality::{Migrator, pod_locality};
 use super::metrics::LocalityMetrics;
 use super::report::LocalityReport;
 use super::schedule::{Scheduler, Trigger};
 use crate::event_sink::SinkMsg;
-use crate::pod::event::{EventKind, PodEvent, truncate_note};
-use crate::pod::phase;
-use crate::pod::spec_view::PodSpecView;
 
 /// The Event a pass deserves. A periodic pass that moved nothing and failed nothing is not
 /// news: it posts nothing.

@@ -2,8 +2,9 @@
 //! minimum watermark (`memory.wmark_min_adj`), emulated with mainline's `memory.reclaim`
 //! (Linux 5.19+) where the kernel lacks them.
 //!
-//! The pod pass ([`crate::pod::apply`]) finds a container's `memory.wmark_ratio` unsupported and
-//! registers the container here with the annotation's ratio and scale factor; one worker
+//! The pod pass (`koord_translator::pod::apply`, through its `ContainerHooks`, implemented in
+//! `hooks`) finds a container's `memory.wmark_ratio` unsupported and registers the container
+//! here with the annotation's ratio and scale factor; one worker
 //! thread ([`worker`]) reads each registered container's `memory.current` every tick and,
 //! above `wmark_high` ([`watermarks`]), asks the kernel to reclaim down to `wmark_low`
 //! ([`pace`]); and when the node's free memory nears the kernel's watermarks it reclaims from
@@ -24,6 +25,7 @@
 mod args;
 pub mod be_first;
 pub mod held;
+mod hooks;
 pub mod metrics;
 pub mod pace;
 pub mod throttle;
@@ -36,12 +38,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
+use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::{CgroupVersion, Controller};
+
 pub use args::{ReclaimArgs, Settings, SettingsError};
 pub use metrics::ReclaimMetrics;
 pub use worker::Worker;
-
-use crate::cgroup::layout::Layout;
-use crate::cgroup::{CgroupVersion, Controller};
 
 /// What emulates the knobs, as the Event and the metrics name it.
 pub const EMULATED_BY: &str = "memory.reclaim";

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cgroup::layout::{ContainerId, KubeQos, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_applier::cli::{Config, LogFormat, RunConfig};
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
+use koord_translator::pod::spec_view::PodSpecView;
 
 /// The path of a fixture file (`tests/fixtures/<name>`), as the binary's `-f` takes it.
 pub fn fixture_path(name: &str) -> String {

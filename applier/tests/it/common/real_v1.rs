@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use koord_applier::cgroup::layout::{ContainerId, Layout};
-use koord_applier::cgroup::{CgroupDriver, CgroupVersion};
-use koord_applier::pod::spec_view::PodSpecView;
+use koord_translator::cgroup::layout::{ContainerId, Layout};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::pod::spec_view::PodSpecView;
 
 pub const V1: &str = "/sys/fs/cgroup";
 

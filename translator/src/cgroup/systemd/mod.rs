@@ -348,39 +348,6 @@ mod tests {
     use crate::cgroup::{CgroupDriver, CgroupVersion};
 
     #[test]
-    fn flags() {
-        use clap::Parser as _;
-        let parse = |args: &[&str]| {
-            let mut argv = vec!["koord-applier", "once", "-f", "p"];
-            argv.extend_from_slice(args);
-            crate::cli::Cli::try_parse_from(argv)
-                .map(|c| crate::cli::Config::from(&c.global).systemd)
-                .map_err(|e| e.to_string())
-        };
-        let s = |mode, socket: &str| {
-            Ok(Settings {
-                mode,
-                socket: PathBuf::from(socket),
-            })
-        };
-        assert_eq!(parse(&[]), s(SystemdDbus::Auto, "/run/systemd/private"));
-        for (arg, mode) in [
-            ("--systemd-dbus=off", SystemdDbus::Off),
-            // A Helm values file's unquoted `off` arrives as `false`.
-            ("--systemd-dbus=false", SystemdDbus::Off),
-            ("--systemd-dbus=on", SystemdDbus::On),
-            ("--systemd-dbus=true", SystemdDbus::On),
-        ] {
-            assert_eq!(parse(&[arg]), s(mode, "/run/systemd/private"), "{arg}");
-        }
-        assert_eq!(
-            parse(&["--systemd-socket", "/host-run-systemd/private"]),
-            s(SystemdDbus::Auto, "/host-run-systemd/private")
-        );
-        assert!(parse(&["--systemd-dbus=maybe"]).is_err());
-    }
-
-    #[test]
     fn when_to_connect() {
         let sd = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Systemd);
         let fs = Layout::new("/cg", CgroupVersion::V2, CgroupDriver::Cgroupfs);

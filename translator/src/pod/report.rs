@@ -1,5 +1,5 @@
 //! What one memory/CPU QoS pass did to one pod: the body of `koord-applier once`'s JSON report
-//! (the command adds the locality and resctrl sections, see `cmd::once`), the input of the
+//! (the applier's `once` adds the locality and resctrl sections), the input of the
 //! Event texts and of the metrics. Pure.
 
 use std::borrow::Cow;
@@ -82,10 +82,15 @@ pub struct PodReport {
     /// its first complete pass finds them in place and still says so in an Event.
     #[serde(skip)]
     pub set_at_creation: bool,
-    /// Per container, the knobs this kernel lacks that the applier emulates
-    /// (`crate::node::reclaim`): the Event names them instead of calling them unsupported.
+    /// Per container, the knobs this kernel lacks that a node feature emulates
+    /// ([`crate::pod::hooks::ContainerHooks::after_pass`]): the Event names them instead of
+    /// calling them unsupported.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub emulated: BTreeMap<String, Vec<&'static str>>,
+    /// What emulates them, as the Event names it
+    /// ([`crate::pod::hooks::ContainerHooks::emulated_by`]).
+    #[serde(skip)]
+    pub emulated_by: &'static str,
 }
 
 impl PodReport {

@@ -2,7 +2,7 @@
 //! and account for it (report, metrics, the once-per-node log of unsupported knobs).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 use koord_api::{ResolvedQos, knobs};
 
 use crate::cgroup::file;
-use crate::cgroup::knob_map::{Knob, Value};
 use crate::cgroup::layout::Layout;
 use crate::cgroup::readback::matches;
 use crate::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead, WriteResult};
 use crate::cgroup::{CgroupVersion, Outcome};
-use crate::metrics::Metrics;
-use crate::node::reclaim::{AsyncReclaim, Registration};
+use crate::metrics::ApplyMetrics;
+use crate::pod::hooks::ContainerHooks;
 use crate::pod::plan::{self, Plan, PlannedWrite};
 use crate::pod::report::{KnobPath, KnobReport, PodReport, PodStatus};
 use crate::pod::spec_view::PodSpecView;
@@ -28,7 +27,7 @@ pub struct Applier {
     writer: CgroupWriter,
     /// Files this kernel does not have (learned from the first cgroup that lacked them).
     unsupported: RwLock<BTreeSet<&'static str>>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<ApplyMetrics>,
     /// CPU QoS capabilities of this node (group identity or the `cpu.idle` fallback).
     caps: plan::NodeCaps,
     /// Per pod UID: the pod as last seen, what parse + validate + build made of it, and the
@@ -41,9 +40,9 @@ pub struct Applier {
     no_wmark_high: AtomicBool,
     /// On the systemd driver: the values of its units are set through systemd first.
     systemd: Option<Arc<crate::cgroup::systemd::Units>>,
-    /// Where the kernel lacks `memory.wmark_*`: containers asking for async reclaim are
-    /// registered with its emulation.
-    reclaim: Option<Arc<AsyncReclaim>>,
+    /// The node feature that takes part in the passes ([`crate::pod::hooks`]): it may hold a
+    /// container's knob and realize the knobs this kernel lacks.
+    hooks: Option<Arc<dyn ContainerHooks>>,
 }
 
 /// Cached pods not applied for this long are dropped (a deleted pod the watch did not report;
@@ -103,7 +102,7 @@ fn einval() -> i32 {
 }
 
 impl Applier {
-    pub fn new(layout: Layout, dry_run: bool, metrics: Option<Arc<Metrics>>) -> Self {
+    pub fn new(layout: Layout, dry_run: bool, metrics: Option<ApplyMetrics>) -> Self {
         Self {
             layout,
             writer: CgroupWriter::new(dry_run),
@@ -114,19 +113,14 @@ impl Applier {
             last_sweep: Mutex::new(Instant::now()),
             no_wmark_high: AtomicBool::new(false),
             systemd: None,
-            reclaim: None,
+            hooks: None,
         }
     }
 
-    /// Emulates async reclaim for containers whose kernel lacks it ([`crate::node::reclaim`]).
-    pub fn with_async_reclaim(mut self, reclaim: Option<Arc<AsyncReclaim>>) -> Self {
-        self.reclaim = reclaim;
+    /// Lets a node feature take part in the passes ([`ContainerHooks`]).
+    pub fn with_hooks(mut self, hooks: Option<Arc<dyn ContainerHooks>>) -> Self {
+        self.hooks = hooks;
         self
-    }
-
-    /// The emulation of what the kernel lacks, if this node has it.
-    pub fn async_reclaim(&self) -> Option<&Arc<AsyncReclaim>> {
-        self.reclaim.as_ref()
     }
 
     /// Sets the values of systemd units through systemd ([`crate::cgroup::systemd`]) before reading
@@ -142,8 +136,8 @@ impl Applier {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(uid);
-        if let Some(r) = &self.reclaim {
-            r.forget(uid);
+        if let Some(h) = &self.hooks {
+            h.forget(uid);
         }
     }
 
@@ -266,10 +260,6 @@ impl Applier {
         &self.layout
     }
 
-    pub fn metrics(&self) -> Option<&Metrics> {
-        self.metrics.as_deref()
-    }
-
     /// The knobs found missing on this node so far, sorted.
     pub fn unsupported_knobs(&self) -> Vec<&'static str> {
         self.unsupported
@@ -304,6 +294,7 @@ impl Applier {
             first_pass: false,
             set_at_creation: false,
             emulated: Default::default(),
+            emulated_by: "",
         }
     }
 
@@ -375,7 +366,7 @@ impl Applier {
             .writes
             .iter()
             .zip(kept.iter_mut())
-            .map(|(w, k)| match self.throttle_holds(pod, w) {
+            .map(|(w, k)| match self.held_by_feature(pod, w) {
                 Some(held) => Err(held),
                 None => self.read(&mut dirs, w, k),
             })
@@ -434,7 +425,10 @@ impl Applier {
                 knob_report(w, r.old, r.outcome, reason)
             })
             .collect();
-        report.emulated = self.register_emulations(pod, plan, &report);
+        if let Some(hooks) = &self.hooks {
+            report.emulated = hooks.after_pass(pod, plan, &report);
+            report.emulated_by = hooks.emulated_by();
+        }
         if !plan.wmark_high.is_empty() && !self.no_wmark_high.load(Ordering::Relaxed) {
             for (container, path) in &plan.wmark_high {
                 match file::or_report(path, file::read(path)) {
@@ -470,100 +464,17 @@ impl Applier {
         report
     }
 
-    /// A container `memory.high` the BE throttle holds now ([`crate::node::reclaim::throttle`]): left
-    /// to the reclaim worker, which puts the value before back when it releases it; the next
-    /// pass then compares it with the annotation's as usual. (A throttle a crashed applier left
-    /// went back in the start sweep, [`crate::node::reclaim::release_left_throttles`].)
-    fn throttle_holds(&self, pod: &PodSpecView, w: &PlannedWrite) -> Option<WriteResult> {
-        let plan::Target::Container(name) = &w.target else {
-            return None;
-        };
-        let reclaim = self
-            .reclaim
-            .as_ref()
-            .filter(|_| w.knob == Knob::MemoryHigh)?;
-        reclaim.holds_high(&pod.uid, name).then(|| WriteResult {
+    /// A knob a node feature holds now ([`ContainerHooks::holds`]): left to the feature, which
+    /// puts the value before back when it lets go; the next pass then compares it with the
+    /// annotation's as usual.
+    fn held_by_feature(&self, pod: &PodSpecView, w: &PlannedWrite) -> Option<WriteResult> {
+        let reason = self.hooks.as_ref()?.holds(pod, w)?;
+        Some(WriteResult {
             outcome: Outcome::Held,
             old: None,
-            error: Some(
-                "held by the BE-first throttle while the node is short of memory (memory.wmark_min_adj, emulated)"
-                    .to_owned(),
-            ),
+            error: Some(reason),
             errno: None,
         })
-    }
-
-    /// Registers each container whose `memory.wmark_ratio` (ratio > 0) or `memory.wmark_min_adj`
-    /// (> 0, BE) this kernel lacks with their emulation, or takes it off; returns, per container,
-    /// the knobs emulated (a negative `memory.wmark_min_adj`, LS, is realized by BE-first
-    /// choosing the others: named, not registered). The paths are the plan's, from the layout.
-    fn register_emulations(
-        &self,
-        pod: &PodSpecView,
-        plan: &Plan,
-        report: &PodReport,
-    ) -> BTreeMap<String, Vec<&'static str>> {
-        let mut emulated = BTreeMap::new();
-        let Some(reclaim) = &self.reclaim else {
-            return emulated;
-        };
-        let settings = reclaim.settings();
-        // The value of a knob this kernel lacks, with the write's directory.
-        let lacking = |target: &plan::Target, knob: Knob| {
-            plan.writes
-                .iter()
-                .zip(&report.knobs)
-                .find(|(w, k)| {
-                    &w.target == target && w.knob == knob && k.outcome == Outcome::Unsupported
-                })
-                .and_then(|(w, _)| match w.value {
-                    Value::Int(v) => Some((v, w.dir.clone())),
-                    _ => None,
-                })
-        };
-        let mut seen: BTreeSet<&String> = BTreeSet::new();
-        for w in &plan.writes {
-            let plan::Target::Container(name) = &w.target else {
-                continue;
-            };
-            if !seen.insert(name) {
-                continue;
-            }
-            let ratio = lacking(&w.target, Knob::WmarkRatio).filter(|_| settings.enabled);
-            let min_adj = lacking(&w.target, Knob::WmarkMinAdj).filter(|_| settings.be_first);
-            let mut knobs = Vec::new();
-            if ratio.as_ref().is_some_and(|(r, _)| *r > 0) {
-                knobs.extend(crate::node::reclaim::ASYNC_KNOBS);
-            }
-            if min_adj.as_ref().is_some_and(|(a, _)| *a != 0) {
-                knobs.push(crate::node::reclaim::BE_FIRST_KNOB);
-            }
-            let ratio_v = ratio.as_ref().map_or(0, |(r, _)| (*r).max(0));
-            let adj_v = min_adj.as_ref().map_or(0, |(a, _)| (*a).max(0));
-            let dir = ratio.or(min_adj).map(|(_, d)| d);
-            match dir {
-                Some(dir) if ratio_v > 0 || adj_v > 0 => {
-                    let scale = lacking(&w.target, Knob::WmarkScaleFactor).map_or(0, |(v, _)| v);
-                    reclaim.set(
-                        &pod.uid,
-                        name,
-                        Registration {
-                            namespace: pod.namespace.clone(),
-                            pod: pod.name.clone(),
-                            dir,
-                            ratio: ratio_v,
-                            scale_factor: scale,
-                            min_adj: adj_v,
-                        },
-                    );
-                }
-                _ => reclaim.unset(&pod.uid, name),
-            }
-            if !knobs.is_empty() {
-                emulated.insert(name.clone(), knobs);
-            }
-        }
-        emulated
     }
 
     /// For a CFS quota the kernel refused (`EINVAL`): the nearest ancestor cgroup (up to the

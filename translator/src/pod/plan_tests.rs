@@ -4,8 +4,9 @@ use super::*;
 use crate::cgroup::{CgroupDriver, CgroupVersion};
 use k8s_openapi::api::core::v1::Pod;
 
-const LS: &str = include_str!("../../tests/fixtures/ls-redis.json");
-const BE: &str = include_str!("../../tests/fixtures/be-transcode.json");
+// The applier's pod fixtures: the same pods its integration tests pass end to end.
+const LS: &str = include_str!("../../../applier/tests/fixtures/ls-redis.json");
+const BE: &str = include_str!("../../../applier/tests/fixtures/be-transcode.json");
 
 fn view(json: &str) -> (ResolvedQos, PodSpecView) {
     let pod: Pod = serde_json::from_str(json).expect("fixture");

@@ -8,10 +8,8 @@
 
 use std::fmt::Write as _;
 
+use crate::cgroup::Outcome;
 use crate::cgroup::knob_map::CPU_IDLE;
-use crate::cgroup::{CgroupVersion, Outcome};
-use crate::node::ancestors::report::{AncestorsReport, ProtectedPod};
-use crate::node::reclaim;
 use crate::pod::event::{EventKind, PodEvent, truncate_note};
 use crate::pod::plan::Target;
 use crate::pod::report::{KnobReport, PodReport, PodStatus};
@@ -89,7 +87,7 @@ pub fn applied_message(report: &PodReport) -> String {
         let _ = write!(
             msg,
             "; emulated on this node with {}: {}",
-            reclaim::EMULATED_BY,
+            report.emulated_by,
             groups.join(", ")
         );
     }
@@ -102,7 +100,8 @@ pub fn applied_message(report: &PodReport) -> String {
     truncate_note(msg)
 }
 
-/// The knob is one the applier emulates for a container of this pod ([`crate::node::reclaim`]).
+/// The knob is one a node feature emulates for a container of this pod
+/// ([`crate::pod::hooks`]).
 fn emulated_here(report: &PodReport, file: &str) -> bool {
     report.emulated.values().any(|knobs| knobs.contains(&file))
 }
@@ -176,116 +175,16 @@ pub fn event_for(report: &PodReport) -> Option<PodEvent> {
     })
 }
 
-/// The Event for a pod whose pod-level protection changed, once the ancestors pass after that
-/// change is done: Normal `MemoryQOSApplied` listing what the directories above the pod now
-/// hold when the pass wrote one of them, Warning `MemoryQOSFailed` when one failed, else none.
-/// Only such pods hear of it: the ancestors change with every pod of the node, and telling
-/// every other pod would be an Event storm (the node-level writes are in the metrics and logs).
-///
-/// `cgroup v2: QoS-level protection (sum of the children): kubepods/burstable
-/// memory.min=201326592 memory.low=234881024; kubepods memory.min=201326592 memory.low=234881024`
-pub fn ancestors_event(
-    pod: &ProtectedPod,
-    version: CgroupVersion,
-    report: &AncestorsReport,
-) -> Option<PodEvent> {
-    let above: Vec<_> = report
-        .cgroups
-        .iter()
-        .filter(|c| c.level.is_above(pod.kube_qos))
-        .collect();
-    let failed: Vec<String> = above
-        .iter()
-        .filter(|c| c.outcome == Outcome::Failed)
-        .map(|c| {
-            format!(
-                "{} {}: {}",
-                c.cgroup,
-                c.file,
-                c.reason.as_deref().unwrap_or("unknown error")
-            )
-        })
-        .collect();
-    let (kind, reason, message) = if !failed.is_empty() {
-        (
-            EventKind::Warning,
-            REASON_FAILED,
-            format!(
-                "cgroup write failed: QoS-level protection: {}",
-                failed.join("; ")
-            ),
-        )
-    } else if above.iter().any(|c| c.outcome == Outcome::Written) {
-        let mut msg = format!("cgroup {version}: QoS-level protection (sum of the children):");
-        let mut last: Option<&str> = None;
-        for c in &above {
-            let Some(new) = c.new.as_deref() else {
-                continue;
-            };
-            if last != Some(c.cgroup.as_str()) {
-                let sep = if last.is_some() { ";" } else { "" };
-                let _ = write!(msg, "{sep} {}", c.cgroup);
-                last = Some(c.cgroup.as_str());
-            }
-            let _ = write!(msg, " {}={new}", c.file);
-            if c.kept_kubelet_value {
-                let _ = write!(msg, " (the kubelet's)");
-            }
-        }
-        (EventKind::Normal, REASON_APPLIED, msg)
-    } else {
-        return None;
-    };
-    Some(PodEvent {
-        namespace: pod.namespace.clone(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-        kind,
-        reason,
-        message: truncate_note(message),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::CgroupVersion;
+    use koord_api::knobs::{
+        MEMORY_WMARK_MIN_ADJ as BE_FIRST_KNOB, MEMORY_WMARK_RATIO, MEMORY_WMARK_SCALE_FACTOR,
+    };
 
-    fn ancestors_report(outcomes: [Outcome; 3], kept: bool) -> AncestorsReport {
-        use crate::cgroup::layout::KubeQos;
-        use crate::node::ancestors::plan::Level;
-        use crate::node::ancestors::report::AncestorReport;
-        let levels = [
-            (Level::Qos(KubeQos::Burstable), "kubepods/burstable", "200"),
-            (Level::Qos(KubeQos::BestEffort), "kubepods/besteffort", "0"),
-            (Level::Kubepods, "kubepods", "250"),
-        ];
-        let mut cgroups = Vec::new();
-        for ((level, cgroup, v), outcome) in levels.into_iter().zip(outcomes) {
-            for file in ["memory.min", "memory.low"] {
-                cgroups.push(AncestorReport {
-                    cgroup: cgroup.into(),
-                    level,
-                    file,
-                    path: format!("/sys/fs/cgroup/{cgroup}/{file}").into(),
-                    children: 2,
-                    sum: Some(v.into()),
-                    old: Some("0".into()),
-                    new: (outcome != Outcome::Failed).then(|| v.to_owned()),
-                    outcome,
-                    kept_kubelet_value: kept && level == Level::Kubepods && file == "memory.min",
-                    reason: (outcome == Outcome::Failed).then(|| "Permission denied".to_owned()),
-                });
-            }
-        }
-        AncestorsReport {
-            kubelet_memory_qos: if kept {
-                crate::node::ancestors::KubeletMemoryQos::Tiered
-            } else {
-                crate::node::ancestors::KubeletMemoryQos::Off
-            },
-            cgroups,
-        }
-    }
+    /// The knobs async reclaim emulates, as the applier's reclaim feature lists them.
+    const ASYNC_KNOBS: [&str; 2] = [MEMORY_WMARK_RATIO, MEMORY_WMARK_SCALE_FACTOR];
 
     fn knob(file: &'static str, new: &str, outcome: Outcome) -> KnobReport {
         KnobReport {
@@ -322,6 +221,7 @@ mod tests {
             first_pass,
             set_at_creation: false,
             emulated: Default::default(),
+            emulated_by: "",
         }
     }
 
@@ -345,7 +245,8 @@ mod tests {
             ),
             "{plain}"
         );
-        r.emulated = [("app".to_owned(), reclaim::ASYNC_KNOBS.to_vec())].into();
+        r.emulated = [("app".to_owned(), ASYNC_KNOBS.to_vec())].into();
+        r.emulated_by = "memory.reclaim";
         let msg = applied_message(&r);
         assert!(
             msg.contains("unsupported on this node: memory.wmark_min_adj;"),
@@ -358,12 +259,11 @@ mod tests {
             "{msg}"
         );
         // BE-first too, and more containers: grouped by the knobs.
-        let mut all = reclaim::ASYNC_KNOBS.to_vec();
-        all.push(reclaim::BE_FIRST_KNOB);
+        let mut all = ASYNC_KNOBS.to_vec();
+        all.push(BE_FIRST_KNOB);
         r.emulated.insert("app".into(), all.clone());
         r.emulated.insert("side".into(), all);
-        r.emulated
-            .insert("solo".into(), vec![reclaim::BE_FIRST_KNOB]);
+        r.emulated.insert("solo".into(), vec![BE_FIRST_KNOB]);
         let msg = applied_message(&r);
         assert!(!msg.contains("unsupported on this node"), "{msg}");
         assert!(
@@ -469,60 +369,5 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn ancestors_event_table() {
-        use crate::cgroup::layout::KubeQos;
-        use Outcome::{Failed as F, Unchanged as U, Written as W};
-        let pod = |kube_qos| ProtectedPod {
-            namespace: "shop".into(),
-            name: "redis-0".into(),
-            uid: "u1".into(),
-            kube_qos,
-        };
-        let v2 = CgroupVersion::V2;
-        let ls = pod(KubeQos::Burstable);
-        let ev = ancestors_event(&ls, v2, &ancestors_report([W, U, W], false)).expect("event");
-        assert_eq!((ev.kind, ev.reason), (EventKind::Normal, REASON_APPLIED));
-        assert_eq!(
-            ev.message,
-            "cgroup v2: QoS-level protection (sum of the children): kubepods/burstable \
-             memory.min=200 memory.low=200; kubepods memory.min=250 memory.low=250"
-        );
-        // A Guaranteed pod sits directly under kubepods: only kubepods is named.
-        let ev = ancestors_event(
-            &pod(KubeQos::Guaranteed),
-            v2,
-            &ancestors_report([W, U, W], true),
-        )
-        .expect("event");
-        assert_eq!(
-            ev.message,
-            "cgroup v2: QoS-level protection (sum of the children): kubepods \
-             memory.min=250 (the kubelet's) memory.low=250"
-        );
-        // Nothing above the pod was written: no Event (only besteffort changed).
-        assert_eq!(
-            ancestors_event(&ls, v2, &ancestors_report([U, W, U], false)),
-            None
-        );
-        assert_eq!(
-            ancestors_event(&ls, v2, &ancestors_report([U, U, U], false)),
-            None
-        );
-        // A failed write above the pod is a Warning naming the file.
-        let ev = ancestors_event(&ls, v2, &ancestors_report([W, U, F], false)).expect("event");
-        assert_eq!((ev.kind, ev.reason), (EventKind::Warning, REASON_FAILED));
-        assert_eq!(
-            ev.message,
-            "cgroup write failed: QoS-level protection: kubepods memory.min: Permission denied; \
-             kubepods memory.low: Permission denied"
-        );
-        // A failure elsewhere (besteffort) is not this LS pod's business.
-        assert!(
-            ancestors_event(&ls, v2, &ancestors_report([W, F, U], false))
-                .is_some_and(|e| e.reason == REASON_APPLIED)
-        );
     }
 }
