@@ -295,9 +295,11 @@ def flip_with_two_replicas(h, s, names: list[str]) -> None:
         s.log(f"takeover {takeover:.1f}s after SIGKILL of the holder (lease duration {duration}s)")
         # b takes over once the record it last saw has not changed for the lease duration. It
         # first sees a's last renewal up to one retry period (2 s) late and then looks again
-        # right at the expiry, so the bound is duration + one period; the 0.5 s over it is the
-        # write and this poll of b's metrics.
-        s.check(takeover <= duration + 2.5, f"takeover took {takeover:.1f}s")
+        # right at the expiry, so the bound is duration + one period, plus the write and this
+        # poll of b's metrics: 15.5 s measured with a 15 s lease; bound duration + two periods
+        # + 1 s for a loaded machine.
+        s.check(takeover <= duration + 5, f"takeover took {takeover:.1f}s (lease {duration}s; "
+                f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         lease = h.kjson("get", "lease", "-n", LEASE_NS, LEASE)["spec"]
         s.check(lease.get("holderIdentity") == SECOND_ID and lease.get("leaseTransitions", 0) >= 1,
                 f"Lease after takeover: {lease}")

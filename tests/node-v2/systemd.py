@@ -323,6 +323,9 @@ def s_batch(h: Harness) -> None:
 # [seconds since start, first word of each file: a number, "max", or None when unreadable], into
 # `out`, until `until` (a number of seconds, or a path whose existence stops it).
 SAMPLE_HZ = 10
+# The samples the window must hold, as a share of SAMPLE_HZ: 9.4-9.7 Hz measured in loaded runs;
+# a stalled guest loses samples, and a run below a sum is still placed to the gaps around it.
+MIN_RATE_SHARE = 0.5
 
 
 def sampler(h: "Harness", files: list[str], every: float, out: str, until: float | str) -> str:
@@ -440,8 +443,9 @@ class DisruptedWindow:
             (restart is not None and span >= restart + KUBELET_MINUTES * 60,
              f"the window ({span:.0f}s) does not cover {KUBELET_MINUTES} kubelet minutes after "
              f"its restart"),
-            (len(rows) >= span * SAMPLE_HZ * 0.8,
-             f"{len(rows)} samples over {span:.0f}s: not {SAMPLE_HZ} Hz"),
+            (len(rows) >= span * SAMPLE_HZ * MIN_RATE_SHARE,
+             f"{len(rows)} samples over {span:.0f}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
+             f"{load_note(h) if len(rows) < span * SAMPLE_HZ * MIN_RATE_SHARE else ''}"),
             (longest <= LONGEST_BELOW, f"a protection file stayed below its sum {longest:.1f}s "
              f"(bound {LONGEST_BELOW} s): {self.text}; {load_note(h) if longest > LONGEST_BELOW else ''}"),
         ]
@@ -490,7 +494,9 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
     out = h.guest(f"{sampler(h, files, 1 / SAMPLE_HZ, '/tmp/koord-rewrites.jsonl', seconds)}; "
                   "cat /tmp/koord-rewrites.jsonl", timeout=seconds + 30)
     rows = at_least(out, [128 * 2**20] * len(files))
-    check(len(rows) >= seconds * SAMPLE_HZ * 0.8, f"{len(rows)} samples in {seconds}s: not {SAMPLE_HZ} Hz")
+    if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
+        raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
+                    f"{load_note(h)}")
     lines, worst = [], 0.0
     for i, a in enumerate(anc, start=1):
         runs = below_runs(rows, i)
@@ -586,8 +592,9 @@ def s_be_suppress(h: Harness) -> None:
                       "cat /tmp/koord-quota.jsonl", timeout=seconds + 30)
         samples = [json.loads(line) for line in out.splitlines() if line.strip()]
         rows = [[r[0], isinstance(r[1], int)] for r in samples]
-        check(len(rows) >= seconds * SAMPLE_HZ * 0.8,
-              f"{len(rows)} samples in {seconds}s: not {SAMPLE_HZ} Hz")
+        if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
+            raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} "
+                        f"Hz; {load_note(h)}")
         runs = below_runs(rows, 1)
         longest = max([0.0] + [d for _, d in runs])
         quotas = sorted({str(r[1]) for r in samples})
@@ -632,8 +639,9 @@ def s_kubelet_restart(h: Harness) -> None:
         f"systemctl set-property --runtime {burstable_unit} MemoryLow=0; "
         f"wait; cat /tmp/koord-restart.jsonl", timeout=seconds + 40)
     rows = at_least(out, [want] * len(files))
-    check(len(rows) >= seconds * SAMPLE_HZ * 0.8,
-          f"{len(rows)} samples in {seconds}s: not {SAMPLE_HZ} Hz")
+    if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
+        raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
+                    f"{load_note(h)}")
     lines, worst, zeroed = [], 0.0, 0
     for i, f in enumerate(files, start=1):
         runs = below_runs(rows, i)

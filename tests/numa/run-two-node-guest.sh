@@ -23,7 +23,7 @@
 #
 # The kernel is cached outside the repo, keyed by version (tests/guest/lib.sh):
 #   ${KOORD_GUEST_CACHE:-$HOME/.cache/koord-qos-guest}/<linux-image package>/vmlinuz
-# Env: HOG_MIB (default 128), ROUNDS (5), MIN_PASS_RATIO (0.9), KOORD_APPLIER_BIN (else
+# Env: HOG_MIB (default 128), ROUNDS (9), MIN_PASS_RATIO (0.8), KOORD_APPLIER_BIN (else
 #      cargo build, profile KOORD_APPLIER_PROFILE = dev (default) or release),
 #      QEMU_ACCEL (tcg|kvm; default tcg), GUEST_TIMEOUT (seconds, 600).
 set -euo pipefail
@@ -32,7 +32,7 @@ GUEST_TAG=two-node
 # shellcheck source=tests/guest/lib.sh
 . "$here/../guest/lib.sh"
 HOG_MIB="${HOG_MIB:-128}"
-ROUNDS="${ROUNDS:-5}"
+ROUNDS="${ROUNDS:-9}"
 GUEST_TIMEOUT="${GUEST_TIMEOUT:-600}"
 started=$(date +%s)
 
@@ -83,11 +83,12 @@ fi
 # the same two ways: the whole thing (koord-applier: the pass as `run` performs it, and the
 # whole `once` command; migratepages: the whole command) and the migrate_pages syscall alone.
 # Summed over the rounds (pages / time). Gate: the applier's whole pass reaches at least
-# MIN_PASS_RATIO (0.9) of migratepages' whole command in the median round, each round's ratio
+# MIN_PASS_RATIO (0.8) of migratepages' whole command in the median round (measured: 1.01-1.18
+# quiet, 0.93 and 1.01 in loaded .ci/runs with 5 rounds; 9 rounds narrow the median), each round's ratio
 # taken between the two tools run back to back: under TCG on a shared host one round moves by
 # +/-40% with the load (even the same syscall on both sides), and a load swing hits both tools
 # of one round, where a sum over the rounds carries a single slow round whole.
-if ! tr -d '\r' < "$out" | awk -v min="${MIN_PASS_RATIO:-0.9}" '
+if ! tr -d '\r' < "$out" | awk -v min="${MIN_PASS_RATIO:-0.8}" -v load="$(cut -d' ' -f1-3 /proc/loadavg)" -v cores="$(nproc)" '
   /^RESULT round/ && $4 == "applier" {
     n++; ap += $6; aw += $10; apass += $12; asys += $14; ain += $16
     if ($6 / $12 > bpass) bpass = $6 / $12
@@ -119,7 +120,12 @@ if ! tr -d '\r' < "$out" | awk -v min="${MIN_PASS_RATIO:-0.9}" '
       t["resctrl_us"] / n, t["locality_us"] / n, t["topology_us"] / n, t["cgroup_reads_us"] / n,
       t["numa_maps_before_us"] / n, asys / n, t["numa_maps_after_us"] / n, apass / n,
       (apass - t["topology_us"] - t["cgroup_reads_us"] - t["numa_maps_before_us"] - asys - t["numa_maps_after_us"]) / n
-    if (med < min) { printf "[two-node] FAIL: koord-applier whole pass is %.2f of migratepages whole command in the median round (need >= %.2f)\n", med, min; exit 1 }
+    if (med < min) {
+      rounds = ""
+      for (j = 0; j < m; j++) rounds = rounds sprintf(" %.2f", pr[j])
+      printf "[two-node] FAIL: koord-applier whole pass is %.2f of migratepages whole command in the median round (need >= %.2f; rounds sorted:%s; host load %s on %d cores)\n", med, min, rounds, load, cores
+      exit 1
+    }
   }' >&2; then
   exit 1
 fi
