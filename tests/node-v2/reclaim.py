@@ -36,6 +36,14 @@ LIMIT_MIB = 192
 FILE_MIB = 512
 PASSES = 4
 RATE = 100
+# Rounds of the two streams, interleaved (about a minute a round).
+ROUNDS = int(os.environ.get("KOORD_V2_RECLAIM_ROUNDS", "5"))
+# The reads' p99 with the emulation at most this much over the p99 without (medians): one
+# round's p99 without moves +-25% around the median (1.5-2.4 ms measured), and the emulation's
+# 64 MiB writes before the 2 MiB slices made it 1.17x (2.06 against 1.76 ms, five rounds).
+P99_TOLERANCE = 1.25
+if ROUNDS < 1:
+    raise SystemExit(f"KOORD_V2_RECLAIM_ROUNDS={ROUNDS}: at least 1")
 
 
 def stream_pod(name: str, image: str, wmark_ratio: int) -> dict:
@@ -114,43 +122,80 @@ def text(r: dict) -> str:
             f"{r['p999_us']:.0f} us, {r['mib_s']:.0f} MiB/s, pgscan_direct {r['pgscan_direct']}")
 
 
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def spread(runs: list[dict], key: str) -> str:
+    """`median (min-max)` of one figure over the rounds, in ms."""
+    v = [r[key] / 1e3 for r in runs]
+    return f"{median(v):.1f} ({min(v):.1f}-{max(v):.1f})"
+
+
+def summary(runs: list[dict]) -> dict:
+    """The rounds' medians, the figure the table and the bounds use."""
+    out = {k: median([r[k] for r in runs]) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+    out["rounds"] = len(runs)
+    return out
+
+
 def async_reclaim(h) -> None:
     h.namespace(NS)
-    off = one_stream(h, "stream-off", 0)
-    on = one_stream(h, "stream-on", 95)
+    offs, ons = [], []
+    for i in range(ROUNDS):
+        # Interleaved, the order swapped every round: a drift of the guest's speed over the
+        # minutes falls on both sides alike.
+        order = [(offs, "off", 0), (ons, "on", 95)]
+        for runs, side, ratio in order if i % 2 == 0 else order[::-1]:
+            runs.append(one_stream(h, f"stream-{side}-{i}", ratio))
+    off, on = summary(offs), summary(ons)
     h.figures.append(
         f"figure async reclaim on mainline cgroup v2 (limit {LIMIT_MIB} MiB, {PASSES} x {FILE_MIB} "
-        f"MiB read in 1 MiB reads at {RATE} MiB/s): wmarkRatio 0: {text(off)}; wmarkRatio 95 (emulated): "
-        f"{text(on)}; the applier reclaimed {on['reclaimed_mib']:.0f} MiB in "
-        f"{on['writes']:.0f} writes, {on['reclaim_s']:.2f} s in memory.reclaim, "
-        f"{on['over_budget']:.0f} deferred by its CPU budget")
+        f"MiB read in 1 MiB reads at {RATE} MiB/s; {ROUNDS} rounds, each side's median): "
+        f"wmarkRatio 0: {text(off)}; wmarkRatio 95 (emulated): {text(on)}; the applier "
+        f"reclaimed {on['reclaimed_mib']:.0f} MiB in {on['writes']:.0f} writes, "
+        f"{on['reclaim_s']:.2f} s in memory.reclaim, {on['over_budget']:.0f} deferred by its CPU "
+        f"budget; reads p99 ms median (min-max) without {spread(offs, 'p99_us')}, with "
+        f"{spread(ons, 'p99_us')}; p99.9 without {spread(offs, 'p999_us')}, with "
+        f"{spread(ons, 'p999_us')}")
     log(h.figures[-1])
-    check(off["max"] >= 100, f"without the emulation the stream never met its limit "
-          f"(memory.events max {off['max']}): the experiment measures nothing")
-    check(off["oom_kill"] == 0 and on["oom_kill"] == 0, f"OOM kills: {off} {on}")
-    check(on["reclaimed_mib"] > 0 and on["writes"] > 0,
-          f"the applier wrote no memory.reclaim for stream-on: {on}")
-    check(on["max"] * 4 <= off["max"], f"with the emulation the stream met its limit "
-          f"{on['max']} times against {off['max']} without: not a quarter")
-    check(off["reclaimed_mib"] == 0, f"stream-off (wmarkRatio 0) was reclaimed: {off}")
-    publish(off, on)
+    check(all(r["max"] >= 100 for r in offs), f"without the emulation a stream never met its "
+          f"limit (memory.events max {[r['max'] for r in offs]}): the experiment measures nothing")
+    check(all(r["oom_kill"] == 0 for r in offs + ons), f"OOM kills: {offs} {ons}")
+    check(all(r["reclaimed_mib"] > 0 and r["writes"] > 0 for r in ons),
+          f"the applier wrote no memory.reclaim for a stream-on: {ons}")
+    check(on["max"] * 4 <= off["max"], f"with the emulation the streams met their limit "
+          f"{on['max']} times (median) against {off['max']} without: not a quarter")
+    check(all(r["reclaimed_mib"] == 0 for r in offs), f"a stream-off (wmarkRatio 0) was reclaimed: {offs}")
+    # What a user pays for: the reads' tail with the emulation no worse than without, within
+    # the spread of a round without (+-25% around its median over five rounds).
+    check(on["p99_us"] <= P99_TOLERANCE * off["p99_us"], f"with the emulation the reads' p99 is "
+          f"{on['p99_us'] / 1e3:.2f} ms, without it {off['p99_us'] / 1e3:.2f} ms (medians of "
+          f"{ROUNDS}; rounds with {spread(ons, 'p99_us')}, without {spread(offs, 'p99_us')} ms): "
+          f"more than {P99_TOLERANCE}x, the emulation makes the tail worse (load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    publish(off, on, offs, ons)
 
 
-def publish(off: dict, on: dict) -> None:
+def publish(off: dict, on: dict, offs: list[dict], ons: list[dict]) -> None:
     """The asserted run's figures into docs/async-reclaim.md between its markers (see
     `published.wanted`)."""
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     rows = [f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
             f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; 6.12 kernel, "
-            f"`KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run`):",
+            f"`KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run`, "
+            f"{ROUNDS} rounds interleaved, each cell the median):",
             "", "| `wmarkRatio` | `memory.events` `max` (allocations that met the limit) | "
-            "1 MiB reads p50 / p99 / p99.9 | reclaimed by the applier |",
-            "|---|---|---|---|"]
-    for name, r in (("0 (no async reclaim)", off), ("**95** (emulated)", on)):
+            "1 MiB reads p50 / p99 / p99.9 | p99 over the rounds (min-max) | reclaimed by the applier |",
+            "|---|---|---|---|---|"]
+    for name, r, runs in (("0 (no async reclaim)", off, offs), ("**95** (emulated)", on, ons)):
         reclaimed = (f"{r['reclaimed_mib']:,.0f} MiB in {r['writes']:.0f} writes, "
                      f"{r['reclaim_s']:.2f} s" if r["writes"] else "—")
-        rows.append(f"| {name} | {r['max']:,} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f} / "
-                    f"{r['p999_us']:,.0f} µs | {reclaimed} |")
+        p99s = [x["p99_us"] for x in runs]
+        rows.append(f"| {name} | {r['max']:,.0f} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f} / "
+                    f"{r['p999_us']:,.0f} µs | {min(p99s):,.0f}-{max(p99s):,.0f} µs | {reclaimed} |")
     published.replace_between_markers(DOC, "async-reclaim", "\n".join(rows))
     log(f"the async reclaim table written into {DOC}")

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::Ordering;
 
 use super::be_first::{BeFirst, share};
-use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step};
+use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step, slices};
 use super::throttle::{self, Decision, Pressure, Seen};
 use super::watermarks::{Watermarks, parse_limit};
 use super::zoneinfo::parse_zoneinfo;
@@ -210,7 +210,8 @@ impl<'a> Worker<'a> {
                 }
                 break;
             }
-            let (outcome, got) = t.reclaim(ask, &mut self.budget, metrics, "be-first");
+            let (outcome, got) =
+                t.reclaim(ask, &self.bounds, &mut self.budget, metrics, "be-first");
             t.be_backoff.record(now, outcome, &self.bounds);
             freed += got;
         }
@@ -410,26 +411,26 @@ impl Tracked {
             }
             return;
         }
-        let (outcome, _) = self.reclaim(bytes, budget, metrics, "wmark");
+        let (outcome, _) = self.reclaim(bytes, bounds, budget, metrics, "wmark");
         let after = self.usage().unwrap_or(current);
         self.pace.done(now, outcome, after, bounds);
     }
 
-    /// One `memory.reclaim` write of `bytes`, its CPU time spent from `budget`, counted under
-    /// `why`; how it ended and the bytes taken (all of them when the kernel says so, else the
-    /// drop of `memory.current`).
+    /// One reclaim of `bytes` (`memory.reclaim` written in slices, [`Bounds::write_slice`]),
+    /// its CPU time spent from `budget`, counted under `why`; how it ended and the bytes taken
+    /// (all of them when the kernel says so, else the drop of `memory.current`).
     fn reclaim(
         &mut self,
         bytes: u64,
+        bounds: &Bounds,
         budget: &mut Budget,
         metrics: Option<&ReclaimMetrics>,
         why: &str,
     ) -> (Reclaimed, u64) {
         let before = self.last_usage.unwrap_or(0);
-        let (cpu0, t0) = (thread_cpu(), Instant::now());
-        let wrote = self.ask(bytes);
+        let cpu0 = thread_cpu();
+        let (wrote, spent) = self.ask(bytes, bounds);
         budget.spend(thread_cpu().saturating_sub(cpu0));
-        let spent = t0.elapsed();
         let (outcome, result, got) = match wrote {
             Ok(()) => (Reclaimed::Full, "full", bytes),
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error()) => {
@@ -488,16 +489,33 @@ impl Tracked {
         parsed
     }
 
-    fn ask(&mut self, bytes: u64) -> std::io::Result<()> {
+    /// Writes `memory.reclaim` slice by slice, asleep between two; stops at the first error
+    /// (`EAGAIN`: nothing more to take). Returns the result and the time spent in the writes
+    /// (the sleeps left out).
+    fn ask(&mut self, bytes: u64, bounds: &Bounds) -> (std::io::Result<()>, Duration) {
         let f = match &self.reclaim {
             Some(f) => f,
-            None => self.reclaim.insert(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(self.reg.dir.join("memory.reclaim"))?,
-            ),
+            None => match std::fs::OpenOptions::new()
+                .write(true)
+                .open(self.reg.dir.join("memory.reclaim"))
+            {
+                Ok(f) => self.reclaim.insert(f),
+                Err(e) => return (Err(e), Duration::ZERO),
+            },
         };
-        f.write_at(bytes.to_string().as_bytes(), 0).map(|_| ())
+        let mut spent = Duration::ZERO;
+        for (i, slice) in slices(bytes, bounds.write_slice).enumerate() {
+            if i > 0 {
+                std::thread::sleep(bounds.slice_gap);
+            }
+            let t0 = Instant::now();
+            let wrote = f.write_at(slice.to_string().as_bytes(), 0);
+            spent += t0.elapsed();
+            if let Err(e) = wrote {
+                return (Err(e), spent);
+            }
+        }
+        (Ok(()), spent)
     }
 }
 
