@@ -31,6 +31,8 @@ fn settings() -> Settings {
         interval: Duration::from_millis(20),
         cpu_percent: 100,
         proc_root: "/proc".into(),
+        // One write a reclaim: the fake memory.reclaim (a regular file) holds the amount asked.
+        write_slice: u64::MAX,
     }
 }
 
@@ -50,6 +52,58 @@ fn wait_for_request(path: &Path, within: Duration) -> Option<u64> {
         std::thread::sleep(Duration::from_millis(10));
     }
     None
+}
+
+/// Slices (1 MiB here): the worker asks for 3 MiB in three writes. The fake file keeps only the
+/// last write (1 MiB), the metric counts whole reclaims (3 MiB each).
+#[test]
+fn a_reclaim_is_written_in_slices() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let v =
+        PodSpecView::from_pod(&with_runtime(fixture("ls-redis.json"), "containerd")).expect("view");
+    make_pod_tree(&l, Kernel::MainlineV2, &v);
+    std::fs::write(tmp.path().join("kubepods/memory.reclaim"), "").expect("seed");
+    let redis = tmp
+        .path()
+        .join("kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab")
+        .join(REDIS);
+    // wmark_low 19416 pages (see the test below) + 3 MiB: above wmark_high (19456 pages).
+    std::fs::write(
+        redis.join("memory.current"),
+        format!("{}\n", 19_416 * 4096 + 3 * MIB),
+    )
+    .expect("seed");
+    std::fs::write(redis.join("memory.reclaim"), "").expect("seed");
+    let registry = prometheus::Registry::new();
+    let metrics = koord_applier::node::reclaim::metrics::ReclaimMetrics::register(&registry)
+        .expect("metrics");
+    let sliced = Settings {
+        write_slice: MIB,
+        ..settings()
+    };
+    let reclaim =
+        AsyncReclaim::detect(&l, sliced, Some(metrics.clone())).expect("memory.reclaim is there");
+    reclaim.start().expect("worker");
+    let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
+    applier.apply(&v);
+    assert_eq!(
+        wait_for_request(&redis.join("memory.reclaim"), Duration::from_secs(5)),
+        Some(MIB),
+        "the last write is one slice"
+    );
+    // The fake usage does not fall: every tick asks the same 3 MiB until it is lowered.
+    std::fs::write(redis.join("memory.current"), format!("{}\n", 70 * MIB)).expect("usage");
+    std::thread::sleep(Duration::from_millis(100));
+    let asked = metrics
+        .bytes
+        .with_label_values(&["shop", "redis-0", "wmark"])
+        .get();
+    assert!(
+        asked >= 3 * MIB && asked.is_multiple_of(3 * MIB),
+        "each reclaim asks 3 MiB in all: {asked} bytes"
+    );
+    applier.forget(&v.uid);
 }
 
 #[test]

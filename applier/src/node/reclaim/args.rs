@@ -68,6 +68,10 @@ pub struct Settings {
     pub cpu_percent: u32,
     /// Where `zoneinfo` is read (`--proc-root`).
     pub proc_root: PathBuf,
+    /// One reclaim is written in slices of at most this many bytes
+    /// ([`super::pace::Bounds::write_slice`]). Not a flag: a test sets `u64::MAX` to see each
+    /// reclaim as one write in its fake `memory.reclaim`.
+    pub write_slice: u64,
 }
 
 impl Default for Settings {
@@ -80,6 +84,7 @@ impl Default for Settings {
             interval: Duration::from_millis(100),
             cpu_percent: 5,
             proc_root: PathBuf::from("/proc"),
+            write_slice: super::pace::WRITE_SLICE,
         }
     }
 }
@@ -115,6 +120,7 @@ impl TryFrom<&ReclaimArgs> for Settings {
             interval: Duration::from_millis(a.async_reclaim_interval_ms),
             cpu_percent: a.async_reclaim_cpu_percent,
             proc_root: PathBuf::from("/proc"),
+            write_slice: super::pace::WRITE_SLICE,
         })
     }
 }

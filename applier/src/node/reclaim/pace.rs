@@ -38,11 +38,14 @@ impl Default for Bounds {
             max_chunk: 64 << 20,
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
-            write_slice: 2 << 20,
+            write_slice: WRITE_SLICE,
             slice_gap: Duration::from_micros(100),
         }
     }
 }
+
+/// The slice of one `memory.reclaim` write ([`Bounds::write_slice`]).
+pub const WRITE_SLICE: u64 = 2 << 20;
 
 /// `bytes` cut into writes of at most `slice` (the last one the rest; none for 0).
 pub fn slices(bytes: u64, slice: u64) -> impl Iterator<Item = u64> {

@@ -58,7 +58,10 @@ impl<'a> Worker<'a> {
         Self {
             shared,
             clock: Instant::now(),
-            bounds: Bounds::default(),
+            bounds: Bounds {
+                write_slice: shared.settings.write_slice,
+                ..Bounds::default()
+            },
             budget: Budget::percent_of_a_core(shared.settings.cpu_percent),
             tracked: BTreeMap::new(),
             limits_at: Duration::ZERO,
