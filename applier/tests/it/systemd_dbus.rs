@@ -611,13 +611,15 @@ fn unreachable_then_there() {
         text: "0",
         differs: false,
     }];
+    // Unreachable: each store falls back at once, no connection attempt waited out per call
+    // (one would cost its timeout, 100 of them seconds); 1 s leaves a loaded machine room.
     let t0 = Instant::now();
     for _ in 0..100 {
         assert_eq!(units.store(&want), [false]);
     }
     assert!(
-        t0.elapsed() < Duration::from_millis(200),
-        "{:?}",
+        t0.elapsed() < Duration::from_millis(1000),
+        "100 stores with systemd unreachable took {:?}",
         t0.elapsed()
     );
     assert_eq!(
