@@ -11,6 +11,8 @@
 //! `koord_api`. A feature that takes part in a pod's pass does so through the translator's
 //! `ContainerHooks` (the async-reclaim emulation, wired in `cmd::run`); the others read the
 //! pass's report.
+//! Every node feature starts the one way, a [`feature::NodeFeature`] in the one list of
+//! `cmd::features`.
 //! IO at the edge: [`pod::watch`] (kube watch), [`event_sink`], [`server`], and the node
 //! features' own loops.
 

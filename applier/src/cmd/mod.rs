@@ -3,6 +3,7 @@
 //! cgroup pass from the parsed flags; none holds logic of its own.
 
 pub mod collect;
+pub mod features;
 pub mod manifest;
 pub mod once;
 pub mod run;

@@ -1,6 +1,8 @@
-//! `koord-applier run`: the DaemonSet. Builds the shared parts once (layout, metrics, the
-//! watch's pod cache, the Event sink), starts each feature the same way
-//! ([`crate::feature::RunContext`]), serves `/metrics`, and runs the pod watch until a signal.
+//! `koord-applier run`: the DaemonSet. Builds the shared parts once (layout, the node's CPU
+//! capabilities, metrics, the watch's pod cache, the Event sink), starts every node feature the
+//! one way ([`crate::feature::NodeFeature`], the list in [`super::features`]), builds the pod
+//! pass with what the features handed over, serves `/metrics`, and runs the pod watch until a
+//! signal; then stops the features (async reclaim releases its throttles).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -15,19 +17,13 @@ use tracing::Instrument as _;
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::hooks::ContainerHooks;
 
+use super::features::{Handovers, node_features};
 use crate::cli::{Config, ConfigError, RunConfig};
 use crate::event_sink;
-use crate::feature::RunContext;
+use crate::feature::{FeatureError, RunContext, start_all, stop_all};
 use crate::metrics::Metrics;
-use crate::node::ancestors::{KubeletMemoryQos, MemoryAncestors};
-use crate::node::collectors::{CollectorConfig, GateError};
-use crate::node::nri::NriMode;
-use crate::node::nri::decide::Decider;
-use crate::node::nri::link::{Link, Plugged};
-use crate::node::nri::metrics::NriMetrics;
-use crate::node::qos_parents::{NodeQos, detect_caps, detect_resctrl};
-use crate::node::reclaim::{AsyncReclaim, ReclaimMetrics};
-use crate::node::{collectors, colocation, nri, numa};
+use crate::node::collectors::GateError;
+use crate::node::qos_parents::detect_caps;
 use crate::pod::watch::Watch;
 use crate::server;
 
@@ -42,9 +38,9 @@ pub enum RunError {
     #[error(transparent)]
     Metrics(#[from] MetricError),
     #[error(transparent)]
+    Feature(#[from] FeatureError),
+    #[error(transparent)]
     Endpoint(#[from] server::EndpointError),
-    #[error("cannot start the async reclaim worker: {0}")]
-    Thread(#[source] std::io::Error),
     #[error("metrics listener {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -81,9 +77,15 @@ pub async fn run_with_client(
         config.dry_run,
         Some(metrics.registry()),
     );
+    let caps = detect_caps(
+        &layout,
+        config.cpu_idle_fallback,
+        config.cpu_idle_qos_parents,
+    );
     let ctx = RunContext {
         client: client.clone(),
         layout,
+        caps,
         node_name: run.node_name.clone(),
         proc_root: config.proc_root.clone(),
         sys_root: config.sys_root.clone(),
@@ -94,22 +96,15 @@ pub async fn run_with_client(
         systemd,
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
-    start_features(&ctx, &config, &run)?;
-    let reclaim = crate::node::reclaim::Settings {
-        proc_root: config.proc_root.clone(),
-        ..run.reclaim.clone()
-    };
-    // Before the first pod pass, whatever the reclaim settings now: a BE throttle an earlier
-    // applier died holding goes back (a dry run writes nothing).
-    if !ctx.dry_run {
-        crate::node::reclaim::release_left_throttles(&ctx.layout);
-    }
-    let CgroupPasses {
-        applier,
+    let (features, handovers) = node_features(&config, &run)?;
+    let running = start_all(features, &ctx)?;
+    let Handovers {
         node_qos,
-        ancestors,
         reclaim,
-    } = cgroup_passes(&ctx, &config, reclaim)?;
+        ancestors,
+        nri,
+    } = handovers;
+    let applier = pod_pass(&ctx, reclaim.take());
     let ready = Arc::new(AtomicBool::new(false));
     serve_metrics(&ctx, &run, ready.clone()).await?;
     tokio::spawn(
@@ -122,15 +117,15 @@ pub async fn run_with_client(
         )
         .instrument(tracing::info_span!("event_sink")),
     );
-    let (nri, nudges) = match start_nri(&ctx, &config, &run, applier.caps())? {
+    let (nri, nudges) = match nri.take() {
         Some(p) => (Some(p.link), Some(p.nudges)),
         None => (None, None),
     };
     let watch = Watch {
         applier,
         metrics: Some(ctx.metrics.clone()),
-        node_qos: Some(node_qos),
-        ancestors,
+        node_qos: node_qos.take(),
+        ancestors: ancestors.take(),
         events: ctx.events.clone(),
         resync: run.resync,
         ancestors_check: run.ancestors_check,
@@ -144,148 +139,28 @@ pub async fn run_with_client(
             .instrument(tracing::info_span!("pod_watch", node = %run.node_name)) => {}
         () = koord_runtime::shutdown_signal() => tracing::info!("signalled; exiting"),
     }
-    if let Some(r) = reclaim {
-        r.release_all();
-    }
+    stop_all(running);
     Ok(())
 }
 
-/// The collectors, memory locality and colocation, each off unless its flags say otherwise.
-fn start_features(ctx: &RunContext, config: &Config, run: &RunConfig) -> Result<(), RunError> {
-    collectors::start(ctx, CollectorConfig::from_args(&config.collectors, false)?)?;
-    numa::start(ctx, config.locality)?;
-    colocation::start(ctx, run.colocation.clone())?;
-    Ok(())
-}
-
-/// The NRI plugin (container values at creation) unless `--nri=off` or a dry run; its link
-/// goes to the watch. The mode is in the log, in `koord_applier_apply_mode` and in the doctor.
-fn start_nri(
+/// The per-pod pass, on the node's capabilities; the async-reclaim emulation (when it runs)
+/// takes part in every pass through its hooks: it holds the `memory.high` its BE throttle set
+/// and registers the containers whose `memory.wmark_*` this kernel lacks.
+fn pod_pass(
     ctx: &RunContext,
-    config: &Config,
-    run: &RunConfig,
-    caps: koord_translator::pod::plan::NodeCaps,
-) -> Result<Option<Plugged>, RunError> {
-    let metrics = NriMetrics::register(ctx.metrics.registry())?;
-    if config.dry_run && run.nri.mode != NriMode::Off {
-        tracing::info!("NRI off in a dry run: it would change containers; watch mode");
-        return Ok(None);
-    }
-    let decider = Decider {
-        version: ctx.layout.version,
-        caps,
-        files: nri::probe_files(&ctx.layout),
-    };
-    let (link, nudges) = Link::new(decider, Some(metrics));
-    let link = Arc::new(link);
-    Ok(nri::start(link.clone(), ctx.pods.clone(), run.nri.clone())
-        .map(|_| Plugged { link, nudges }))
-}
-
-/// The per-pod pass, the node-level pass (QoS-class parents, resctrl), with the node's
-/// capabilities detected once, and the ancestors' memory protection (unless turned off).
-struct CgroupPasses {
-    applier: Arc<Applier>,
-    node_qos: Arc<NodeQos>,
-    ancestors: Option<Arc<MemoryAncestors>>,
-    /// The async-reclaim emulation, the pod pass's hooks; kept for the exit: a BE throttle in
-    /// force is released before the process goes.
-    reclaim: Option<Arc<AsyncReclaim>>,
-}
-
-fn cgroup_passes(
-    ctx: &RunContext,
-    config: &Config,
-    reclaim: crate::node::reclaim::Settings,
-) -> Result<CgroupPasses, RunError> {
-    let caps = detect_caps(
-        &ctx.layout,
-        config.cpu_idle_fallback,
-        config.cpu_idle_qos_parents,
-    );
-    let resctrl = detect_resctrl(&config.resctrl_root, Some(&ctx.metrics))
-        .map(|s| (config.resctrl_root.clone(), s));
-    let node_qos = Arc::new(NodeQos::new(
-        ctx.layout.clone(),
-        config.dry_run,
-        caps,
-        resctrl,
-        Some(ctx.metrics.clone()),
-    ));
-    let reclaim = async_reclaim(ctx, reclaim)?;
-    // The emulation takes part in every pod pass: it holds the `memory.high` its BE throttle
-    // set and registers the containers whose `memory.wmark_*` this kernel lacks.
-    let hooks = reclaim.clone().map(|r| -> Arc<dyn ContainerHooks> { r });
-    let applier = Arc::new(
+    reclaim: Option<Arc<crate::node::reclaim::AsyncReclaim>>,
+) -> Arc<Applier> {
+    let hooks = reclaim.map(|r| -> Arc<dyn ContainerHooks> { r });
+    Arc::new(
         Applier::new(
             ctx.layout.clone(),
-            config.dry_run,
+            ctx.dry_run,
             Some(ctx.metrics.apply.clone()),
         )
-        .with_caps(caps)
+        .with_caps(ctx.caps)
         .with_systemd(ctx.systemd.clone())
         .with_hooks(hooks),
-    );
-    let ancestors = config.ancestors.enabled.then(|| {
-        Arc::new(
-            MemoryAncestors::new(
-                ctx.layout.clone(),
-                config.dry_run,
-                config.ancestors.kubelet_memory_qos,
-                Some(ctx.metrics.clone()),
-            )
-            .with_systemd(ctx.systemd.clone()),
-        )
-    });
-    tracing::info!(
-        protect_ancestors = config.ancestors.enabled,
-        kubelet_memory_qos = config.ancestors.kubelet_memory_qos.as_str(),
-        "QoS-level memory protection: {}",
-        match (
-            config.ancestors.enabled,
-            config.ancestors.kubelet_memory_qos
-        ) {
-            (false, _) =>
-                "off (pod-level memory.min/low are capped by kubepods and its QoS-class cgroups)",
-            (true, KubeletMemoryQos::Off) =>
-                "kubepods and its QoS-class cgroups get the sums of their children",
-            (true, _) =>
-                "sums of the children, except in the files the kubelet's Memory QoS rewrites, which are left to it",
-        }
-    );
-    Ok(CgroupPasses {
-        applier,
-        node_qos,
-        ancestors,
-        reclaim,
-    })
-}
-
-/// The async reclaim emulation, its worker started, when the settings and the kernel allow it
-/// (never in a dry run: it would reclaim).
-fn async_reclaim(
-    ctx: &RunContext,
-    settings: crate::node::reclaim::Settings,
-) -> Result<Option<Arc<AsyncReclaim>>, RunError> {
-    if ctx.dry_run {
-        return Ok(None);
-    }
-    let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
-    let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
-    let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);
-    let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
-        return Ok(None);
-    };
-    reclaim.start().map_err(RunError::Thread)?;
-    tracing::info!(
-        interval_ms = interval.as_millis(),
-        cpu_percent,
-        async_reclaim = wmark,
-        be_first,
-        be_first_throttle = throttle,
-        "memory.reclaim emulates what this kernel lacks: memory.wmark_ratio (containers kept below their wmark_high) and memory.wmark_min_adj (BE containers reclaimed first, and their growth held with memory.high, when the node's free memory nears the watermarks)"
-    );
-    Ok(Some(reclaim))
+    )
 }
 
 /// Binds `/metrics`, `/healthz` and `/readyz` and serves them in the background.

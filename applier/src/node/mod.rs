@@ -1,9 +1,10 @@
-//! The node loops: what the applier keeps in line for the node as a whole, each started by
-//! `cmd/run.rs` with its flags, metrics and `start`: the QoS-level ancestors' protection
-//! ([`ancestors`]), the QoS-class parents ([`qos_parents`]), the NRI plugin (container values
-//! at creation: [`nri`]), async and BE-first reclaim ([`reclaim`]), colocation (batch capacity,
-//! BE CPU suppression: [`colocation`]), memory locality ([`numa`]), the PSI and CPI collectors
-//! ([`collectors`]) and resctrl ([`resctrl`]).
+//! The node loops: what the applier keeps in line for the node as a whole, each with its
+//! flags, metrics and a [`crate::feature::NodeFeature`] that `run` starts from the one list in
+//! `cmd/features.rs`: the QoS-level ancestors' protection ([`ancestors`]), the QoS-class
+//! parents ([`qos_parents`]), the NRI plugin (container values at creation: [`nri`]), async and
+//! BE-first reclaim ([`reclaim`]), colocation (batch capacity, BE CPU suppression:
+//! [`colocation`]), memory locality ([`numa`]), the PSI and CPI collectors ([`collectors`]) and
+//! resctrl ([`resctrl`]).
 
 pub mod ancestors;
 pub mod collectors;

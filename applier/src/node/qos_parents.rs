@@ -1,6 +1,8 @@
 //! Node-level CPU and cache QoS: what the kernel offers, detected once at start; the
 //! group identity of the QoS-class parents; and the resctrl class groups. Both depend on every
-//! pod of the node, so they run once per resync over the pod cache, after the per-pod passes.
+//! pod of the node, so they run once per resync over the pod cache, after the per-pod passes
+//! (the pod watch drives them; [`Resctrl`] and [`QosParents`] are the node features that hand
+//! it [`NodeQos`]).
 //!
 //! The applier holds no policy: a parent's group identity is the value all annotated pods
 //! below it agree on (else 0, see [`koord_translator::pod::plan::parent_group_identity`]), and the resctrl
@@ -23,6 +25,7 @@ use koord_translator::pod::plan::{
 };
 use koord_translator::pod::spec_view::PodSpecView;
 
+use crate::feature::{FeatureError, Give, Handover, NodeFeature, RunContext, Running};
 use crate::metrics::Metrics;
 use crate::node::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
 
@@ -327,6 +330,55 @@ impl NodeQos {
             }
         }
         out
+    }
+}
+
+/// resctrl as a node feature of `run`: detected once (off where the node has none, reported
+/// once); its class groups are reconciled in the QoS-class parents' pass, which gets the
+/// support found here.
+pub struct Resctrl {
+    pub root: PathBuf,
+    pub parents: Give<(PathBuf, ResctrlSupport)>,
+}
+
+impl NodeFeature for Resctrl {
+    fn name(&self) -> &'static str {
+        "resctrl"
+    }
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        let Self { root, parents } = *self;
+        let Some(support) = detect_resctrl(&root, Some(&ctx.metrics)) else {
+            return Ok(None);
+        };
+        parents.give((root, support));
+        Ok(Some(Running::passive()))
+    }
+}
+
+/// The QoS-class parents (and the resctrl groups, when [`Resctrl`] found support) as a node
+/// feature of `run`: the pass is the pod watch's, after each resync's pod passes, so starting
+/// it is handing the watch its [`NodeQos`].
+pub struct QosParents {
+    pub resctrl: Handover<(PathBuf, ResctrlSupport)>,
+    pub watch: Give<Arc<NodeQos>>,
+}
+
+impl NodeFeature for QosParents {
+    fn name(&self) -> &'static str {
+        "QoS-class parents"
+    }
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        let Self { resctrl, watch } = *self;
+        watch.give(Arc::new(NodeQos::new(
+            ctx.layout.clone(),
+            ctx.dry_run,
+            ctx.caps,
+            resctrl.take(),
+            Some(ctx.metrics.clone()),
+        )));
+        Ok(Some(Running::passive()))
     }
 }
 

@@ -10,7 +10,8 @@
 //! last pass left has moved since (pure), `pass` the IO (one pass over
 //! the node), `above` the check of a non-`/` kubelet cgroupRoot's own protection. `run` calls the pass
 //! after the initial list, after each resync, and (coalesced) after pod deletions and pods
-//! whose protection changed; `once` after its pod's pass.
+//! whose protection changed; `once` after its pod's pass. [`ProtectAncestors`] is the node
+//! feature that hands the watch its [`MemoryAncestors`].
 
 pub mod above;
 pub mod drift;
@@ -23,7 +24,11 @@ pub use pass::MemoryAncestors;
 pub use plan::KubeletMemoryQos;
 pub use report::{AncestorReport, AncestorsReport, ProtectedPod};
 
+use std::sync::Arc;
+
 use clap::{ArgAction, Args};
+
+use crate::feature::{FeatureError, Give, NodeFeature, RunContext, Running};
 
 /// Flags of hierarchical memory protection (global: `run` and `once`).
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
@@ -81,5 +86,56 @@ impl From<&AncestorArgs> for AncestorSettings {
             enabled: a.protect_ancestors,
             kubelet_memory_qos: a.kubelet_memory_qos,
         }
+    }
+}
+
+/// The ancestors' protection as a node feature of `run` (`--protect-ancestors`): the passes
+/// are the pod watch's (after the initial list, each resync, coalesced pod changes and a moved
+/// file), so starting it is handing the watch its [`MemoryAncestors`].
+pub struct ProtectAncestors {
+    pub settings: AncestorSettings,
+    pub watch: Give<Arc<MemoryAncestors>>,
+}
+
+impl NodeFeature for ProtectAncestors {
+    fn name(&self) -> &'static str {
+        "ancestors' protection"
+    }
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        let Self {
+            settings:
+                AncestorSettings {
+                    enabled,
+                    kubelet_memory_qos,
+                },
+            watch,
+        } = *self;
+        tracing::info!(
+            protect_ancestors = enabled,
+            kubelet_memory_qos = kubelet_memory_qos.as_str(),
+            "QoS-level memory protection: {}",
+            match (enabled, kubelet_memory_qos) {
+                (false, _) =>
+                    "off (pod-level memory.min/low are capped by kubepods and its QoS-class cgroups)",
+                (true, KubeletMemoryQos::Off) =>
+                    "kubepods and its QoS-class cgroups get the sums of their children",
+                (true, _) =>
+                    "sums of the children, except in the files the kubelet's Memory QoS rewrites, which are left to it",
+            }
+        );
+        if !enabled {
+            return Ok(None);
+        }
+        watch.give(Arc::new(
+            MemoryAncestors::new(
+                ctx.layout.clone(),
+                ctx.dry_run,
+                kubelet_memory_qos,
+                Some(ctx.metrics.clone()),
+            )
+            .with_systemd(ctx.systemd.clone()),
+        ));
+        Ok(Some(Running::passive()))
     }
 }

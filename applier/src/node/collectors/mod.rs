@@ -9,7 +9,7 @@
 //! - [`exposition`]: the per-cgroup series and their text; [`metrics`]: the health gauges.
 //! - [`collector`]: the per-node state and one round of each collector.
 //! - [`loops`]: the rounds on their intervals; [`one_round`]: `once --collect`.
-//! - this file: [`start`], the feature inside `run`.
+//! - this file: [`Collectors`], the node feature of `run`.
 
 pub mod args;
 pub mod collector;
@@ -23,9 +23,9 @@ pub mod psi;
 
 use std::sync::{Arc, Mutex};
 
-use koord_runtime::metrics::MetricError;
-use tokio::task::JoinHandle;
 use tracing::Instrument as _;
+
+use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
 pub use args::{
     CollectorArgs, CollectorConfig, GateError, Gates, KOORDLET_GATES_NOT_IMPLEMENTED,
@@ -36,33 +36,42 @@ pub use loops::{SharedCollector, run_loops, text_source};
 pub use metrics::CollectorMetrics;
 pub use one_round::{collect_once, node_name_for};
 
-/// Starts the collectors of `run` when a gate is on: their gauges go into the applier's
-/// registry, their per-cgroup series into its text sources, the pod list is the watch's store.
-pub fn start(
-    ctx: &crate::feature::RunContext,
-    config: CollectorConfig,
-) -> Result<Option<JoinHandle<()>>, MetricError> {
-    if !config.any() {
-        return Ok(None);
+/// The collectors as a node feature of `run`, on when a gate is: their gauges go into the
+/// applier's registry, their per-cgroup series into its text sources, the pod list is the
+/// watch's store.
+pub struct Collectors {
+    pub config: CollectorConfig,
+}
+
+impl NodeFeature for Collectors {
+    fn name(&self) -> &'static str {
+        "collectors"
     }
-    let cm = CollectorMetrics::register(ctx.metrics.registry(), config.psi, config.cpi)?;
-    let collector = Collector::new(
-        ctx.layout.clone(),
-        ctx.node_name.clone(),
-        cm,
-        &config,
-        &ctx.sys_root,
-    );
-    tracing::info!(
-        psi = collector.psi_active(),
-        cpi = collector.cpi_active(),
-        "collectors started"
-    );
-    let shared = Arc::new(Mutex::new(collector));
-    ctx.metrics.add_text_source(text_source(&shared));
-    let store = ctx.pods.clone();
-    Ok(Some(tokio::spawn(
-        run_loops(shared, config, move || store.state())
-            .instrument(tracing::info_span!("collectors")),
-    )))
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        let config = self.config;
+        if !config.any() {
+            return Ok(None);
+        }
+        let cm = CollectorMetrics::register(ctx.metrics.registry(), config.psi, config.cpi)?;
+        let collector = Collector::new(
+            ctx.layout.clone(),
+            ctx.node_name.clone(),
+            cm,
+            &config,
+            &ctx.sys_root,
+        );
+        tracing::info!(
+            psi = collector.psi_active(),
+            cpi = collector.cpi_active(),
+            "collectors started"
+        );
+        let shared = Arc::new(Mutex::new(collector));
+        ctx.metrics.add_text_source(text_source(&shared));
+        let store = ctx.pods.clone();
+        Ok(Some(Running::task(tokio::spawn(
+            run_loops(shared, config, move || store.state())
+                .instrument(tracing::info_span!("collectors")),
+        ))))
+    }
 }

@@ -13,7 +13,8 @@
 //! - [`capacity`] / [`suppress`]: the formulas (pure) and the BE parent cgroup writes;
 //! - [`engine`]: the synchronous core (no API server), [`node_status`]: the Node patch;
 //! - [`args`]: the flags, [`metrics`]: the metric families, [`configmap`]: the ConfigMap watch;
-//! - [`control_loop`]: the loop inside `run`; this file: [`start`].
+//! - [`control_loop`]: the loop inside `run`; this file: [`ColocationFeature`], the node
+//!   feature of `run`.
 
 pub mod args;
 pub mod capacity;
@@ -28,40 +29,47 @@ pub mod suppress;
 pub mod usage;
 pub mod window;
 
-use koord_runtime::metrics::MetricError;
-use tokio::task::JoinHandle;
 use tracing::Instrument as _;
+
+use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
 pub use args::{ColocationArgs, Settings, SettingsError};
 pub use configmap::on_configmap;
 pub use control_loop::{Colocation, suppress_round};
 pub use metrics::ColocationMetrics;
 
-/// Starts the loop of `run` when `--colocation` is on (off in a dry run: it writes the BE
-/// parent and patches the Node).
-pub fn start(
-    ctx: &crate::feature::RunContext,
-    settings: Settings,
-) -> Result<Option<JoinHandle<()>>, MetricError> {
-    if ctx.dry_run {
-        tracing::info!("dry run: colocation is off");
-        return Ok(None);
+/// The loop as a node feature of `run`, on when `--colocation` is (off in a dry run: it writes
+/// the BE parent and patches the Node).
+pub struct ColocationFeature {
+    pub settings: Settings,
+}
+
+impl NodeFeature for ColocationFeature {
+    fn name(&self) -> &'static str {
+        "colocation"
     }
-    if !settings.enabled {
-        tracing::info!("colocation off (--colocation=false)");
-        return Ok(None);
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        if ctx.dry_run {
+            tracing::info!("dry run: colocation is off");
+            return Ok(None);
+        }
+        if !self.settings.enabled {
+            tracing::info!("colocation off (--colocation=false)");
+            return Ok(None);
+        }
+        let c = Colocation {
+            client: ctx.client.clone(),
+            layout: ctx.layout.clone(),
+            proc_root: ctx.proc_root.clone(),
+            node_name: ctx.node_name.clone(),
+            settings: self.settings,
+            metrics: ColocationMetrics::register(ctx.metrics.registry())?,
+            pods: ctx.pods.clone(),
+            systemd: ctx.systemd.clone(),
+        };
+        Ok(Some(Running::task(tokio::spawn(
+            c.run().instrument(tracing::info_span!("colocation")),
+        ))))
     }
-    let c = Colocation {
-        client: ctx.client.clone(),
-        layout: ctx.layout.clone(),
-        proc_root: ctx.proc_root.clone(),
-        node_name: ctx.node_name.clone(),
-        settings,
-        metrics: ColocationMetrics::register(ctx.metrics.registry())?,
-        pods: ctx.pods.clone(),
-        systemd: ctx.systemd.clone(),
-    };
-    Ok(Some(tokio::spawn(
-        c.run().instrument(tracing::info_span!("colocation")),
-    )))
 }

@@ -12,12 +12,14 @@
 //! - [`plugin`]: the answers; [`link`]: what the plugin and the watch share.
 //! - this file: the flags, [`probe_files`] and [`start`]: connect, register, reconnect with
 //!   backoff when the runtime restarts; `auto` waits for a socket that is not there yet.
+//! - [`NriPlugin`]: the node feature of `run` that starts it and hands the watch its link.
 //!
 //! Choices and their reasons: docs/decisions.md, "NRI plugin".
 
 pub mod adjust;
 pub mod conn;
 pub mod decide;
+mod feature;
 pub mod link;
 pub mod metrics;
 pub mod mux;
@@ -36,6 +38,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use adjust::NodeFiles;
+pub use feature::NriPlugin;
 use link::Link;
 
 use koord_translator::cgroup::CgroupVersion;

@@ -11,7 +11,7 @@
 //! - [`schedule`]: when a pod is due (on start, on annotation change, every interval).
 //! - [`metrics`]: the metric families; [`worker`]: the pod cache scan inside `run`.
 //! - [`timings`]: where a pass spends its time (`once --timings`, the worker's debug log).
-//! - this file: the flag, the settings and [`start`].
+//! - this file: the flag, the settings and [`MemoryLocality`], the node feature of `run`.
 //!
 //! The agent needs `hostPID` (the syscalls take PIDs of the caller's namespace and the PIDs in
 //! `cgroup.procs` are read in it) and `CAP_SYS_NICE` (moving pages of other users' processes
@@ -35,9 +35,9 @@ pub mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use koord_runtime::metrics::MetricError;
-use tokio::task::JoinHandle;
 use tracing::Instrument as _;
+
+use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
 /// The locality flag; global, so `once` reads it too.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -72,30 +72,37 @@ pub struct LocalityConfig {
 /// How often the worker looks at the pod cache for due pods.
 const SCAN_PERIOD: Duration = Duration::from_secs(10);
 
-/// Starts the locality worker of `run` (off in a dry run: it moves memory).
-pub fn start(
-    ctx: &crate::feature::RunContext,
-    config: LocalityConfig,
-) -> Result<Option<JoinHandle<()>>, MetricError> {
-    if ctx.dry_run {
-        tracing::info!("dry run: memory locality passes are off");
-        return Ok(None);
+/// The locality worker as a node feature of `run` (off in a dry run: it moves memory).
+pub struct MemoryLocality {
+    pub config: LocalityConfig,
+}
+
+impl NodeFeature for MemoryLocality {
+    fn name(&self) -> &'static str {
+        "memory locality"
     }
-    let metrics = metrics::LocalityMetrics::register(ctx.metrics.registry())?;
-    let migrator = locality::Migrator::new(
-        ctx.layout.clone(),
-        ctx.proc_root.clone(),
-        ctx.sys_root.clone(),
-        config,
-    );
-    Ok(Some(tokio::spawn(
-        worker::run(
-            Arc::new(migrator),
-            ctx.pods.clone(),
-            ctx.events.clone(),
-            Some(metrics),
-            SCAN_PERIOD,
-        )
-        .instrument(tracing::info_span!("locality")),
-    )))
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        if ctx.dry_run {
+            tracing::info!("dry run: memory locality passes are off");
+            return Ok(None);
+        }
+        let metrics = metrics::LocalityMetrics::register(ctx.metrics.registry())?;
+        let migrator = locality::Migrator::new(
+            ctx.layout.clone(),
+            ctx.proc_root.clone(),
+            ctx.sys_root.clone(),
+            self.config,
+        );
+        Ok(Some(Running::task(tokio::spawn(
+            worker::run(
+                Arc::new(migrator),
+                ctx.pods.clone(),
+                ctx.events.clone(),
+                Some(metrics),
+                SCAN_PERIOD,
+            )
+            .instrument(tracing::info_span!("locality")),
+        ))))
+    }
 }

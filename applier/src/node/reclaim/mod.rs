@@ -19,11 +19,13 @@
 //! a crash is released by the next applier's sweep of the tree at start
 //! ([`release_left_throttles`]).
 //!
-//! Detected once at start (cgroup v2 and `memory.reclaim` in `kubepods`); while no container
-//! asks for it the worker sleeps on a condition variable and costs nothing.
+//! Detected once at start (cgroup v2 and `memory.reclaim` in `kubepods`) by the node feature
+//! of `run` ([`AsyncReclaimFeature`]); while no container asks for it the worker sleeps on a
+//! condition variable and costs nothing.
 
 mod args;
 pub mod be_first;
+mod feature;
 pub mod held;
 mod hooks;
 pub mod metrics;
@@ -42,6 +44,7 @@ use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
 pub use args::{ReclaimArgs, Settings, SettingsError};
+pub use feature::AsyncReclaimFeature;
 pub use metrics::ReclaimMetrics;
 pub use worker::Worker;
 

@@ -1,0 +1,56 @@
+//! The async reclaim emulation as a node feature of `run`: the sweep of throttles an earlier
+//! applier left, then the emulation with its worker thread when the settings and the kernel
+//! allow it (never in a dry run: it would reclaim). The pod pass takes part through the
+//! emulation's `ContainerHooks`, so starting it hands `run` the emulation for the pod pass;
+//! at exit every throttle in force is released.
+
+use std::sync::Arc;
+
+use crate::feature::{FeatureError, Give, NodeFeature, RunContext, Running};
+
+use super::{AsyncReclaim, ReclaimMetrics, Settings, release_left_throttles};
+
+pub struct AsyncReclaimFeature {
+    pub settings: Settings,
+    /// The emulation, for the pod pass's hooks.
+    pub pod_pass: Give<Arc<AsyncReclaim>>,
+}
+
+impl NodeFeature for AsyncReclaimFeature {
+    fn name(&self) -> &'static str {
+        "async reclaim"
+    }
+
+    fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
+        if ctx.dry_run {
+            return Ok(None);
+        }
+        // Before the first pod pass (every feature starts before the watch), whatever the
+        // reclaim settings now: a BE throttle an earlier applier died holding goes back.
+        release_left_throttles(&ctx.layout);
+        let Self { settings, pod_pass } = *self;
+        let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
+        let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
+        let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);
+        let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
+            return Ok(None);
+        };
+        reclaim.start().map_err(|source| FeatureError::Thread {
+            what: "async reclaim worker",
+            source,
+        })?;
+        tracing::info!(
+            interval_ms = interval.as_millis(),
+            cpu_percent,
+            async_reclaim = wmark,
+            be_first,
+            be_first_throttle = throttle,
+            "memory.reclaim emulates what this kernel lacks: memory.wmark_ratio (containers kept below their wmark_high) and memory.wmark_min_adj (BE containers reclaimed first, and their growth held with memory.high, when the node's free memory nears the watermarks)"
+        );
+        pod_pass.give(reclaim.clone());
+        // A BE throttle in force is released before the process goes.
+        Ok(Some(
+            Running::passive().at_exit(move || reclaim.release_all()),
+        ))
+    }
+}
