@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -184,10 +185,13 @@ def publish(off: dict, on: dict, offs: list[dict], ons: list[dict]) -> None:
     `published.wanted`)."""
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
-    rows = [f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
-            f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; 6.12 kernel, "
-            f"`KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run`, "
-            f"{ROUNDS} rounds interleaved, each cell the median):",
+    head = textwrap.fill(
+        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
+        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; 6.12 kernel, "
+        f"`KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run`, "
+        f"{ROUNDS} rounds interleaved, each cell the median):", 100, break_on_hyphens=False,
+        break_long_words=False)
+    rows = [head,
             "", "| `wmarkRatio` | `memory.events` `max` (allocations that met the limit) | "
             "1 MiB reads p50 / p99 / p99.9 | p99 over the rounds (min-max) | reclaimed by the applier |",
             "|---|---|---|---|---|"]
