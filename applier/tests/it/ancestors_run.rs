@@ -12,9 +12,8 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::fake_api::{FakeApi, Serves};
 use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
 
 /// ls-redis.json: pod-level memory.min = memory.low = 70 MiB.
 const REDIS_POD: &str = "73400320";
@@ -39,59 +38,26 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
     // Resync far away: what happens below is the list and the deletion, not a resync.
     let mut run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
     run.ancestors_check = Some(Duration::from_millis(200));
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, "default");
-    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
-        config, run, client,
-    ));
-
     // The fake API server: the list holds the pod; the first watch answers DELETED when the
-    // test says so; every posted Event goes to `events_rx`.
-    let (delete_tx, mut delete_rx) = tokio::sync::oneshot::channel::<()>();
-    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
-    let pod_json = serde_json::to_value(&pod).expect("pod json");
-    let server = tokio::spawn(async move {
-        let mut deleted = false;
-        let mut first_watch = None;
-        let mut held = Vec::new();
-        loop {
-            tokio::select! {
-                req = handle.next_request() => {
-                    let Some((req, send)) = req else { break };
-                    let uri = req.uri().to_string();
-                    if req.method() == http::Method::POST && uri.contains("/events") {
-                        let body = req.into_body().collect_bytes().await.expect("body");
-                        let _ = events_tx.send(serde_json::from_slice(&body).expect("event json"));
-                        send.send_response(Response::builder().status(StatusCode::CREATED).body(Body::from(body.to_vec())).expect("resp"));
-                    } else if uri.contains("watch=true") {
-                        if first_watch.is_none() && !deleted { first_watch = Some(send); } else { held.push(send); }
-                    } else if uri.starts_with("/api/v1/pods") {
-                        let items = if deleted { vec![] } else { vec![pod_json.clone()] };
-                        let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList",
-                            "metadata": {"resourceVersion": if deleted {"102"} else {"100"}}, "items": items});
-                        send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&list).expect("list"))).expect("resp"));
-                    } else {
-                        send.send_response(Response::builder().status(404).body(Body::empty()).expect("resp"));
-                    }
-                }
-                _ = &mut delete_rx, if !deleted => {
-                    deleted = true;
-                    let mut gone = pod_json.clone();
-                    gone["metadata"]["resourceVersion"] = "101".into();
-                    let line = serde_json::json!({"type": "DELETED", "object": gone}).to_string() + "\n";
-                    if let Some(send) = first_watch.take() {
-                        send.send_response(Response::builder().body(Body::from(line.into_bytes())).expect("resp"));
-                    }
-                }
-            }
-        }
+    // test says so; every posted Event is reported.
+    let mut api = FakeApi::start(Serves {
+        pods: vec![serde_json::to_value(&pod).expect("pod json")],
+        ..Serves::default()
     });
+    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
+        config,
+        run,
+        api.client.clone(),
+    ));
 
     // Two Events for the pod: its own pass, then what its ancestors now hold.
     let mut notes = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), async {
         while notes.len() < 2 {
-            let ev = events_rx.recv().await.expect("server alive");
+            let ev = api
+                .next_event(Duration::from_secs(10))
+                .await
+                .expect("an Event");
             assert_eq!(ev["reason"], "MemoryQOSApplied", "{ev}");
             assert_eq!(ev["regarding"]["name"], "redis-0");
             notes.push(ev["note"].as_str().unwrap_or_default().to_owned());
@@ -153,7 +119,7 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
     // The kubelet removes the pod's cgroup, the API server says DELETED: the sums go to 0
     // within the coalescing delay (2 s), long before the hour-long resync.
     std::fs::remove_dir_all(&pod_dir).expect("rm pod");
-    delete_tx.send(()).expect("server alive");
+    api.delete_pods();
     let shrunk = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if [&burstable, &kubepods]
@@ -169,7 +135,11 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
     assert!(shrunk.is_ok(), "the sums did not shrink after the deletion");
     // The deleted pod gets no Event about it, and nobody else was told.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(events_rx.try_recv().is_err(), "no Event after the deletion");
+    let late: Vec<_> = api
+        .drain()
+        .into_iter()
+        .filter(|r| r.uri.contains("/events"))
+        .collect();
+    assert!(late.is_empty(), "no Event after the deletion: {late:?}");
     applier.abort();
-    server.abort();
 }

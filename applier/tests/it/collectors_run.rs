@@ -6,11 +6,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::collectors::{cid, pod, series};
-use http::{Request, Response};
+use common::fake_api::{FakeApi, Serves};
 use koord_applier::cli::Config;
 use koord_applier::node::collectors::CollectorArgs;
 use koord_translator::cgroup::CgroupDriver;
-use kube::client::Body;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
@@ -69,48 +68,17 @@ async fn psi_run(prefix: &str, kubelet_root: &str) {
         ..common::run_config(tmp.path(), CgroupDriver::Cgroupfs)
     };
     let run = common::watch_settings("node-a", addr);
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, "default");
-    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
-        config, run, client,
-    ));
-
     // The fake API server: lists return the pod until it is deleted, then nothing; the first
     // watch is answered with DELETED when the test says so, later watches stay open.
-    let (delete_tx, mut delete_rx) = tokio::sync::oneshot::channel::<()>();
-    let pod_json = serde_json::to_value(&p).expect("pod json");
-    let server = tokio::spawn(async move {
-        let mut deleted = false;
-        let mut first_watch = None;
-        let mut held = Vec::new();
-        loop {
-            tokio::select! {
-                req = handle.next_request() => {
-                    let Some((req, send)) = req else { break };
-                    let uri = req.uri().to_string();
-                    if uri.contains("watch=true") {
-                        if first_watch.is_none() && !deleted { first_watch = Some(send); } else { held.push(send); }
-                    } else if uri.starts_with("/api/v1/pods") {
-                        let items = if deleted { vec![] } else { vec![pod_json.clone()] };
-                        let list = serde_json::json!({"apiVersion": "v1", "kind": "PodList",
-                            "metadata": {"resourceVersion": if deleted {"102"} else {"100"}}, "items": items});
-                        send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&list).expect("list"))).expect("resp"));
-                    } else {
-                        send.send_response(Response::builder().status(404).body(Body::empty()).expect("resp"));
-                    }
-                }
-                _ = &mut delete_rx, if !deleted => {
-                    deleted = true;
-                    let mut gone = pod_json.clone();
-                    gone["metadata"]["resourceVersion"] = "101".into();
-                    let line = serde_json::json!({"type": "DELETED", "object": gone}).to_string() + "\n";
-                    if let Some(send) = first_watch.take() {
-                        send.send_response(Response::builder().body(Body::from(line.into_bytes())).expect("resp"));
-                    }
-                }
-            }
-        }
+    let mut api = FakeApi::start(Serves {
+        pods: vec![serde_json::to_value(&p).expect("pod json")],
+        ..Serves::default()
     });
+    let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
+        config,
+        run,
+        api.client.clone(),
+    ));
 
     let wait_for = |want: bool| async move {
         for _ in 0..100 {
@@ -135,8 +103,7 @@ async fn psi_run(prefix: &str, kubelet_root: &str) {
     );
     assert!(text.contains(&info), "{info}\n{text}");
 
-    delete_tx.send(()).expect("server alive");
+    api.delete_pods();
     wait_for(false).await;
     applier.abort();
-    server.abort();
 }

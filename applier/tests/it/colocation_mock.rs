@@ -7,12 +7,11 @@ use crate::common;
 
 use std::time::Duration;
 
-use http::{Request, Response};
+use common::fake_api::{FakeApi, Serves};
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::node::colocation::{Colocation, ColocationMetrics, Settings};
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
-use kube::client::Body;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 
@@ -56,8 +55,21 @@ async fn patches_node_status_with_batch_resources() {
     writer.apply_watcher_event(&watcher::Event::InitApply(pod));
     writer.apply_watcher_event(&watcher::Event::InitDone);
 
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, "default");
+    let cm_list = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "7"},
+        "items": [{"metadata": {"name": "ack-slo-config", "namespace": "kube-system", "resourceVersion": "7"},
+                   "data": {"colocation-config": "{\"enable\": true}"}}]
+    });
+    let node = serde_json::json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+        "status": {"capacity": {"cpu": "8", "memory": "16Gi"}, "allocatable": {"cpu": "8", "memory": "16Gi"}}
+    });
+    let mut api = FakeApi::start(Serves {
+        configmaps: Some(cm_list),
+        node: Some(node),
+        ..Serves::default()
+    });
+    let client = api.client.clone();
     let metrics = ColocationMetrics::register(&prometheus::Registry::new()).expect("metrics");
     let c = Colocation {
         client,
@@ -76,56 +88,22 @@ async fn patches_node_status_with_batch_resources() {
     };
     let task = tokio::spawn(c.run());
 
-    let cm_list = serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "7"},
-        "items": [{"metadata": {"name": "ack-slo-config", "namespace": "kube-system", "resourceVersion": "7"},
-                   "data": {"colocation-config": "{\"enable\": true}"}}]
-    });
-    let node = serde_json::json!({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
-        "status": {"capacity": {"cpu": "8", "memory": "16Gi"}, "allocatable": {"cpu": "8", "memory": "16Gi"}}
-    });
     let mut uris = Vec::new();
-    let mut held = Vec::new();
-    let patch = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (req, send) = handle.next_request().await.expect("a request");
-            let uri = req.uri().to_string();
-            uris.push(format!("{} {uri}", req.method()));
-            let respond = |v: &serde_json::Value| {
-                Response::builder()
-                    .body(Body::from(serde_json::to_vec(v).expect("json")))
-                    .expect("resp")
-            };
-            if uri.contains("watch=true") {
-                held.push(send);
-            } else if uri.starts_with("/api/v1/namespaces/kube-system/configmaps?") {
-                send.send_response(respond(&cm_list));
-            } else if req.method() == http::Method::GET && uri == "/api/v1/nodes/node-1" {
-                send.send_response(respond(&node));
-            } else if req.method() == http::Method::PATCH
-                && uri.starts_with("/api/v1/nodes/node-1/status")
-            {
-                let ctype = req
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                let body = req.into_body().collect_bytes().await.expect("body");
-                send.send_response(respond(&node));
-                break (
-                    uri,
-                    ctype,
-                    serde_json::from_slice::<serde_json::Value>(&body).expect("patch json"),
-                );
-            } else {
-                panic!("unexpected request {uri}");
-            }
-        }
-    })
-    .await
-    .expect("a node status patch within 10 s");
+    let patch = api
+        .wait_for(Duration::from_secs(10), |r| {
+            assert!(!r.unknown, "unexpected request {} {}", r.method, r.uri);
+            uris.push(format!("{} {}", r.method, r.uri));
+            (r.method == http::Method::PATCH && r.uri.starts_with("/api/v1/nodes/node-1/status"))
+                .then(|| {
+                    (
+                        r.uri.clone(),
+                        r.content_type.clone(),
+                        r.body.clone().expect("patch json"),
+                    )
+                })
+        })
+        .await
+        .expect("a node status patch within 10 s");
     // The counter moves once the patch's answer is back.
     let counted = "koord_applier_node_status_patches_total{reason=\"missing\",result=\"ok\"} 1";
     for _ in 0..100 {

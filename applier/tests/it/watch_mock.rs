@@ -8,9 +8,8 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::fake_api::{FakeApi, Serves};
 use common::{Kernel, fixture, layout, make_pod_tree, read};
-use http::{Request, Response, StatusCode};
-use kube::client::Body;
 
 #[tokio::test]
 async fn watches_node_pods_applies_and_posts_event() {
@@ -24,50 +23,30 @@ async fn watches_node_pods_applies_and_posts_event() {
         &PodSpecView::from_pod(&pod).expect("view"),
     );
 
-    let (svc, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(svc, "default");
+    let mut api = FakeApi::start(Serves {
+        pods: vec![serde_json::to_value(&pod).expect("pod json")],
+        ..Serves::default()
+    });
     let config = common::run_config(tmp.path(), CgroupDriver::Systemd);
     let run = common::watch_settings("node-1", "127.0.0.1:0".parse().expect("addr"));
     let applier = tokio::spawn(koord_applier::cmd::run::run_with_client(
-        config, run, client,
+        config,
+        run,
+        api.client.clone(),
     ));
 
-    let list = serde_json::json!({
-        "apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "100"},
-        "items": [serde_json::to_value(&pod).expect("pod json")]
-    });
     let mut uris = Vec::new();
-    let mut held_watches = Vec::new();
-    let event = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (req, send) = handle.next_request().await.expect("a request");
-            let uri = req.uri().to_string();
-            uris.push(uri.clone());
-            if req.method() == http::Method::POST
-                && uri.contains("/apis/events.k8s.io/v1/namespaces/shop/events")
-            {
-                let body = req.into_body().collect_bytes().await.expect("body");
-                send.send_response(
-                    Response::builder()
-                        .status(StatusCode::CREATED)
-                        .body(Body::from(body.to_vec()))
-                        .expect("resp"),
-                );
-                break serde_json::from_slice::<serde_json::Value>(&body).expect("event json");
-            } else if uri.contains("watch=true") {
-                // Keep the watch open and silent.
-                held_watches.push(send);
-            } else {
-                send.send_response(
-                    Response::builder()
-                        .body(Body::from(serde_json::to_vec(&list).expect("list")))
-                        .expect("resp"),
-                );
-            }
-        }
-    })
-    .await
-    .expect("an event within 10 s");
+    let event = api
+        .wait_for(Duration::from_secs(10), |r| {
+            uris.push(r.uri.clone());
+            (r.method == http::Method::POST
+                && r.uri
+                    .contains("/apis/events.k8s.io/v1/namespaces/shop/events"))
+            .then(|| r.body.clone())
+            .flatten()
+        })
+        .await
+        .expect("an event within 10 s");
     applier.abort();
 
     let list_uri = uris

@@ -179,6 +179,7 @@ pub fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
     out
 }
 pub mod collectors;
+pub mod fake_api;
 pub mod real_v1;
 
 /// Held by the machine tests that run busy loops on the real hierarchy and measure CPU time.
