@@ -202,6 +202,13 @@ impl<'a> Worker<'a> {
             .collect();
         let usage: Vec<u64> = be.iter().map(|t| t.last_usage.unwrap_or(0)).collect();
         let asks = share(pages * PAGE, &usage, self.bounds.max_chunk);
+        // Under the node's floor each ask is written at once: the node's free memory is what
+        // is short, and slices with sleeps between them would give it back later. (The slices
+        // spare a container's own tasks the wait; a BE container's reads are not protected.)
+        let at_once = Bounds {
+            write_slice: u64::MAX,
+            ..self.bounds
+        };
         let mut freed = 0;
         for (t, ask) in be.into_iter().zip(asks) {
             if ask == 0 {
@@ -213,8 +220,7 @@ impl<'a> Worker<'a> {
                 }
                 break;
             }
-            let (outcome, got) =
-                t.reclaim(ask, &self.bounds, &mut self.budget, metrics, "be-first");
+            let (outcome, got) = t.reclaim(ask, &at_once, &mut self.budget, metrics, "be-first");
             t.be_backoff.record(now, outcome, &self.bounds);
             freed += got;
         }
