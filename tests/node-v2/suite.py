@@ -888,14 +888,23 @@ SUPPRESS_FLOOR_CPUS = 0.05
 
 def be_cores(h: Harness, cg: str, seconds: int) -> tuple[float, str]:
     """The cores a cgroup used over `seconds` (cpu.stat usage_usec, timed in the guest) and the
-    BE parent's cpu.max in the middle of the window."""
+    BE parent's cpu.max over the window: read every second, the median. (One read in the
+    middle once caught the budget at its floor for a moment of the guest's own work, in a
+    window whose BE pod ran at 0.28 cores.)"""
     out = h.guest(
         f"a=$(awk '/^usage_usec/ {{print $2}}' {cg}/cpu.stat); t0=$(date +%s%N); "
-        f"sleep {seconds // 2}; m=$(cat {CGROUP}/kubepods/besteffort/cpu.max); "
-        f"sleep {seconds - seconds // 2}; b=$(awk '/^usage_usec/ {{print $2}}' {cg}/cpu.stat); "
-        f"t1=$(date +%s%N); echo \"$a $b $t0 $t1 $m\"", timeout=seconds + 60).split()
-    a, b, t0, t1 = (int(x) for x in out[:4])
-    return (b - a) * 1000 / (t1 - t0), " ".join(out[4:])
+        f"for i in $(seq {seconds}); do sleep 1; cat {CGROUP}/kubepods/besteffort/cpu.max; done; "
+        f"b=$(awk '/^usage_usec/ {{print $2}}' {cg}/cpu.stat); "
+        f"t1=$(date +%s%N); echo \"$a $b $t0 $t1\"", timeout=seconds * 2 + 60).splitlines()
+    a, b, t0, t1 = (int(x) for x in out[-1].split())
+    return (b - a) * 1000 / (t1 - t0), median_quota([line.split() for line in out[:-1] if line.strip()])
+
+
+def median_quota(reads: list[list[str]]) -> str:
+    """The median of cpu.max reads (`QUOTA PERIOD`, `max` the largest), as cpu.max writes it."""
+    check(reads, "no cpu.max read in the window")
+    ordered = sorted(reads, key=lambda r: 10**18 if r[0] == "max" else int(r[0]))
+    return " ".join(ordered[len(ordered) // 2])
 
 
 @scenario("BE suppression on cgroup v2 (cfsQuota, threshold 65%): a BE pod burning CPU is held "
