@@ -13,6 +13,7 @@ use crate::common;
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
 use koord_applier::node::reclaim::{AsyncReclaim, Settings, held};
 use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::events::applied_message;
@@ -54,10 +55,9 @@ fn wait_for_request(path: &Path, within: Duration) -> Option<u64> {
     None
 }
 
-/// Slices (1 MiB here): the worker asks for 3 MiB in three writes. The fake file keeps only the
-/// last write (1 MiB), the metric counts whole reclaims (3 MiB each).
-#[test]
-fn a_reclaim_is_written_in_slices() {
+/// The LS Redis pod's tree on mainline cgroup v2 (cgroupfs), `memory.reclaim` at the root:
+/// (the tree's directory, its layout, the pod, the redis container's directory).
+fn redis_tree() -> (tempfile::TempDir, Layout, PodSpecView, PathBuf) {
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     let v =
@@ -68,6 +68,14 @@ fn a_reclaim_is_written_in_slices() {
         .path()
         .join("kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab")
         .join(REDIS);
+    (tmp, l, v, redis)
+}
+
+/// Slices (1 MiB here): the worker asks for 3 MiB in three writes. The fake file keeps only the
+/// last write (1 MiB), the metric counts whole reclaims (3 MiB each).
+#[test]
+fn a_reclaim_is_written_in_slices() {
+    let (_tmp, l, v, redis) = redis_tree();
     // wmark_low 19416 pages (see the test below) + 3 MiB: above wmark_high (19456 pages).
     std::fs::write(
         redis.join("memory.current"),
@@ -108,16 +116,7 @@ fn a_reclaim_is_written_in_slices() {
 
 #[test]
 fn a_container_above_wmark_high_is_reclaimed_to_wmark_low_until_its_pod_goes() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
-    let v =
-        PodSpecView::from_pod(&with_runtime(fixture("ls-redis.json"), "containerd")).expect("view");
-    make_pod_tree(&l, Kernel::MainlineV2, &v);
-    std::fs::write(tmp.path().join("kubepods/memory.reclaim"), "").expect("seed");
-    let redis = tmp
-        .path()
-        .join("kubepods/burstable/pod5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab")
-        .join(REDIS);
+    let (_tmp, l, v, redis) = redis_tree();
     assert!(redis.is_dir(), "{}", redis.display());
     // 81 MiB used, above wmark_high of the 80 MiB memory.high the pass writes.
     std::fs::write(redis.join("memory.current"), format!("{}\n", 81 * MIB)).expect("seed");
