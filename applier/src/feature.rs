@@ -78,6 +78,12 @@ pub trait NodeFeature: Send {
 
     /// Starts it: `Ok(None)` when it is off, else what it runs.
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError>;
+
+    /// Whether the feature changes the node beyond the pods' own files (moves memory, reclaims,
+    /// writes the BE parent or the Node): [`start_all`] leaves it off in a dry run.
+    fn changes_the_node(&self) -> bool {
+        false
+    }
 }
 
 /// A started feature: its task (if it runs one on the runtime) and what must happen before the
@@ -158,6 +164,10 @@ pub fn start_all(
     let mut running = Vec::new();
     for f in features {
         let name = f.name();
+        if ctx.dry_run && f.changes_the_node() {
+            tracing::info!(feature = name, "dry run: off (it would change the node)");
+            continue;
+        }
         if let Some(r) = f.start(ctx)? {
             tracing::debug!(feature = name, "started");
             running.push(r);

@@ -49,11 +49,11 @@ impl NodeFeature for ColocationFeature {
         "colocation"
     }
 
+    fn changes_the_node(&self) -> bool {
+        true
+    }
+
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
-        if ctx.dry_run {
-            tracing::info!("dry run: colocation is off");
-            return Ok(None);
-        }
         if !self.settings.enabled {
             tracing::info!("colocation off (--colocation=false)");
             return Ok(None);

@@ -82,11 +82,11 @@ impl NodeFeature for MemoryLocality {
         "memory locality"
     }
 
+    fn changes_the_node(&self) -> bool {
+        true
+    }
+
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
-        if ctx.dry_run {
-            tracing::info!("dry run: memory locality passes are off");
-            return Ok(None);
-        }
         let metrics = metrics::LocalityMetrics::register(ctx.metrics.registry())?;
         let migrator = locality::Migrator::new(
             ctx.layout.clone(),

@@ -21,10 +21,11 @@ impl NodeFeature for AsyncReclaimFeature {
         "async reclaim"
     }
 
+    fn changes_the_node(&self) -> bool {
+        true
+    }
+
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
-        if ctx.dry_run {
-            return Ok(None);
-        }
         // Before the first pod pass (every feature starts before the watch), whatever the
         // reclaim settings now: a BE throttle an earlier applier died holding goes back.
         release_left_throttles(&ctx.layout);
