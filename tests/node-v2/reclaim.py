@@ -1,6 +1,7 @@
-"""Async reclaim on a mainline kernel: the same stream twice on the cgroup v2 node, once with
-`wmarkRatio: 0` (what every mainline node does today: nothing) and once with `wmarkRatio: 95`
-(the reference's default, emulated by the applier with `memory.reclaim`).
+"""Async reclaim on a mainline kernel: the same stream in ROUNDS interleaved rounds on the cgroup
+v2 node, each once with `wmarkRatio: 0` (what every mainline node does today: nothing) and once
+with `wmarkRatio: 95` (the reference's default, emulated by the applier with `memory.reclaim`);
+the medians are compared, the reads' p99 included.
 
 The container (memory limit LIMIT_MIB) reads a FILE_MIB file of its emptyDir PASSES times in
 1 MiB reads at RATE MiB/s (`koord-stream`, timing each read). The file is written by the guest and dropped
