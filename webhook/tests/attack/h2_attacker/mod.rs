@@ -97,7 +97,10 @@ pub struct Tally {
     /// Streams the server finished: answered (END_STREAM) or reset.
     pub streams_closed: AtomicU64,
     pub resets_received: AtomicU64,
-    /// Connections the server ended with GOAWAY or by closing them.
+    /// Connections made after the stop (the stopping attackers gave their slots back).
+    pub connections_late: AtomicU64,
+    /// Connections the server ended (GOAWAY, or closed: a read or a write failed) before
+    /// the stop: each gave its HTTP/2 slot back for another connection to take.
     pub connections_ended: AtomicU64,
     pub bytes_sent: AtomicU64,
 }
@@ -106,10 +109,11 @@ impl Tally {
     pub fn summary(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "connections={} connect_failures={} streams_opened={} streams_closed={} \
-             resets_received={} connections_ended={} sent_mib={:.1}",
+            "connections={} connect_failures={} connections_late={} streams_opened={} \
+             streams_closed={} resets_received={} connections_ended={} sent_mib={:.1}",
             g(&self.connections),
             g(&self.connect_failures),
+            g(&self.connections_late),
             g(&self.streams_opened),
             g(&self.streams_closed),
             g(&self.resets_received),
@@ -221,6 +225,10 @@ pub async fn run(
         }
     };
     tally.connections.fetch_add(1, Ordering::Relaxed);
+    if stop.load(Ordering::Relaxed) {
+        tally.connections_late.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     let (rd, mut wr) = tokio::io::split(tls);
     let mut hello = PREFACE.to_vec();
     let mut settings = Vec::new();
@@ -233,6 +241,11 @@ pub async fn run(
         tally.connections_ended.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    // Sent: a connection the server evicts right after its preface (one that is silent at
+    // the address's share) attacked no further, but it did reach the server.
+    tally
+        .bytes_sent
+        .fetch_add(hello.len() as u64, Ordering::Relaxed);
     let writer: Writer = Arc::new(Mutex::new(wr));
     let windows = Arc::new(std::sync::Mutex::new(Windows {
         connection: 65_535,
@@ -261,7 +274,11 @@ pub async fn run(
         stop,
         next_stream: 1,
     };
+    let windows = conn.windows.clone();
     conn.attack(attack, &body).await;
+    if windows.lock().unwrap_or_else(|e| e.into_inner()).ended {
+        tally.connections_ended.fetch_add(1, Ordering::Relaxed);
+    }
     if let Some(r) = reader {
         r.abort();
     }
@@ -591,6 +608,5 @@ async fn read_frames(
         changed.notify_waiters();
     }
     windows.lock().unwrap_or_else(|e| e.into_inner()).ended = true;
-    tally.connections_ended.fetch_add(1, Ordering::Relaxed);
     changed.notify_waiters();
 }
