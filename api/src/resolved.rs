@@ -462,6 +462,132 @@ pub struct ResolvedQos {
         default
     )]
     pub resctrl_qos: Option<ResolvedResctrlQos>,
+    /// Proactive reclaim of cold memory; an optional section added within version 1.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub proactive_reclaim: Option<ResolvedProactiveReclaim>,
+}
+
+/// Proactive reclaim of cold memory (docs/contract.md §1, `proactiveReclaim`): while a
+/// container's memory stall (`memory.pressure` `some`) stays under the target over an interval,
+/// the node asks its cgroup's `memory.reclaim` for a step of its `memory.current`; never below
+/// the container's floor. An optional section within version 1, present only when a source
+/// states it, so every other pod's annotation keeps its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResolvedProactiveReclaim {
+    pub enabled: bool,
+    pub params: ProactiveReclaimParams,
+    pub source: DecisionSource,
+    /// Per container: the bytes the loop never reclaims below, `max(memory.min, floorPercent
+    /// of the container's memory request)`; every container of the memory QoS section.
+    pub containers: BTreeMap<String, ProactiveReclaimFloor>,
+}
+
+/// The four parameters of proactive reclaim, resolved (never absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProactiveReclaimParams {
+    /// How often the stall is read and a step asked, in seconds.
+    pub interval_seconds: i64,
+    /// The stall (microseconds of `some` in `memory.pressure`) one interval may hold before the
+    /// loop backs off.
+    pub stall_target_micros: i64,
+    /// The most one step asks, in thousandths of the container's `memory.current`.
+    pub step_permill: i64,
+    /// The floor's share of the container's memory request, in percent (below `memory.min`
+    /// counts as `memory.min`).
+    pub floor_percent: i64,
+}
+
+impl ProactiveReclaimParams {
+    pub const INTERVAL_SECONDS: ParamSpec = ParamSpec {
+        name: "intervalSeconds",
+        min: 1,
+        max: 600,
+    };
+    pub const STALL_TARGET_MICROS: ParamSpec = ParamSpec {
+        name: "stallTargetMicros",
+        min: 100,
+        max: 1_000_000,
+    };
+    pub const STEP_PERMILL: ParamSpec = ParamSpec {
+        name: "stepPermill",
+        min: 1,
+        max: 100,
+    };
+    pub const FLOOR_PERCENT: ParamSpec = ParamSpec {
+        name: "floorPercent",
+        min: 0,
+        max: 100,
+    };
+
+    /// Names and hard ranges, in serialized order (webhook input and applier reading alike).
+    pub const SPECS: [ParamSpec; 4] = [
+        Self::INTERVAL_SECONDS,
+        Self::STALL_TARGET_MICROS,
+        Self::STEP_PERMILL,
+        Self::FLOOR_PERCENT,
+    ];
+
+    /// TMO's open-source loop (senpai) by default: 10 ms of stall per 6 s, at most 1% of the
+    /// cgroup a step; the floor is `memory.min` alone.
+    pub const DEFAULT: ProactiveReclaimParams = ProactiveReclaimParams {
+        interval_seconds: 6,
+        stall_target_micros: 10_000,
+        step_permill: 10,
+        floor_percent: 0,
+    };
+
+    /// Values in [`Self::SPECS`] order.
+    pub fn values(&self) -> [i64; 4] {
+        [
+            self.interval_seconds,
+            self.stall_target_micros,
+            self.step_permill,
+            self.floor_percent,
+        ]
+    }
+
+    /// Mutable slot of the parameter at `index` of [`Self::SPECS`].
+    pub fn slot_mut(&mut self, index: usize) -> Option<&mut i64> {
+        Some(match index {
+            0 => &mut self.interval_seconds,
+            1 => &mut self.stall_target_micros,
+            2 => &mut self.step_permill,
+            3 => &mut self.floor_percent,
+            _ => return None,
+        })
+    }
+
+    /// The first parameter outside its range, if any.
+    pub fn out_of_range(&self) -> Option<(ParamSpec, i64)> {
+        Self::SPECS
+            .iter()
+            .zip(self.values())
+            .find(|(spec, v)| !spec.contains(*v))
+            .map(|(spec, v)| (*spec, v))
+    }
+}
+
+/// One container's floor for proactive reclaim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProactiveReclaimFloor {
+    pub floor_bytes: i64,
+}
+
+/// The floor of a container: its `memory.min`, or `floor_percent` of its memory request if
+/// that is more (no request: `memory.min`). The webhook writes it; the applier recomputes it
+/// from the pod spec and the annotation's `memory.min` before it trusts the annotation's.
+pub fn proactive_reclaim_floor(
+    memory_min: i64,
+    request_bytes: Option<i64>,
+    floor_percent: i64,
+) -> i64 {
+    let share = request_bytes
+        .map(|r| i64::try_from(i128::from(r) * i128::from(floor_percent) / 100).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    memory_min.max(share)
 }
 
 /// CPU QoS: Alibaba group identity, `cpu.bvt_warp_ns` in -1..2 (LS 2 preempts BE -1).
@@ -553,6 +679,27 @@ mod tests {
         let bad_max =
             CONTRACT_EXAMPLE.replacen("\"memory.high\":\"max\"", "\"memory.high\":\"../x\"", 1);
         assert!(ResolvedQos::from_annotation(&bad_max).is_err());
+    }
+
+    #[test]
+    fn proactive_reclaim_defaults_and_floor() {
+        assert_eq!(ProactiveReclaimParams::DEFAULT.out_of_range(), None);
+        let mut p = ProactiveReclaimParams::DEFAULT;
+        p.step_permill = 101;
+        assert_eq!(
+            p.out_of_range().map(|(s, v)| (s.name, v)),
+            Some(("stepPermill", 101))
+        );
+        // (memory.min, request, floorPercent) -> floor
+        for (min, request, percent, floor) in [
+            (0, None, 50, 0),
+            (0, Some(1000), 50, 500),
+            (700, Some(1000), 50, 700),
+            (0, Some(1000), 0, 0),
+            (0, Some(i64::MAX), 100, i64::MAX),
+        ] {
+            assert_eq!(proactive_reclaim_floor(min, request, percent), floor);
+        }
     }
 
     #[test]

@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use crate::json_write::{escaped, integer, string};
 use crate::resolved::{
     BatchKnobs, ContainerMemoryKnobs, DecisionSource, LocalityPolicy, MaxOr, MemoryQosParams,
-    MemoryQosPolicy, PodMemoryKnobs, QosClassSource, ResolvedBatch, ResolvedCpuQos,
-    ResolvedMemoryLocality, ResolvedMemoryQos, ResolvedQos, ResolvedResctrlQos,
+    MemoryQosPolicy, PodMemoryKnobs, ProactiveReclaimFloor, ProactiveReclaimParams, QosClassSource,
+    ResolvedBatch, ResolvedCpuQos, ResolvedMemoryLocality, ResolvedMemoryQos,
+    ResolvedProactiveReclaim, ResolvedQos, ResolvedResctrlQos,
 };
 
 /// A member's key with the separator before it, spelled both ways: `,"key":` and, inside a
@@ -181,6 +182,7 @@ impl ResolvedQos {
             batch,
             cpu_qos,
             resctrl_qos,
+            proactive_reclaim,
         } = self;
         o.int(first!("version"), i64::from(*version));
         o.text(next!("qosClass"), qos_class.as_str());
@@ -197,6 +199,9 @@ impl ResolvedQos {
         }
         if let Some(r) = resctrl_qos {
             write_resctrl_qos(o.object(next!("resctrlQOS")), r);
+        }
+        if let Some(p) = proactive_reclaim {
+            write_proactive_reclaim(o.object(next!("proactiveReclaim")), p);
         }
         o.close();
     }
@@ -357,6 +362,37 @@ fn write_resctrl_qos<const S: bool>(mut o: Object<'_, S>, r: &ResolvedResctrlQos
     o.close();
 }
 
+fn write_proactive_reclaim<const S: bool>(mut o: Object<'_, S>, p: &ResolvedProactiveReclaim) {
+    let ResolvedProactiveReclaim {
+        enabled,
+        params,
+        source: s,
+        containers,
+    } = p;
+    o.boolean(first!("enabled"), *enabled);
+    let ProactiveReclaimParams {
+        interval_seconds,
+        stall_target_micros,
+        step_permill,
+        floor_percent,
+    } = params;
+    let mut q = o.object(next!("params"));
+    q.int(first!("intervalSeconds"), *interval_seconds);
+    q.int(next!("stallTargetMicros"), *stall_target_micros);
+    q.int(next!("stepPermill"), *step_permill);
+    q.int(next!("floorPercent"), *floor_percent);
+    q.close();
+    o.text(next!("source"), source(*s));
+    write_map(o.object(next!("containers")), containers, write_floor);
+    o.close();
+}
+
+fn write_floor<const S: bool>(mut o: Object<'_, S>, f: &ProactiveReclaimFloor) {
+    let ProactiveReclaimFloor { floor_bytes } = f;
+    o.int(first!("floorBytes"), *floor_bytes);
+    o.close();
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -493,6 +529,28 @@ mod tests {
                     source,
                 }),
         );
+        let proactive = prop::option::of(
+            (
+                any::<bool>(),
+                any::<[i64; 4]>(),
+                source(),
+                prop::collection::btree_map("[a-z\"\\\\-]{1,6}", any::<i64>(), 0..3),
+            )
+                .prop_map(|(enabled, v, source, floors)| ResolvedProactiveReclaim {
+                    enabled,
+                    params: ProactiveReclaimParams {
+                        interval_seconds: v[0],
+                        stall_target_micros: v[1],
+                        step_permill: v[2],
+                        floor_percent: v[3],
+                    },
+                    source,
+                    containers: floors
+                        .into_iter()
+                        .map(|(k, floor_bytes)| (k, ProactiveReclaimFloor { floor_bytes }))
+                        .collect(),
+                }),
+        );
         let class = (
             prop::sample::select(QosClass::ALL.to_vec()),
             prop_oneof![
@@ -502,7 +560,7 @@ mod tests {
             ],
             any::<u32>(),
         );
-        (class, memory, locality, batch, cpu, resctrl).prop_map(
+        (class, memory, locality, batch, cpu, resctrl, proactive).prop_map(
             |(
                 (qos_class, qos_class_source, version),
                 memory_qos,
@@ -510,6 +568,7 @@ mod tests {
                 batch,
                 cpu_qos,
                 resctrl_qos,
+                proactive_reclaim,
             )| {
                 ResolvedQos {
                     version,
@@ -520,6 +579,7 @@ mod tests {
                     batch,
                     cpu_qos,
                     resctrl_qos,
+                    proactive_reclaim,
                 }
             },
         )

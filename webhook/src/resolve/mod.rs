@@ -199,6 +199,7 @@ pub fn resolve_pod_with_previous(
         batch,
         cpu_qos,
         resctrl_qos,
+        proactive_reclaim: None,
     };
     let (changes, batch_containers) = pod_changes(pod, &class, resources, extended_spec, &resolved);
     Ok(Resolution {
