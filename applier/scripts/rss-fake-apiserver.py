@@ -8,7 +8,12 @@ Also creates the matching cgroup v2 tree under ROOT so every pod is really appli
 directory: the fixture asks for async reclaim (`memory.wmark_ratio` 95) and the tree has no
 `memory.wmark_*`, so `run` emulates it for every container (`--async-reclaim=false` does not).
 
-usage: rss-fake-apiserver.py PORT ROOT N
+With PROACTIVE=1 every pod's annotation also enables proactive reclaim (the defaults: 6 s,
+10 ms, 1%; each container's floor its memory.min) and every directory has `memory.pressure`
+and `memory.stat`: `run` reads both for each container every interval (memory.current stays
+below each floor, so the loop reads and decides but has nothing to ask).
+
+usage: [PROACTIVE=1] rss-fake-apiserver.py PORT ROOT N
 """
 import http.server, json, os, sys, time, copy
 
@@ -16,9 +21,26 @@ port, root, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 here = os.path.dirname(os.path.abspath(__file__))
 base = json.load(open(os.path.join(here, "../tests/fixtures/ls-redis.json")))
 pods = []
+proactive = os.environ.get("PROACTIVE") == "1"
+if proactive:
+    resolved = json.loads(base["metadata"]["annotations"]["koordinator.sh/resolved-qos"])
+    resolved["proactiveReclaim"] = {
+        "enabled": True,
+        "params": {"intervalSeconds": 6, "stallTargetMicros": 10000, "stepPermill": 10,
+                   "floorPercent": 0},
+        "source": "pod-annotation",
+        "containers": {name: {"floorBytes": knobs["memory.min"]}
+                       for name, knobs in sorted(resolved["memoryQOS"]["containers"].items())}}
+    base["metadata"]["annotations"]["koordinator.sh/resolved-qos"] = json.dumps(
+        resolved, separators=(",", ":"))
 defaults = {"memory.min": "0", "memory.low": "0", "memory.high": "max", "memory.max": "max",
             "memory.oom.group": "0", "cpu.weight": "100", "cpu.max": "max 100000",
             "memory.current": "16777216", "memory.reclaim": ""}
+if proactive:
+    defaults["memory.pressure"] = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+                                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    defaults["memory.stat"] = ("anon 8388608\nfile 8388608\nactive_file 4194304\n"
+                               "inactive_file 4194304\n")
 open(os.path.join(root, "cgroup.controllers"), "w").write("cpu memory\n")
 os.makedirs(os.path.join(root, "kubepods.slice"), exist_ok=True)
 open(os.path.join(root, "kubepods.slice/memory.reclaim"), "w").write("")

@@ -37,6 +37,7 @@ sys.dont_write_bytecode = True
 os.environ["KOORD_V2_CGROUP_DRIVER"] = "systemd"
 os.environ.setdefault("KOORD_V2_KUBELET_CGROUP_ROOT", "/kubelet")
 
+import proactive  # noqa: E402
 import protection  # noqa: E402
 import suite as v2  # noqa: E402  (the cgroupfs node's harness, install and helpers)
 from koordtest import Suite, set_log_tag  # noqa: E402
@@ -660,6 +661,15 @@ def s_kubelet_restart(h: Harness) -> None:
     if worst > LONGEST_BELOW:
         raise Check(f"a QoS slice stayed below the LS pod's value {worst:.1f}s "
                     f"(bound {LONGEST_BELOW} s): {lines}; {load_note(h)}")
+
+
+@scenario("proactive reclaim (memory.pressure-driven, opted in per namespace; CI's short form: "
+          "2-s intervals, 5% steps): an idle pod's active file cache goes back to the node and "
+          "batch-memory follows; Redis, a hot pod and a pod's floor keep theirs; memory.reclaim "
+          "ignores a cgroup's own memory.min on this kernel")
+def s_proactive(h: Harness) -> None:
+    installed(h)
+    proactive.run(h)
 
 
 @scenario("uninstall: kubectl delete -k removes the product; the node's pods keep running")

@@ -1,0 +1,379 @@
+"""Proactive reclaim on the systemd-driver cgroup v2 node: memory pods hold but do not use goes
+back to the node, driven by pressure.
+
+First the kernel fact the loop's floor rests on: a cgroup's own `memory.min` does not protect it
+from a `memory.reclaim` written to that cgroup (protection is computed relative to the reclaim
+root), shown on a plain cgroup of the guest.
+
+Then two namespaces of the same pods, the same minutes: NS_A never opted in, NS_B opted in
+through `ack-slo-pod-config`'s `proactive-reclaim` key once every pod is warm (the operator's
+path: the re-resolver re-resolves the running pods, the applier's loop takes them up). Each
+namespace holds
+
+- `idle`: reads, twice, a FILE_MIB file it wrote (so its pages are active, several times
+  Redis' hot set), touches ANON_MIB of anonymous memory once, then stays idle;
+- `redis`: redis-server with a hot set (SET fill), read by GET rounds that alternate between the
+  two namespaces (ROUNDS each, the medians compared);
+
+and NS_B also `hot` (a file re-read every two seconds: all of it hot) and `floor` (a file read
+twice, opted in from its creation with `floorPercent` 100 of a FLOOR_MIB request: the loop must
+stop there). The class's parameters (`lsClass.proactiveReclaim` in ack-slo-config, off) are the
+short form CI runs: an interval of 2 s and steps of 5% (TMO's senpai: 6 s and 1%; the loop is
+the same, only faster).
+
+Asserted at the end of the WINDOW: idle B's `memory.current` fell by at least 80% of its file
+part, its working set (what the batch capacity counts) by at least 50% of it; Redis B lost at
+most 5% and its stall stayed within the target; Redis' GET p99 in B within P99_TOLERANCE of A
+(or of A's own spread where that is wider: both printed); the Node's `batch-memory` rose by at
+least 80% of the fall of the LS pods' working set; `hot` lost at most 5%; `floor` never went
+below its floor and reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import protection
+import suite as v2
+from koordtest import plot, published
+from koordtest.checks import Check, check, wait_until
+from koordtest.harness import log
+from koordtest.metrics import metric_sum
+from koordtest.sampler import Sampler
+
+RESULTS_MD = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+PLOT = RESULTS_MD.parent / "img" / "proactive-reclaim.svg"
+NS_A, NS_B = "v2sd-cold-a", "v2sd-cold-b"
+ANNOTATION = "koordinator.sh/proactiveReclaim"
+FILE_MIB = 192
+ANON_MIB = 32
+HOT_MIB = 96
+FLOOR_MIB = 96
+# CI's short form of the class's parameters (the defaults are senpai's 6 s and 10 permill).
+INTERVAL_S = 2
+STEP_PERMILL = 50
+STALL_TARGET_US = 10_000
+WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SECONDS", "180"))
+ROUNDS = int(os.environ.get("KOORD_V2_PROACTIVE_ROUNDS", "3"))
+P99_TOLERANCE = 1.10
+SAMPLE_S = 3.0
+MIB = 2**20
+
+
+def ls_pod(name: str, image: str, command: str, request_mib: int, annotations=None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"koordinator.sh/qosClass": "LS"},
+                         "annotations": annotations or {}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "volumes": [{"name": "data", "emptyDir": {}}],
+                     "containers": [{"name": "app", "image": image, "command": ["sh", "-c", command],
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                                     "resources": {"requests": {"cpu": "50m",
+                                                                "memory": f"{request_mib}Mi"},
+                                                   "limits": {"cpu": "1", "memory": "768Mi"}}}]}}
+
+
+def write_and_read(mib: int) -> str:
+    """The file written by the pod (its pages charged to it), then read twice: active."""
+    return (f"dd if=/dev/zero of=/data/f bs=1M count={mib} 2>/dev/null && sync && "
+            f"cat /data/f >/dev/null && cat /data/f >/dev/null")
+
+
+def idle_pod(image: str) -> dict:
+    run = (f"koord-stress -m 1 --vm-bytes {ANON_MIB}M --vm-hang 1000000 -t 1000000 & sleep 3; "
+           f"{write_and_read(FILE_MIB)} && touch /data/ready; wait")
+    return ls_pod("idle", image, run, 64)
+
+
+def hot_pod(image: str) -> dict:
+    run = (f"{write_and_read(HOT_MIB)} && touch /data/ready; "
+           f"while true; do cat /data/f >/dev/null; sleep 2; done")
+    return ls_pod("hot", image, run, 64)
+
+
+def floor_pod(image: str) -> dict:
+    run = f"{write_and_read(FILE_MIB)} && touch /data/ready; exec sleep 1000000"
+    return ls_pod("floor", image, run, FLOOR_MIB,
+                  {ANNOTATION: json.dumps({"enable": True, "floorPercent": 100})})
+
+
+def redis_pod(image: str) -> dict:
+    pod = ls_pod("redis", image, "exec redis-server --port 6379 --save '' --appendonly no", 64)
+    pod["spec"]["volumes"] = []
+    del pod["spec"]["containers"][0]["volumeMounts"]
+    return pod
+
+
+def slo_with_class_params() -> dict:
+    """The protection proof's LS config (memory.min = the request) with the class's proactive
+    reclaim parameters stated and off: a namespace or a pod turns it on."""
+    cfg = json.loads(json.dumps(protection.SLO_PROTECT))
+    cfg["clusterStrategy"]["beClass"]["cpuQOS"] = {"enable": True}
+    cfg["clusterStrategy"]["lsClass"]["proactiveReclaim"] = {
+        "enable": False, "intervalSeconds": INTERVAL_S, "stepPermill": STEP_PERMILL,
+        "stallTargetMicros": STALL_TARGET_US}
+    return cfg
+
+
+def patch_pod_config(h, key: str, value: dict | None) -> None:
+    """One key of ack-slo-pod-config (None removes it); the ConfigMap made when missing."""
+    data = {"data": {key: json.dumps(value) if value is not None else None}}
+    r = h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-pod-config", "--type=merge",
+                  "-p", json.dumps(data), check_rc=False)
+    if r.returncode != 0 and "NotFound" in r.stderr and value is not None:
+        h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "ack-slo-pod-config", "namespace": "kube-system"},
+                     **data})
+    elif r.returncode != 0 and "NotFound" not in r.stderr:
+        raise Check(f"kubectl patch configmap ack-slo-pod-config: {r.stderr.strip()}")
+
+
+def section(pod: dict) -> dict:
+    resolved = pod["metadata"].get("annotations", {}).get(v2.RESOLVED)
+    return (json.loads(resolved) if resolved else {}).get("proactiveReclaim") or {}
+
+
+def psi_some_us(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("some "):
+            return int(dict(f.split("=") for f in line.split()[1:])["total"])
+    raise Check(f"no 'some' line in memory.pressure: {text!r}")
+
+
+def stat_fields(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k in ("file", "anon", "active_file", "inactive_file"):
+            out[k] = int(v)
+    return out
+
+
+class Pods:
+    """The container cgroups of the scenario's pods, read in one round trip."""
+
+    def __init__(self, h, pods: dict[str, dict]) -> None:
+        self.h = h
+        self.dirs = {key: h.container_cgroup(None, pod, "app") for key, pod in pods.items()}
+
+    def read(self) -> dict[str, dict[str, int]]:
+        files = [f"{d}/{f}" for d in self.dirs.values()
+                 for f in ("memory.current", "memory.stat", "memory.pressure")]
+        got = self.h.read_many(files)
+        out = {}
+        for key, d in self.dirs.items():
+            cur, st, psi = (got[f"{d}/{f}"] for f in
+                            ("memory.current", "memory.stat", "memory.pressure"))
+            if cur is None or st is None or psi is None:
+                raise Check(f"{key}: cgroup files gone under {d}")
+            s = stat_fields(st)
+            out[key] = {"current": int(cur), "stall_us": psi_some_us(psi), **s,
+                        "ws": int(cur) - s.get("inactive_file", 0)}
+        return out
+
+
+def kernel_floor_fact(h) -> dict[str, int]:
+    """memory.reclaim written to a cgroup ignores that cgroup's own memory.min."""
+    out = h.guest(textwrap.dedent("""\
+        set -e
+        cg=/sys/fs/cgroup/koord-floor-proof; f=/var/lib/koord-floor-proof
+        grep -qw memory /sys/fs/cgroup/cgroup.subtree_control
+        mkdir -p $cg; echo 64M > $cg/memory.min
+        sh -c "echo \\$\\$ > $cg/cgroup.procs; dd if=/dev/zero of=$f bs=1M count=128 2>/dev/null; \\
+               sync; cat $f >/dev/null; cat $f >/dev/null"
+        before=$(cat $cg/memory.current); min=$(cat $cg/memory.min)
+        echo 256M > $cg/memory.reclaim 2>/dev/null || true
+        after=$(cat $cg/memory.current)
+        rm -f $f; rmdir $cg
+        echo "$min $before $after"
+        """), timeout=180)
+    mn, before, after = (int(x) for x in out.split())
+    return {"min": mn, "before": before, "after": after}
+
+
+def redis_round(h, ip: str) -> float:
+    bench = h.guest(f"redis-benchmark -h {ip} -t get -n 20000 -r 20000 -c 8 --csv", timeout=300)
+    rows = [line.replace('"', "").split(",") for line in bench.strip().splitlines()]
+    head, get = rows[0], next(r for r in rows[1:] if r[0] == "GET")
+    return float(dict(zip(head, get))["p99_latency_ms"])
+
+
+def run(h) -> None:
+    kernel = kernel_floor_fact(h)
+    log(f"the kernel: memory.reclaim to a cgroup with memory.min {kernel['min'] / MIB:.0f} MiB: "
+        f"{kernel['before'] / MIB:.0f} -> {kernel['after'] / MIB:.0f} MiB")
+    check(kernel["before"] >= 100 * MIB, f"the proof cgroup held {kernel['before'] / MIB:.0f} MiB, "
+          "not its 128 MiB file")
+    check(kernel["after"] < kernel["min"] // 2,
+          f"memory.reclaim stopped at {kernel['after'] / MIB:.0f} MiB, near the cgroup's own "
+          f"memory.min {kernel['min'] / MIB:.0f} MiB: this kernel protects a reclaim root")
+
+    v2.batch_on(h)
+    protection.set_slo(h, slo_with_class_params())
+    patch_pod_config(h, "proactive-reclaim", None)
+    image, redis_image = h.env["WORKLOAD_IMAGE"], h.env["REDIS_IMAGE"]
+    specs = {NS_A: [idle_pod(image), redis_pod(redis_image)],
+             NS_B: [idle_pod(image), redis_pod(redis_image), hot_pod(image), floor_pod(image)]}
+    for ns, pods in specs.items():
+        h.namespace(ns)
+        for p in pods:
+            h.apply_obj(p, ns)
+    try:
+        measure(h, specs)
+    finally:
+        patch_pod_config(h, "proactive-reclaim", None)
+        for ns, pods in specs.items():
+            h.delete_pods(ns, *(p["metadata"]["name"] for p in pods))
+        cfg = slo_with_class_params()
+        del cfg["clusterStrategy"]["lsClass"]["proactiveReclaim"]
+        protection.set_slo(h, cfg)
+
+
+def measure(h, specs: dict[str, list[dict]]) -> None:
+    pods = {f"{name}-{ns[-1]}": h.wait_running(ns, name) for ns, ps in specs.items()
+            for name in (p["metadata"]["name"] for p in ps)}
+    for key, pod in pods.items():
+        if not key.startswith("redis"):
+            ed = protection.emptydir(pod)
+            wait_until(f"{key} warm", lambda ed=ed: h.guest(
+                f"[ -f {ed}/ready ] && echo y", check_rc=False).strip() == "y", 300, 1)
+    ips = {k: pods[f"redis-{k}"]["status"]["podIP"] for k in "ab"}
+    for ip in ips.values():
+        h.guest(f"redis-benchmark -h {ip} -t set -n 20000 -r 20000 -d 512 -q >/dev/null",
+                timeout=300)
+    floor_sec = section(h.pod(NS_B, "floor"))
+    check(floor_sec.get("enabled") is True, f"floor pod's proactiveReclaim: {floor_sec}")
+    floor_bytes = floor_sec["containers"]["app"]["floorBytes"]
+    check(floor_bytes == FLOOR_MIB * MIB, f"floor pod's floorBytes {floor_bytes}, want "
+          f"{FLOOR_MIB} MiB (floorPercent 100 of its request)")
+    cg = Pods(h, pods)
+    # The capacity follows usage aggregated over 30 s (batch_on's colocation-config): settle.
+    time.sleep(35)
+    s0, batch0 = cg.read(), v2.node_batch(h)[1]
+    log("before: " + ", ".join(f"{k} {v['current'] / MIB:.0f} MiB (file {v['file'] / MIB:.0f}, "
+                               f"ws {v['ws'] / MIB:.0f})" for k, v in s0.items())
+        + f"; Node batch-memory {batch0 / MIB:.0f} MiB")
+    check(s0["idle-b"]["file"] >= FILE_MIB * MIB * 0.8,
+          f"idle B holds {s0['idle-b']['file'] / MIB:.0f} MiB of file, not its {FILE_MIB} MiB")
+
+    t0 = time.monotonic()
+    samples = Sampler(cg.read, SAMPLE_S, t0)
+    batches = Sampler(lambda: v2.node_batch(h)[1], SAMPLE_S, t0)
+    patch_pod_config(h, "proactive-reclaim", {"enabledNamespaces": [NS_B]})
+    wait_until("the re-resolver to turn proactive reclaim on in NS_B", lambda: all(
+        section(h.pod(NS_B, n)).get("enabled") is True for n in ("idle", "redis", "hot")), 90, 1)
+    on_at = time.monotonic() - t0
+    p99 = {"a": [], "b": []}
+    for r in range(ROUNDS):
+        for k in ("ab" if r % 2 == 0 else "ba"):
+            p99[k].append(redis_round(h, ips[k]))
+    left = WINDOW - (time.monotonic() - t0)
+    if left > 0:
+        time.sleep(left)
+    # The capacity's 30-s aggregate catches up with the last reclaim.
+    time.sleep(35)
+    points, batch_points = samples.stop(), batches.stop()
+    s1, batch1 = cg.read(), v2.node_batch(h)[1]
+    m = h.applier_metrics()
+    log(f"Node batch-memory over the window (MiB): "
+        f"{[round(v / MIB) for _, v in batch_points][::4]}")
+    verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m)
+
+
+def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> None:
+    idle0, idle1 = s0["idle-b"], s1["idle-b"]
+    cold = idle0["file"]
+    fell, ws_fell = idle0["current"] - idle1["current"], idle0["ws"] - idle1["ws"]
+    ls_ws_fell = sum(s0[k]["ws"] - s1[k]["ws"] for k in s0)
+    rose = batch1 - batch0
+    redis_lost = 1 - s1["redis-b"]["current"] / s0["redis-b"]["current"]
+    hot_lost = 1 - s1["hot-b"]["current"] / s0["hot-b"]["current"]
+    window_s = points[-1][0] if points else 0.0
+    intervals = max(1.0, (window_s - on_at) / INTERVAL_S)
+    redis_stall = (s1["redis-b"]["stall_us"] - s0["redis-b"]["stall_us"]) / intervals
+    floor_low = min((v["floor-b"]["current"] for _, v in points), default=0)
+    med = {k: statistics.median(v) for k, v in p99.items()}
+    spread_a = max(p99["a"]) / min(p99["a"]) if p99["a"] else 1.0
+    allowed = max(P99_TOLERANCE, spread_a)
+    reclaimed = metric_sum(m, "koord_applier_proactive_reclaim_bytes_total")
+    lines = [
+        f"idle B {idle0['current'] / MIB:.0f} -> {idle1['current'] / MIB:.0f} MiB (file "
+        f"{cold / MIB:.0f} -> {idle1['file'] / MIB:.0f}, working set {idle0['ws'] / MIB:.0f} -> "
+        f"{idle1['ws'] / MIB:.0f}); idle A {s0['idle-a']['current'] / MIB:.0f} -> "
+        f"{s1['idle-a']['current'] / MIB:.0f} MiB",
+        f"redis B lost {100 * redis_lost:.1f}% ({s0['redis-b']['current'] / MIB:.0f} -> "
+        f"{s1['redis-b']['current'] / MIB:.0f} MiB), stall {redis_stall / 1000:.1f} ms per "
+        f"{INTERVAL_S}-s interval (target {STALL_TARGET_US / 1000:.0f}); GET p99 A "
+        f"{p99['a']} B {p99['b']} ms, medians {med['a']:.2f} / {med['b']:.2f} (A's own spread "
+        f"{spread_a:.2f}x)",
+        f"Node batch-memory {batch0 / MIB:.0f} -> {batch1 / MIB:.0f} MiB (+{rose / MIB:.0f}); "
+        f"the LS pods' working set fell {ls_ws_fell / MIB:.0f} MiB",
+        f"hot lost {100 * hot_lost:.1f}%; floor {s0['floor-b']['current'] / MIB:.0f} -> "
+        f"{s1['floor-b']['current'] / MIB:.0f} MiB, lowest {floor_low / MIB:.1f} MiB (floor "
+        f"{floor_bytes / MIB:.0f}); the applier reclaimed {reclaimed / MIB:.0f} MiB in all",
+    ]
+    for line in lines:
+        log(line)
+    h.figures.append("figure proactive reclaim: " + "; ".join(lines))
+    check(reclaimed > 0, "koord_applier_proactive_reclaim_bytes_total is 0")
+    check(fell >= 0.8 * cold, f"idle B's memory.current fell {fell / MIB:.0f} MiB, under 80% of "
+          f"its {cold / MIB:.0f} MiB file part")
+    check(ws_fell >= 0.5 * cold, f"idle B's working set fell {ws_fell / MIB:.0f} MiB, under 50% "
+          f"of its {cold / MIB:.0f} MiB file part")
+    check(redis_lost <= 0.05, f"redis B lost {100 * redis_lost:.1f}% of its memory.current")
+    check(redis_stall <= STALL_TARGET_US, f"redis B stalled {redis_stall:.0f} us per interval, "
+          f"above the {STALL_TARGET_US} us target")
+    check(med["b"] <= allowed * med["a"], f"redis GET p99 in B {med['b']:.2f} ms is over "
+          f"{allowed:.2f}x A's {med['a']:.2f} ms")
+    check(rose >= 0.8 * max(0, ls_ws_fell), f"batch-memory rose {rose / MIB:.0f} MiB, under 80% "
+          f"of the LS working set's fall {ls_ws_fell / MIB:.0f} MiB")
+    check(hot_lost <= 0.05, f"the hot pod lost {100 * hot_lost:.1f}%")
+    check(floor_low >= floor_bytes - 2 * MIB, f"the floor pod went to {floor_low / MIB:.1f} MiB, "
+          f"below its floor {floor_bytes / MIB:.0f} MiB")
+    check(s1["floor-b"]["current"] <= floor_bytes + 16 * MIB,
+          f"the floor pod stayed at {s1['floor-b']['current'] / MIB:.0f} MiB, not reclaimed to its "
+          f"floor {floor_bytes / MIB:.0f} MiB")
+    publish(s0, s1, points, p99, batch0, batch1, redis_stall)
+
+
+def publish(s0, s1, points, p99, batch0, batch1, redis_stall) -> None:
+    if not published.wanted("KOORD_NODE_V2_PUBLISH"):
+        return
+    head = textwrap.fill(
+        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
+        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; the systemd-driver "
+        f"cgroup v2 node, 6.12 kernel; A and B the same {WINDOW} s, interval {INTERVAL_S} s, "
+        f"steps {STEP_PERMILL / 10:.0f}%; `KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
+        f"KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
+        break_on_hyphens=False, break_long_words=False)
+    rows = [head, "", "| pod | before MiB | after MiB | reclaimed MiB | working set MiB "
+            "| GET p99 ms (median) | stall per interval |", "|---|---|---|---|---|---|---|"]
+    for key, label in (("idle-a", "idle, A"), ("idle-b", "idle, **B**"), ("redis-a", "Redis, A"),
+                       ("redis-b", "Redis, **B**"), ("hot-b", "hot, B"), ("floor-b", "floor, B")):
+        b, a = s0[key], s1[key]
+        p = (f"{statistics.median(p99[key[-1]]):.2f}" if key.startswith("redis") else "—")
+        stall = f"{redis_stall / 1000:.1f} ms" if key == "redis-b" else "—"
+        rows.append(f"| {label} | {b['current'] / MIB:.0f} | {a['current'] / MIB:.0f} | "
+                    f"{(b['current'] - a['current']) / MIB:.0f} | {b['ws'] / MIB:.0f} -> "
+                    f"{a['ws'] / MIB:.0f} | {p} | {stall} |")
+    rows += ["", f"Node `kubernetes.io/batch-memory`: {batch0 / MIB:.0f} -> {batch1 / MIB:.0f} "
+             f"MiB. ![memory.current and stall of the idle pods](img/proactive-reclaim.svg)"]
+    published.replace_between_markers(RESULTS_MD, "proactive-reclaim", "\n".join(rows))
+    series = {f"{k} memory.current MiB": [(t, v[k]["current"] / MIB) for t, v in points]
+              for k in ("idle-a", "idle-b")}
+    stall = {}
+    for k in ("idle-b", "redis-b"):
+        pts = [(t, v[k]["stall_us"]) for t, v in points]
+        stall[f"{k} stall ms per {SAMPLE_S:.0f} s"] = [
+            (t1, (s1_ - s0_) / 1000) for (_, s0_), (t1, s1_) in zip(pts, pts[1:])]
+    PLOT.write_text(plot.stack([
+        plot.line_chart(series, "idle pods' memory.current (A never opted in, B opted in at "
+                        "the window's start)", "seconds", "MiB"),
+        plot.line_chart(stall, "memory.pressure some (stall)", "seconds", "ms")]))
+    log(f"the proactive reclaim table written into {RESULTS_MD}")
