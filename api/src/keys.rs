@@ -12,6 +12,9 @@ pub const ANNOTATION_LEGACY_MEMORY_QOS: &str = "alibabacloud.com/memoryQOS";
 pub const ANNOTATION_MEMORY_LOCALITY: &str = "koordinator.sh/memoryLocality";
 /// Pod CPU QoS annotation (`{"enable": bool, "groupIdentity": -1..2}`).
 pub const ANNOTATION_CPU_QOS: &str = "koordinator.sh/cpuQOS";
+/// Pod proactive reclaim annotation (`{"enable": bool, "intervalSeconds": N, "stallTargetMicros": N,
+/// "stepPermill": N, "floorPercent": N}`).
+pub const ANNOTATION_PROACTIVE_RECLAIM: &str = "koordinator.sh/proactiveReclaim";
 /// The webhook's decision, read by the applier (see [`crate::resolved`]).
 pub const ANNOTATION_RESOLVED_QOS: &str = "koordinator.sh/resolved-qos";
 /// Koordinator's extended resource spec, written so a stock koordlet understands batch pods.
@@ -32,4 +35,6 @@ pub const CLUSTER_CONFIGMAP_KEY: &str = "resource-qos-config";
 /// Default namespace ConfigMap (name, key).
 pub const NAMESPACE_CONFIGMAP: &str = "ack-slo-pod-config";
 pub const NAMESPACE_CONFIGMAP_KEY: &str = "memory-qos";
+/// The namespace ConfigMap's lists for proactive reclaim (same shape as `memory-qos`).
+pub const NAMESPACE_CONFIGMAP_PROACTIVE_RECLAIM_KEY: &str = "proactive-reclaim";
 pub const CONFIG_NAMESPACE: &str = "kube-system";

@@ -36,6 +36,7 @@ fn bench(c: &mut Criterion) {
             .expect("config")
             .config,
         colocation: Colocation::Enabled,
+        ..PolicyConfig::default()
     };
     let ctx = ResolveContext {
         namespace: "shop",

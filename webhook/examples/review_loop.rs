@@ -134,6 +134,7 @@ fn run(case: &str, n: usize) -> anyhow::Result<()> {
                 cluster: ClusterQosConfig::parse(r#"{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true}},"beClass":{"memoryQOS":{"enable":true}}}}"#)?.config,
                 namespaces: NamespaceQosConfig::parse(r#"{"enabledNamespaces":["allow-ns"],"disabledNamespaces":["block-ns"]}"#)?.config,
                 colocation: Colocation::Enabled,
+                ..PolicyConfig::default()
             };
             let ctx = ResolveContext {
                 namespace: "shop",

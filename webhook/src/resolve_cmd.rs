@@ -24,7 +24,8 @@ pub struct ResolveArgs {
     /// default: embedded defaults (colocation off).
     #[arg(long, env = "KOORD_CLUSTER_CONFIG_FILE")]
     pub cluster_config: Option<PathBuf>,
-    /// ConfigMap manifest with `memory-qos` (ack-slo-pod-config); default: no namespace lists.
+    /// ConfigMap manifest with `memory-qos` and/or `proactive-reclaim` (ack-slo-pod-config);
+    /// default: no namespace lists.
     #[arg(long, env = "KOORD_NAMESPACE_CONFIG_FILE")]
     pub namespace_config: Option<PathBuf>,
     /// Output format.
@@ -194,6 +195,7 @@ fn explain(out: &mut String, namespace: &str, name: &str, r: &Resolution) {
             let _ = writeln!(out, "  memoryLocality: not set");
         }
     }
+    explain_proactive_reclaim(out, r);
     if let Some(why) = r.explanation.batch_withheld {
         let _ = writeln!(
             out,
@@ -314,6 +316,42 @@ fn explain_memory_qos(out: &mut String, r: &Resolution) {
         let _ = writeln!(
             out,
             "  batch resources: pod-level spec.resources cpu/memory kept (batch resources cannot be pod-level)"
+        );
+    }
+}
+
+fn explain_proactive_reclaim(out: &mut String, r: &Resolution) {
+    let (Some(p), Some(sources)) = (
+        &r.resolved.proactive_reclaim,
+        r.explanation.proactive_reclaim_param_sources,
+    ) else {
+        let _ = writeln!(out, "  proactiveReclaim: not set");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  proactiveReclaim {} decided by {}",
+        if p.enabled { "enabled" } else { "disabled" },
+        wire_name(&p.source)
+    );
+    for ((spec, value), source) in koord_api::ProactiveReclaimParams::SPECS
+        .iter()
+        .zip(p.params.values())
+        .zip(sources)
+    {
+        let from = match source {
+            ParamSource::Reset => "default (disabled)",
+            ParamSource::Recommended => "default",
+            ParamSource::ClusterConfig => "cluster ConfigMap",
+            ParamSource::PodAnnotation => "pod annotation",
+        };
+        let _ = writeln!(out, "    {} = {value} ({from})", spec.name);
+    }
+    for (name, floor) in &p.containers {
+        let _ = writeln!(
+            out,
+            "    floor of {name}: {} bytes (the larger of memory.min and floorPercent {}% of the memory request)",
+            floor.floor_bytes, p.params.floor_percent
         );
     }
 }

@@ -122,14 +122,20 @@ pub fn changed_verdicts(old: &NamespaceQosConfig, new: &NamespaceQosConfig) -> B
         .collect()
 }
 
-/// The pass a new policy snapshot asks for, if any: a changed cluster ConfigMap concerns every
-/// pod; a changed namespace ConfigMap only the namespaces whose verdict moved; a version that
-/// parses to the same policy (another key of the ConfigMap was edited) none.
+/// The pass a new policy snapshot asks for, if any: a changed cluster ConfigMap (any class
+/// section: memory QoS, locality, CPU QoS, resctrl, proactive reclaim) concerns every pod; a
+/// changed namespace ConfigMap only the namespaces whose verdict moved, in `memory-qos` or in
+/// `proactive-reclaim`; a version that parses to the same policy (another key of the ConfigMap
+/// was edited) none.
 pub fn config_change(old: &PolicyConfig, new: &PolicyConfig) -> Option<(Trigger, Scope)> {
     if old.cluster != new.cluster {
         return Some((Trigger::ClusterConfig, Scope::All));
     }
-    let moved = changed_verdicts(&old.namespaces, &new.namespaces);
+    let mut moved = changed_verdicts(&old.namespaces, &new.namespaces);
+    moved.extend(changed_verdicts(
+        &old.proactive_reclaim_namespaces,
+        &new.proactive_reclaim_namespaces,
+    ));
     (!moved.is_empty()).then_some((Trigger::NamespaceConfig, Scope::Namespaces(moved)))
 }
 
@@ -216,6 +222,50 @@ mod tests {
         assert_eq!(
             config_change(&ns, &cluster),
             Some((Trigger::ClusterConfig, Scope::All))
+        );
+    }
+
+    #[test]
+    fn proactive_reclaim_changes_ask_for_a_pass() {
+        let base = PolicyConfig::default();
+        let mut ns = base.clone();
+        ns.namespaces = ns_config(&["x"], &[]);
+        ns.proactive_reclaim_namespaces = ns_config(&[], &["y"]);
+        assert_eq!(
+            config_change(&base, &ns),
+            Some((
+                Trigger::NamespaceConfig,
+                Scope::Namespaces(set(&["x", "y"]))
+            ))
+        );
+        let mut same_lists_elsewhere = base.clone();
+        same_lists_elsewhere.proactive_reclaim_namespaces = ns_config(&["x"], &[]);
+        let mut moved = same_lists_elsewhere.clone();
+        moved.namespaces = ns_config(&["x"], &[]);
+        assert_eq!(
+            config_change(&same_lists_elsewhere, &moved),
+            Some((Trigger::NamespaceConfig, Scope::Namespaces(set(&["x"])))),
+            "memory-qos moved for x even though proactive-reclaim did not"
+        );
+        let mut cluster = base.clone();
+        cluster.cluster = crate::policy::ClusterQosConfig::parse(
+            r#"{"clusterStrategy": {"beClass": {"proactiveReclaim": {"enable": true}}}}"#,
+        )
+        .expect("parses")
+        .config;
+        assert_eq!(
+            config_change(&base, &cluster),
+            Some((Trigger::ClusterConfig, Scope::All))
+        );
+        let mut step = cluster.clone();
+        step.cluster.be.proactive_reclaim = step.cluster.be.proactive_reclaim.map(|mut s| {
+            s.params.0[2] = Some(20);
+            s
+        });
+        assert_eq!(
+            config_change(&cluster, &step),
+            Some((Trigger::ClusterConfig, Scope::All)),
+            "a parameter alone"
         );
     }
 

@@ -21,7 +21,7 @@ use super::args::DoctorArgs;
 use super::report::{Check, Report, Status};
 use crate::certs::inspect::chains_to;
 use crate::policy::load::from_data;
-use crate::policy::{ClusterConfigMap, NamespaceQosConfig};
+use crate::policy::{ClusterConfigMap, NamespaceConfigMap};
 
 fn err(e: &kube::Error) -> String {
     match e {
@@ -49,7 +49,7 @@ pub async fn run(client: &kube::Client, args: &DoctorArgs) -> Report {
     r.push(certificate(client, args, webhook.as_ref()).await);
     let opted_in = namespaces(client, &mut r).await;
     r.push(configmap::<ClusterConfigMap>(client, args, CLUSTER_CONFIGMAP).await);
-    r.push(configmap::<NamespaceQosConfig>(client, args, NAMESPACE_CONFIGMAP).await);
+    r.push(configmap::<NamespaceConfigMap>(client, args, NAMESPACE_CONFIGMAP).await);
     r.push(applier(client, args).await);
     let ns = args.dry_run_namespace.clone().or(opted_in);
     r.push(dry_run(client, ns).await);

@@ -25,7 +25,7 @@ use super::state::{AppState, Cache, has_opt_in_label};
 use crate::metrics::ConfigSource;
 use crate::policy::load::from_data;
 use crate::policy::{
-    ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceQosConfig, ParseOutcome, PolicyConfig,
+    ClusterConfigMap, ConfigMapPolicy, FieldError, NamespaceConfigMap, ParseOutcome, PolicyConfig,
 };
 use crate::triggers::{OptInTracker, Scope, Trigger, Triggers, config_change};
 use koord_runtime::WATCH_TIMEOUT_SECS;
@@ -62,7 +62,7 @@ fn apply_configmap(
         ConfigSource::Namespace => apply_parsed(
             state,
             source,
-            from_data::<NamespaceQosConfig>(data),
+            from_data::<NamespaceConfigMap>(data),
             triggers,
         ),
     }

@@ -1,4 +1,5 @@
-//! `ack-slo-config` / `resource-qos-config`: per-class memory QoS and locality.
+//! `ack-slo-config` / `resource-qos-config`: per-class memory QoS, locality, CPU QoS, resctrl
+//! and proactive reclaim.
 
 use koord_api::QosClass;
 use koord_api::keys::CLUSTER_CONFIGMAP_KEY;
@@ -9,6 +10,7 @@ use super::fields::{
     FieldError, LocalitySetting, ParamOverrides, parse_enable, parse_locality_setting,
     parse_param_overrides,
 };
+use super::proactive_reclaim_setting::{ProactiveReclaimSetting, parse_proactive_reclaim_setting};
 use super::resctrl_setting::{ResctrlSetting, check_resctrl_slice, parse_resctrl_setting};
 
 /// What the cluster ConfigMap says about one class.
@@ -22,6 +24,8 @@ pub struct ClassStrategy {
     pub cpu_qos: Option<CpuQosSetting>,
     /// `resctrlQOS`, when the class states it.
     pub resctrl_qos: Option<ResctrlSetting>,
+    /// `proactiveReclaim`, when the class states it.
+    pub proactive_reclaim: Option<ProactiveReclaimSetting>,
 }
 
 /// The cluster strategy. Koordinator has no `lseClass`: LSE pods read `lsrClass`.
@@ -161,6 +165,12 @@ impl ClassStrategy {
                     }
                     self.resctrl_qos = Some(setting);
                 }
+                "proactiveReclaim" => {
+                    self.proactive_reclaim = Some(parse_proactive_reclaim_setting(
+                        section_value,
+                        &section_path,
+                    )?)
+                }
                 // blkioQOS, networkQOS: other features of the reference.
                 _ => {}
             }
@@ -193,6 +203,22 @@ mod tests {
     }
 
     #[test]
+    fn proactive_reclaim_per_class_and_lse_reads_lsr() {
+        let text = r#"{"clusterStrategy": {"lsrClass": {"proactiveReclaim": {"enable": true, "floorPercent": 50}},
+            "beClass": {"proactiveReclaim": {}}}}"#;
+        let c = ClusterQosConfig::parse(text).expect("parses").config;
+        let lsr = c.lsr.proactive_reclaim.expect("lsr states it");
+        assert_eq!(lsr.enable, Some(true));
+        assert_eq!(lsr.params.0, [None, None, None, Some(50)]);
+        assert_eq!(c.class(QosClass::Lse).proactive_reclaim, Some(lsr));
+        assert_eq!(
+            c.be.proactive_reclaim,
+            Some(ProactiveReclaimSetting::default())
+        );
+        assert_eq!(c.ls.proactive_reclaim, None);
+    }
+
+    #[test]
     fn node_strategies_are_noted() {
         let text = r#"{"clusterStrategy": {"lsClass": {"memoryQOS": {"enable": true, "minLimitPercent": 50}}},
             "nodeStrategies": [{"name": "a", "nodeSelector": {}, "lsClass": {"memoryQOS": {"enable": false}}}]}"#;
@@ -219,6 +245,14 @@ mod tests {
             (
                 r#"{"clusterStrategy": {"beClass": {"memoryQOS": {"wmarkMinAdj": 99}}}}"#,
                 "resource-qos-config.clusterStrategy.beClass.memoryQOS.wmarkMinAdj: 99 is out of range (allowed -25..50)",
+            ),
+            (
+                r#"{"clusterStrategy": {"lsrClass": {"proactiveReclaim": {"enable": true, "stepPermill": 0}}}}"#,
+                "resource-qos-config.clusterStrategy.lsrClass.proactiveReclaim.stepPermill: 0 is out of range (allowed 1..100)",
+            ),
+            (
+                r#"{"clusterStrategy": {"lsClass": {"proactiveReclaim": true}}}"#,
+                "resource-qos-config.clusterStrategy.lsClass.proactiveReclaim: true is not a JSON object",
             ),
             (
                 r#"{"clusterStrategy": {"lsClass": {"memoryLocality": {"policy": "always"}}}}"#,

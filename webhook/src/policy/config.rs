@@ -9,7 +9,10 @@ use super::namespace::NamespaceQosConfig;
 pub struct PolicyConfig {
     /// `resource-qos-config` of the cluster ConfigMap.
     pub cluster: ClusterQosConfig,
+    /// `memory-qos` of the namespace ConfigMap.
     pub namespaces: NamespaceQosConfig,
+    /// `proactive-reclaim` of the namespace ConfigMap.
+    pub proactive_reclaim_namespaces: NamespaceQosConfig,
     /// `colocation-config` of the cluster ConfigMap: whether BE pods get batch resources.
     pub colocation: Colocation,
 }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use koord_api::colocation::COLOCATION_KEY;
-use koord_api::keys::{CLUSTER_CONFIGMAP_KEY, NAMESPACE_CONFIGMAP_KEY};
+use koord_api::keys::{
+    CLUSTER_CONFIGMAP_KEY, NAMESPACE_CONFIGMAP_KEY, NAMESPACE_CONFIGMAP_PROACTIVE_RECLAIM_KEY,
+};
 
 use super::cluster::{ClusterQosConfig, ParseOutcome};
 use super::colocation::Colocation;
@@ -38,7 +40,8 @@ pub enum PolicyLoadError {
 /// One of the two ConfigMaps: the `data` keys it is read from, how they parse, and which part
 /// of [`PolicyConfig`] it sets.
 pub trait ConfigMapPolicy: Default + Sized {
-    /// The keys it reads (`resource-qos-config` and `colocation-config`, or `memory-qos`); a
+    /// The keys it reads (`resource-qos-config` and `colocation-config`, or `memory-qos` and
+    /// `proactive-reclaim`); a
     /// ConfigMap manifest carrying none of them is not this one.
     const KEYS: &'static [&'static str];
     /// Parses the ConfigMap's data; `get` returns a key's text (`None`: absent).
@@ -91,23 +94,54 @@ impl ConfigMapPolicy for ClusterConfigMap {
     }
 }
 
-impl ConfigMapPolicy for NamespaceQosConfig {
-    const KEYS: &'static [&'static str] = &[NAMESPACE_CONFIGMAP_KEY];
+/// The namespace ConfigMap (`ack-slo-pod-config`): the namespace lists of memory QoS
+/// (`memory-qos`) and of proactive reclaim (`proactive-reclaim`). A bad value in either keeps
+/// the last good ConfigMap as a whole (docs/contract.md §4).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NamespaceConfigMap {
+    pub memory_qos: NamespaceQosConfig,
+    pub proactive_reclaim: NamespaceQosConfig,
+}
+
+impl ConfigMapPolicy for NamespaceConfigMap {
+    const KEYS: &'static [&'static str] = &[
+        NAMESPACE_CONFIGMAP_KEY,
+        NAMESPACE_CONFIGMAP_PROACTIVE_RECLAIM_KEY,
+    ];
 
     fn parse_data<'d>(
         get: &dyn Fn(&str) -> Option<&'d str>,
     ) -> Result<ParseOutcome<Self>, FieldError> {
-        match get(NAMESPACE_CONFIGMAP_KEY) {
-            Some(text) => NamespaceQosConfig::parse(text),
-            None => Ok(ParseOutcome {
+        let memory_qos = match get(NAMESPACE_CONFIGMAP_KEY) {
+            Some(text) => NamespaceQosConfig::parse(text)?,
+            None => ParseOutcome {
                 config: NamespaceQosConfig::default(),
                 notes: vec![format!("no {NAMESPACE_CONFIGMAP_KEY} key: defaults")],
-            }),
-        }
+            },
+        };
+        let mut notes = memory_qos.notes;
+        // An absent `proactive-reclaim` is the usual case (the feature is opt-in): no note.
+        let proactive_reclaim = match get(NAMESPACE_CONFIGMAP_PROACTIVE_RECLAIM_KEY) {
+            Some(text) => {
+                let out =
+                    NamespaceQosConfig::parse_key(text, NAMESPACE_CONFIGMAP_PROACTIVE_RECLAIM_KEY)?;
+                notes.extend(out.notes);
+                out.config
+            }
+            None => NamespaceQosConfig::default(),
+        };
+        Ok(ParseOutcome {
+            config: NamespaceConfigMap {
+                memory_qos: memory_qos.config,
+                proactive_reclaim,
+            },
+            notes,
+        })
     }
 
     fn store(self, policy: &mut PolicyConfig) {
-        policy.namespaces = self;
+        policy.namespaces = self.memory_qos;
+        policy.proactive_reclaim_namespaces = self.proactive_reclaim;
     }
 }
 
@@ -120,7 +154,7 @@ pub fn load_policy(
 ) -> Result<PolicyConfig, PolicyLoadError> {
     let mut config = PolicyConfig::default();
     load_file::<ClusterConfigMap>(cluster, &mut config, notes)?;
-    load_file::<NamespaceQosConfig>(namespaces, &mut config, notes)?;
+    load_file::<NamespaceConfigMap>(namespaces, &mut config, notes)?;
     Ok(config)
 }
 
@@ -174,4 +208,57 @@ pub fn from_data<C: ConfigMapPolicy>(
     data: &BTreeMap<String, String>,
 ) -> Result<ParseOutcome<C>, FieldError> {
     C::parse_data(&|key| data.get(key).map(String::as_str))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn namespace_configmap_reads_both_lists() {
+        let out = from_data::<NamespaceConfigMap>(&data(&[
+            ("memory-qos", r#"{"enabledNamespaces": ["a"]}"#),
+            ("proactive-reclaim", r#"{"disabledNamespaces": ["b"]}"#),
+        ]))
+        .expect("parses");
+        let mut policy = PolicyConfig::default();
+        out.config.store(&mut policy);
+        assert!(policy.namespaces.enabled.contains("a"));
+        assert!(policy.namespaces.disabled.is_empty());
+        assert!(policy.proactive_reclaim_namespaces.disabled.contains("b"));
+        assert!(out.notes.is_empty(), "{:?}", out.notes);
+
+        let only = from_data::<NamespaceConfigMap>(&data(&[(
+            "proactive-reclaim",
+            r#"{"enabledNamespaces": ["c"]}"#,
+        )]))
+        .expect("parses");
+        assert_eq!(only.notes, ["no memory-qos key: defaults"]);
+        assert!(only.config.proactive_reclaim.enabled.contains("c"));
+
+        let err = from_data::<NamespaceConfigMap>(&data(&[
+            ("memory-qos", "{}"),
+            ("proactive-reclaim", r#"{"enabledNamespaces": "c"}"#),
+        ]))
+        .expect_err("a bad list")
+        .to_string();
+        assert_eq!(
+            err,
+            "proactive-reclaim.enabledNamespaces: \"c\" is not a list of namespace names"
+        );
+    }
+
+    #[test]
+    fn a_manifest_with_only_proactive_reclaim_is_the_namespace_configmap() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ack-slo-pod-config, namespace: kube-system}\ndata:\n  proactive-reclaim: '{\"enabledNamespaces\": [\"shop\"]}'\n";
+        let out = from_manifests::<NamespaceConfigMap>(text, "pod-config.yaml").expect("parses");
+        assert!(out.config.proactive_reclaim.enabled.contains("shop"));
+    }
 }

@@ -1,4 +1,5 @@
-//! `ack-slo-pod-config` / `memory-qos`: namespaces where memory QoS is switched on or off.
+//! `ack-slo-pod-config`: namespaces where a feature is switched on or off, one key per feature
+//! (`memory-qos`, `proactive-reclaim`), each `{"enabledNamespaces": [..], "disabledNamespaces": [..]}`.
 
 use std::collections::BTreeSet;
 
@@ -36,7 +37,11 @@ impl NamespaceQosConfig {
 
     /// Parses the JSON text of the `memory-qos` key.
     pub fn parse(text: &str) -> Result<ParseOutcome<Self>, FieldError> {
-        let path = NAMESPACE_CONFIGMAP_KEY;
+        Self::parse_key(text, NAMESPACE_CONFIGMAP_KEY)
+    }
+
+    /// Parses the JSON text of the namespace ConfigMap key `path` (errors and notes name it).
+    pub fn parse_key(text: &str, path: &str) -> Result<ParseOutcome<Self>, FieldError> {
         let root: Value = serde_json::from_str(text)
             .map_err(|e| FieldError::new(path, format!("not valid JSON: {e}")))?;
         let obj = root.as_object().ok_or_else(|| {
@@ -117,5 +122,12 @@ mod tests {
             let err = NamespaceQosConfig::parse(text).expect_err(text).to_string();
             assert!(err.starts_with(msg), "{err}");
         }
+        let err = NamespaceQosConfig::parse_key(r#"{"enabledNamespaces": 1}"#, "proactive-reclaim")
+            .expect_err("not a list")
+            .to_string();
+        assert_eq!(
+            err,
+            "proactive-reclaim.enabledNamespaces: 1 is not a list of namespace names"
+        );
     }
 }

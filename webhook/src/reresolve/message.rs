@@ -18,8 +18,9 @@ const MAX_LISTED: usize = 8;
 const MAX_NOTE_BYTES: usize = 1024;
 
 /// Paths whose leaves are derived numbers (or already in the headline).
-const SKIPPED: [&str; 5] = [
+const SKIPPED: [&str; 6] = [
     "memoryQOS.containers",
+    "proactiveReclaim.containers",
     "memoryQOS.pod",
     "memoryQOS.enabled",
     "memoryQOS.source",
@@ -182,6 +183,26 @@ mod tests {
         ] {
             assert_eq!(reresolved_message(old, new), want);
         }
+    }
+
+    #[test]
+    fn proactive_reclaim_changes_are_named_without_the_floors() {
+        let on = annotation(true, "cluster-config", 95);
+        let with = |enabled: bool, step: i64, floor: i64| {
+            let mut v: Value = serde_json::from_str(&on).expect("json");
+            v["proactiveReclaim"] = serde_json::json!({"enabled": enabled,
+                "params": {"stepPermill": step}, "source": "cluster-config",
+                "containers": {"app": {"floorBytes": floor}}});
+            v.to_string()
+        };
+        assert_eq!(
+            reresolved_message(Some(&on), &with(true, 10, 0)),
+            "memoryQOS enabled=true (cluster-config) -> enabled=true (cluster-config); also proactiveReclaim absent->{..}"
+        );
+        assert_eq!(
+            reresolved_message(Some(&with(true, 10, 0)), &with(false, 20, 100)),
+            "memoryQOS enabled=true (cluster-config) -> enabled=true (cluster-config); also proactiveReclaim.enabled true->false, proactiveReclaim.params.stepPermill 10->20"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod locality;
 mod memory_numbers;
 mod memory_qos;
 pub mod pod_input;
+mod proactive_reclaim;
 mod qos_class;
 mod resctrl_qos;
 
@@ -33,6 +34,10 @@ pub use memory_qos::{
     recommended_params,
 };
 pub use pod_input::PodInput;
+pub use proactive_reclaim::{
+    FloorInput, ProactiveReclaimDecision, decide_proactive_reclaim,
+    parse_proactive_reclaim_annotation, proactive_reclaim_section,
+};
 pub use qos_class::{ClassDecision, KubeQos, kubernetes_qos, resolve_qos_class};
 
 use crate::policy::{FieldError, PolicyConfig};
@@ -80,6 +85,9 @@ pub struct Explanation {
     pub pod_memory: PodMemorySource,
     /// The native sidecars that got a memory QoS entry, in spec order.
     pub sidecars: Vec<String>,
+    /// Where each proactive reclaim parameter came from, in
+    /// [`koord_api::ProactiveReclaimParams::SPECS`] order; `None` when no source states it.
+    pub proactive_reclaim_param_sources: Option<[ParamSource; 4]>,
 }
 
 /// Where `memoryQOS.pod` memory.min/low came from (docs/contract.md §2, Numbers).
@@ -137,7 +145,8 @@ pub fn resolve_pod(
 /// incoming one may be a hand edit, and must not influence what is written back.
 ///
 /// The steps run in a fixed order, so a pod with several bad values is always refused for the
-/// same one: class, memory QoS, locality, CPU QoS, resctrl, then the resources.
+/// same one: class, memory QoS, locality, CPU QoS, resctrl, proactive reclaim, then the
+/// resources.
 pub fn resolve_pod_with_previous(
     pod: &PodInput<'_>,
     ctx: &ResolveContext<'_>,
@@ -154,6 +163,13 @@ pub fn resolve_pod_with_previous(
     let memory_locality = locality::resolve_memory_locality(pod, class.class, ctx.config)?;
     let cpu_qos = cpu_qos::resolve_cpu_qos(pod, class.class, ctx.config)?;
     let resctrl_qos = resctrl_qos::resolve_resctrl_qos(class.class, ctx.config);
+    let pod_proactive_reclaim = proactive_reclaim::parse_pod_proactive_reclaim(pod)?;
+    let proactive_reclaim_decision = decide_proactive_reclaim(
+        class.class,
+        ctx.namespace,
+        pod_proactive_reclaim.as_ref(),
+        ctx.config,
+    );
 
     // A BE pod's cpu/memory become batch resources at CREATE, and only when colocation is on:
     // otherwise no node advertises them and the pod would never schedule.
@@ -182,6 +198,10 @@ pub fn resolve_pod_with_previous(
         containers_have_batch || resources.init_or_overhead_has_batch(pod),
     )?;
     let extended_spec = batch_resources::extended_resource_spec(&named, containers_have_batch);
+    let proactive_reclaim = proactive_reclaim_decision
+        .as_ref()
+        .map(|d| proactive_reclaim_floors(d, &named, class.class, &container_knobs))
+        .transpose()?;
 
     let resolved = ResolvedQos {
         version: RESOLVED_QOS_VERSION,
@@ -199,7 +219,7 @@ pub fn resolve_pod_with_previous(
         batch,
         cpu_qos,
         resctrl_qos,
-        proactive_reclaim: None,
+        proactive_reclaim,
     };
     let (changes, batch_containers) = pod_changes(pod, &class, resources, extended_spec, &resolved);
     Ok(Resolution {
@@ -213,8 +233,29 @@ pub fn resolve_pod_with_previous(
             pod_level_kept,
             pod_memory,
             sidecars,
+            proactive_reclaim_param_sources: proactive_reclaim_decision.map(|d| d.param_sources),
         },
     })
+}
+
+/// The proactive reclaim section: every container of the memory QoS section, its floor from
+/// its `memory.min` and the memory request its knobs were computed from (docs/contract.md §2,
+/// Proactive reclaim).
+fn proactive_reclaim_floors(
+    decision: &ProactiveReclaimDecision,
+    named: &[Named<'_, '_, '_>],
+    class: QosClass,
+    knobs: &BTreeMap<String, ContainerMemoryKnobs>,
+) -> Result<koord_api::ResolvedProactiveReclaim, FieldError> {
+    let mut containers = Vec::with_capacity(named.len());
+    for n in named {
+        containers.push(FloorInput {
+            name: n.name,
+            memory_min: knobs.get(n.name).map_or(0, |k| k.min),
+            request_bytes: memory_request_bytes(n, memory_resource_key(n, class))?,
+        });
+    }
+    Ok(proactive_reclaim_section(decision, containers))
 }
 
 /// The memory knobs of every long-running container (regular containers and native
@@ -232,13 +273,7 @@ fn memory_knobs(
         high: None,
     };
     for n in named {
-        let res = n.res;
-        let memory_key = if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res)) {
-            RESOURCE_BATCH_MEMORY
-        } else {
-            RESOURCE_MEMORY
-        };
-        let basis = memory_basis(n, memory_key)?;
+        let basis = memory_basis(n, memory_resource_key(n, class))?;
         let knobs = container_memory_knobs(basis, params);
         pod.min = pod.min.saturating_add(knobs.min);
         pod.low = pod.low.saturating_add(knobs.low);
@@ -310,13 +345,42 @@ fn has_memory(res: &EffectiveResources<'_, '_>) -> bool {
     res.request(RESOURCE_MEMORY).is_some() || res.limit(RESOURCE_MEMORY).is_some()
 }
 
-fn memory_basis(n: &Named<'_, '_, '_>, key: &str) -> Result<MemoryBasis, FieldError> {
+/// The resource a container's memory knobs are computed from: a BE container's batch-memory
+/// (also when it has no memory at all), else its memory.
+fn memory_resource_key(n: &Named<'_, '_, '_>, class: QosClass) -> &'static str {
     let res = n.res;
-    let parse =
-        |text: Option<&str>, kind: &str| parse_quantity(text, parse_value, || n.field(kind, key));
-    let limit = parse(res.limit(key), "limits")?;
-    let request = parse(res.request(key), "requests")?.or(limit).unwrap_or(0);
+    if class == QosClass::Be && (res.has_batch_memory() || !has_memory(res)) {
+        RESOURCE_BATCH_MEMORY
+    } else {
+        RESOURCE_MEMORY
+    }
+}
+
+fn memory_basis(n: &Named<'_, '_, '_>, key: &str) -> Result<MemoryBasis, FieldError> {
+    let limit = memory_quantity(n, n.res.limit(key), "limits", key)?;
+    let request = memory_quantity(n, n.res.request(key), "requests", key)?
+        .or(limit)
+        .unwrap_or(0);
     Ok(MemoryBasis { request, limit })
+}
+
+/// The request [`memory_basis`] reads, before a missing one counts as 0: the request of `key`
+/// in bytes, else the limit (as the apiserver defaults it); `None` when it states neither.
+fn memory_request_bytes(n: &Named<'_, '_, '_>, key: &str) -> Result<Option<i64>, FieldError> {
+    match memory_quantity(n, n.res.request(key), "requests", key)? {
+        Some(request) => Ok(Some(request)),
+        None => memory_quantity(n, n.res.limit(key), "limits", key),
+    }
+}
+
+/// A memory quantity's `text` in bytes; an error names `resources.{kind}.{key}`.
+fn memory_quantity(
+    n: &Named<'_, '_, '_>,
+    text: Option<&str>,
+    kind: &str,
+    key: &str,
+) -> Result<Option<i64>, FieldError> {
+    parse_quantity(text, parse_value, || n.field(kind, key))
 }
 
 /// The changes in patch order: the class label, batch resources (containers, init containers,

@@ -19,6 +19,7 @@ mod reresolve_resize;
 mod resolve_cli;
 mod resolve_colocation;
 mod resolve_pod_shapes;
+mod resolve_proactive_reclaim;
 mod resolve_properties;
 mod resolve_resize;
 mod resolve_rules;

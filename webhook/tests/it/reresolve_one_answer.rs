@@ -43,6 +43,7 @@ fn inline(cluster: &str) -> PolicyConfig {
     PolicyConfig {
         cluster: ClusterQosConfig::parse(cluster).expect("cluster").config,
         namespaces: NamespaceQosConfig::default(),
+        proactive_reclaim_namespaces: NamespaceQosConfig::default(),
         colocation: Colocation::NotConfigured,
     }
 }

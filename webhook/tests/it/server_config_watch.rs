@@ -141,3 +141,101 @@ async fn configmap_changes_reach_the_next_admission() {
     })
     .await;
 }
+
+const LS_RECLAIM: &str =
+    r#"{"clusterStrategy":{"lsClass":{"proactiveReclaim":{"enable":true,"stepPermill":20}}}}"#;
+
+async fn proactive_reclaim(running: &Running) -> Option<Value> {
+    resolved_for(running, "shop")
+        .await?
+        .get("proactiveReclaim")
+        .cloned()
+}
+
+async fn metrics_text(running: &Running) -> String {
+    String::from_utf8(get(running, "/metrics").await.body).unwrap_or_default()
+}
+
+/// Proactive reclaim from both ConfigMaps: the class section and the `proactive-reclaim`
+/// namespace lists reach the next admission; a bad value in either keeps the last good
+/// ConfigMap and is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proactive_reclaim_configmaps_reach_the_next_admission() {
+    let fake = FakeApiServer::new("kube-system");
+    fake.put_configmap("ack-slo-config", &[("resource-qos-config", LS_RECLAIM)]);
+    fake.put_configmap("ack-slo-pod-config", &[("memory-qos", "{}")]);
+    fake.put_namespace("shop", &[("koordinator.sh/qos-webhook", "enabled")]);
+    let (api_addr, _api_handle) = fake.serve("127.0.0.1:0".parse().expect("addr")).await;
+    let running = start_with(
+        cluster_policy(),
+        |_| {},
+        |s| s.with_kube_client(client(api_addr)),
+    )
+    .await;
+    eventually("readyz turns 200", TEN_S, || async {
+        get(&running, "/readyz").await.status == 200
+    })
+    .await;
+    let section = proactive_reclaim(&running)
+        .await
+        .expect("the class states it");
+    assert_eq!(section["enabled"], true, "{section}");
+    assert_eq!(section["source"], "cluster-config");
+    assert_eq!(section["params"]["stepPermill"], 20);
+    assert_eq!(section["containers"]["app"]["floorBytes"], 0);
+
+    // An out-of-range class value: the last good cluster ConfigMap stays, the error is counted.
+    fake.put_configmap(
+        "ack-slo-config",
+        &[(
+            "resource-qos-config",
+            r#"{"clusterStrategy":{"lsClass":{"proactiveReclaim":{"enable":true,"stepPermill":101}}}}"#,
+        )],
+    );
+    eventually("cluster config error counted", TEN_S, || async {
+        metrics_text(&running)
+            .await
+            .contains(r#"koord_webhook_config_errors_total{config="cluster"} 1"#)
+    })
+    .await;
+    let kept = proactive_reclaim(&running).await.expect("still stated");
+    assert_eq!(kept["params"]["stepPermill"], 20, "last good config kept");
+
+    // The namespace list turns it off for the namespace.
+    fake.put_configmap(
+        "ack-slo-pod-config",
+        &[
+            ("memory-qos", "{}"),
+            ("proactive-reclaim", r#"{"disabledNamespaces":["shop"]}"#),
+        ],
+    );
+    eventually("namespace list applied", TEN_S, || async {
+        proactive_reclaim(&running)
+            .await
+            .is_some_and(|s| s["enabled"] == false && s["source"] == "namespace-config")
+    })
+    .await;
+
+    // A broken list keeps the last good namespace ConfigMap (memory-qos and all).
+    fake.put_configmap(
+        "ack-slo-pod-config",
+        &[
+            ("memory-qos", r#"{"enabledNamespaces":["shop"]}"#),
+            ("proactive-reclaim", r#"{"enabledNamespaces":"shop"}"#),
+        ],
+    );
+    eventually("namespace config error counted", TEN_S, || async {
+        metrics_text(&running)
+            .await
+            .contains(r#"koord_webhook_config_errors_total{config="namespace"} 1"#)
+    })
+    .await;
+    let kept = proactive_reclaim(&running).await.expect("still stated");
+    assert_eq!(kept["enabled"], false, "{kept}");
+    assert_eq!(kept["source"], "namespace-config");
+    let resolved = resolved_for(&running, "shop").await.expect("resolved");
+    assert_eq!(
+        resolved["memoryQOS"]["enabled"], false,
+        "the broken version's memory-qos list is not taken either"
+    );
+}

@@ -15,8 +15,9 @@ use koord_webhook::admission::{ReviewContext, review};
 use koord_webhook::policy::load::from_data;
 use koord_webhook::policy::{
     ClusterQosConfig, NamespaceQosConfig, PolicyConfig, parse_locality_setting,
+    parse_proactive_reclaim_setting,
 };
-use koord_webhook::resolve::parse_memory_qos_annotation;
+use koord_webhook::resolve::{parse_memory_qos_annotation, parse_proactive_reclaim_annotation};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -238,6 +239,7 @@ proptest! {
     #[test]
     fn annotation_parsers_take_anything(text in arb_text(), v in arb_json()) {
         let _ = parse_memory_qos_annotation(ANNOTATION_MEMORY_QOS, &text, DecisionSource::PodAnnotation);
+        let _ = parse_proactive_reclaim_annotation(&text);
         let _ = parse_locality_setting(&v, ANNOTATION_MEMORY_LOCALITY);
     }
 
@@ -249,8 +251,10 @@ proptest! {
         let _ = ClusterQosConfig::parse(&shaped.to_string());
         let shaped = json!({"enabledNamespaces": v.clone(), "disabledNamespaces": [v]});
         let _ = NamespaceQosConfig::parse(&shaped.to_string());
-        let data: BTreeMap<String, String> = [("resource-qos-config".to_owned(), text.clone()), ("memory-qos".to_owned(), text)].into();
+        let _ = NamespaceQosConfig::parse_key(&shaped.to_string(), "proactive-reclaim");
+        let _ = parse_proactive_reclaim_setting(&v, "proactiveReclaim");
+        let data: BTreeMap<String, String> = [("resource-qos-config".to_owned(), text.clone()), ("memory-qos".to_owned(), text.clone()), ("proactive-reclaim".to_owned(), text)].into();
         let _ = from_data::<koord_webhook::policy::ClusterConfigMap>(&data);
-        let _ = from_data::<NamespaceQosConfig>(&data);
+        let _ = from_data::<koord_webhook::policy::NamespaceConfigMap>(&data);
     }
 }

@@ -56,6 +56,7 @@ pub fn config(cluster: &str, namespaces: &str) -> PolicyConfig {
                 .expect("namespaces")
                 .config
         },
+        proactive_reclaim_namespaces: NamespaceQosConfig::default(),
     }
 }
 
