@@ -141,6 +141,9 @@ pub struct RunArgs {
     /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
     #[command(flatten)]
     pub reclaim: crate::node::reclaim::ReclaimArgs,
+    /// The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
+    #[command(flatten)]
+    pub proactive: crate::node::proactive::ProactiveArgs,
 }
 
 #[derive(Debug, Args)]
@@ -202,6 +205,8 @@ pub struct RunConfig {
     pub nri: crate::node::nri::Settings,
     /// The async reclaim emulation (`crate::node::reclaim`); `Default` = off.
     pub reclaim: crate::node::reclaim::Settings,
+    /// The proactive reclaim loop (`crate::node::proactive`); `Default` = off.
+    pub proactive: crate::node::proactive::Settings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -254,6 +259,8 @@ pub enum ConfigError {
     Nri(#[from] crate::node::nri::SettingsError),
     #[error(transparent)]
     Reclaim(#[from] crate::node::reclaim::SettingsError),
+    #[error(transparent)]
+    Proactive(#[from] crate::node::proactive::SettingsError),
 }
 
 /// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
@@ -338,6 +345,7 @@ impl TryFrom<&RunArgs> for RunConfig {
             endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
             nri: crate::node::nri::Settings::try_from(&a.nri)?,
             reclaim: crate::node::reclaim::Settings::try_from(&a.reclaim)?,
+            proactive: crate::node::proactive::Settings::try_from(&a.proactive)?,
         })
     }
 }

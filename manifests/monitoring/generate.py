@@ -210,7 +210,7 @@ def memory_qos() -> Board:
     b = Board("koord-memory-qos", "Koord QoS: Memory QoS per node",
               "koord-applier per node: QoS-level protection against the sums of the children, "
               "cgroup writes and failures per knob, refused pods, the knobs the kernel lacks, "
-              "the apply mode (NRI or watch) and LS pods' memory pressure.",
+              "the apply mode (NRI or watch), LS pods' memory pressure and proactive reclaim.",
               ["memory-qos", "applier"],
               [var_query("cluster", "Cluster", "label_values(koord_applier_pods_managed, cluster)"),
                var_query("node", "Node",
@@ -283,6 +283,21 @@ def memory_qos() -> Board:
             [(f'max by (instance, pod_namespace, pod_name) (koordlet_pod_psi{{{n},psi_resource_type="mem",psi_degree="some",psi_precision="avg60"}}'
               f' * on (instance, pod_uid) group_left (qos_class) koord_applier_pod_qos_info{{{n},qos_class=~"LSE|LSR|LS"}})',
               "{{pod_namespace}}/{{pod_name}}")], w=24)
+    b.row("Proactive reclaim (cgroup v2 with memory.reclaim and PSI)")
+    b.panel("Proactive reclaim: stall per interval vs target", "Each looped container's memory "
+            "stall (memory.pressure some) over its last interval, and its target: under it the "
+            "loop reclaims, at or above it the loop backs off (alert above it for 10 min).", "s",
+            [(f"koord_applier_proactive_reclaim_stall_seconds{{{n}}}",
+              "{{exported_namespace}}/{{exported_pod}} {{exported_container}} stall"),
+             (f"koord_applier_proactive_reclaim_stall_target_seconds{{{n}}}",
+              "{{exported_namespace}}/{{exported_pod}} {{exported_container}} target")])
+    b.panel("Proactive reclaim: bytes reclaimed and back-offs", "Bytes per second the loop "
+            "reclaimed on the node, and back-offs per interval by why (stall: the stall reached "
+            "the target; short: the kernel found less to reclaim than asked).", "Bps",
+            [(f"rate(koord_applier_proactive_reclaim_node_bytes_total{{{n}}}[$__rate_interval])",
+              "{{instance}} reclaimed"),
+             (f"sum by (instance, why) (increase(koord_applier_proactive_reclaim_backoffs_total{{{n}}}[$__rate_interval]))",
+              "{{instance}} back-offs {{why}}")])
     return b
 
 

@@ -14,6 +14,7 @@ use crate::node::colocation::ColocationFeature;
 use crate::node::nri::NriPlugin;
 use crate::node::nri::link::Plugged;
 use crate::node::numa::MemoryLocality;
+use crate::node::proactive::ProactiveReclaim;
 use crate::node::qos_parents::{NodeQos, QosParents, Resctrl};
 use crate::node::reclaim::{AsyncReclaim, AsyncReclaimFeature};
 use crate::node::resctrl::ResctrlSupport;
@@ -67,6 +68,9 @@ pub fn node_features(
                 ..run.reclaim.clone()
             },
             pod_pass: reclaim_give,
+        }),
+        Box::new(ProactiveReclaim {
+            settings: run.proactive.clone(),
         }),
         Box::new(ProtectAncestors {
             settings: config.ancestors,

@@ -38,6 +38,7 @@ mod locality_trees;
 mod nri_golden;
 mod nri_plugin;
 mod once_cli;
+mod proactive_reclaim;
 mod real_cgroup_v1;
 mod resctrl_tree;
 mod resize_hold;

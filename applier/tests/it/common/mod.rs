@@ -261,6 +261,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         endpoint: Default::default(),
         nri: Default::default(),
         reclaim: Default::default(),
+        proactive: Default::default(),
     }
 }
 

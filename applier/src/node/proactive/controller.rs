@@ -1,0 +1,391 @@
+//! The loop's rule, pure: from one container's sample (its `memory.pressure` `some` total and
+//! its `memory.current`) and its state, the action of this interval and the state after.
+//!
+//! senpai's rule (TMO): while the container's memory stall over an interval stays under the
+//! target, ask the kernel for a step of its memory, the smaller the closer the stall is to the
+//! target; at or above the target, back off and let the workload fault its memory back in.
+//! The floor is enforced here (the ask never passes `memory.current - floor`) because the
+//! kernel does not: a cgroup's own `memory.min`/`memory.low` do not protect it from a
+//! `memory.reclaim` written to that cgroup (see [`super::cgroup`]).
+
+use std::time::Duration;
+
+use koord_api::ProactiveReclaimParams;
+
+/// The memcg page: an ask below one is not worth a write.
+const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
+/// The longest back-off, in intervals (1, 2, 4, then 8 for as long as the stall stays high).
+pub const MAX_BACKOFF_INTERVALS: u32 = 8;
+
+/// One container's loop between two intervals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoopState {
+    /// `memory.pressure` `some` total at the last sample, microseconds; `None` before the
+    /// first (no stall measured yet).
+    pub last_total: Option<u64>,
+    /// Back-offs in a row (the stall at or above the target at each probe); 0 when probing.
+    pub level: u32,
+    /// Intervals still to wait, after a back-off, before the next probe.
+    pub wait: u32,
+}
+
+/// What the loop read this interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// `some ... total=` of `memory.pressure`, microseconds since the cgroup was made.
+    pub pressure_total_micros: u64,
+    pub current_bytes: u64,
+    /// Since the previous sample (the thread may wake late; the stall is scaled to one
+    /// interval).
+    pub elapsed: Duration,
+}
+
+/// What to do this interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// The first sample of a container (or of a counter that went back): only the totals are
+    /// kept; no reclaim on a stall that was not measured.
+    Record,
+    /// Ask `memory.reclaim` for this many bytes (never more than `current - floor`).
+    Reclaim(u64),
+    /// Under the target, but at the floor (or less than a page above it): nothing to ask.
+    AtFloor,
+    /// The stall reached the target: no reclaim, and the next probe in this many intervals.
+    BackOff(u32),
+    /// Waiting out a back-off.
+    Wait,
+}
+
+/// The action and the stall it was decided on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub action: Action,
+    /// The stall over the last interval (scaled to one interval), microseconds; `None` on the
+    /// first sample.
+    pub stall_micros: Option<u64>,
+}
+
+fn as_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// The stall of `delta` µs over `elapsed`, scaled to one `interval`.
+fn stall_per_interval(delta: u64, elapsed: Duration, interval: Duration) -> u64 {
+    let elapsed = elapsed.as_micros();
+    if elapsed == 0 {
+        return delta;
+    }
+    let scaled = u128::from(delta) * interval.as_micros() / elapsed;
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
+/// This interval's action for one container, and its state after.
+///
+/// - First sample: [`Action::Record`].
+/// - In a back-off: [`Action::Wait`] (the totals still move on, so the next probe measures
+///   one interval).
+/// - Stall at or above the target: [`Action::BackOff`] for 1, 2, 4, then 8 intervals.
+/// - Under the target: a step of `current × stepPermill / 1000`, scaled by
+///   `(target - stall) / target`, capped at `current - floor` and cut to whole pages; the
+///   back-off level is reset.
+pub fn next_step(
+    state: &LoopState,
+    sample: Sample,
+    params: &ProactiveReclaimParams,
+    floor: u64,
+) -> (Decision, LoopState) {
+    let mut next = LoopState {
+        last_total: Some(sample.pressure_total_micros),
+        ..*state
+    };
+    let record = Decision {
+        action: Action::Record,
+        stall_micros: None,
+    };
+    let Some(last) = state.last_total else {
+        return (record, next);
+    };
+    // A total never goes back for one cgroup; one that did is another cgroup by the same
+    // name: measured from here.
+    let Some(delta) = sample.pressure_total_micros.checked_sub(last) else {
+        return (
+            record,
+            LoopState::default().with_total(sample.pressure_total_micros),
+        );
+    };
+    let interval = Duration::from_secs(as_u64(params.interval_seconds).max(1));
+    let stall = stall_per_interval(delta, sample.elapsed, interval);
+    let decide = |action| Decision {
+        action,
+        stall_micros: Some(stall),
+    };
+    if state.wait > 0 {
+        next.wait = state.wait - 1;
+        return (decide(Action::Wait), next);
+    }
+    let target = as_u64(params.stall_target_micros).max(1);
+    if stall >= target {
+        next.level = state.level.saturating_add(1).min(4);
+        let intervals = (1u32 << (next.level - 1)).min(MAX_BACKOFF_INTERVALS);
+        // The back-off's own interval is the first of them.
+        next.wait = intervals - 1;
+        return (decide(Action::BackOff(intervals)), next);
+    }
+    next.level = 0;
+    let current = sample.current_bytes;
+    let room = current.saturating_sub(floor);
+    let step = u128::from(current) * u128::from(as_u64(params.step_permill)) / 1000
+        * u128::from(target - stall)
+        / u128::from(target);
+    let ask = u64::try_from(step).unwrap_or(u64::MAX).min(room);
+    let ask = ask - ask % PAGE;
+    let action = if ask == 0 {
+        Action::AtFloor
+    } else {
+        Action::Reclaim(ask)
+    };
+    (decide(action), next)
+}
+
+impl LoopState {
+    fn with_total(mut self, total: u64) -> Self {
+        self.last_total = Some(total);
+        self
+    }
+
+    /// After a `memory.reclaim` the kernel answered `EAGAIN` (it found less to take than
+    /// asked): nothing cold is left for now, so a light back-off, one interval skipped,
+    /// without raising the level a stall would.
+    pub fn after_short(self) -> Self {
+        Self {
+            wait: self.wait.max(1),
+            ..self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const P: ProactiveReclaimParams = ProactiveReclaimParams {
+        interval_seconds: 6,
+        stall_target_micros: 10_000,
+        step_permill: 10,
+        floor_percent: 0,
+    };
+
+    fn sample(total: u64, current: u64) -> Sample {
+        Sample {
+            pressure_total_micros: total,
+            current_bytes: current,
+            elapsed: Duration::from_secs(6),
+        }
+    }
+
+    fn probing(total: u64) -> LoopState {
+        LoopState {
+            last_total: Some(total),
+            level: 0,
+            wait: 0,
+        }
+    }
+
+    #[test]
+    fn one_interval_decides_from_the_stall_the_floor_and_the_state() {
+        struct Case {
+            name: &'static str,
+            state: LoopState,
+            sample: Sample,
+            floor: u64,
+            want: Action,
+            want_stall: Option<u64>,
+        }
+        let cases = [
+            Case {
+                name: "first tick: only the totals",
+                state: LoopState::default(),
+                sample: sample(5_000_000, 1000 * MIB),
+                floor: 0,
+                want: Action::Record,
+                want_stall: None,
+            },
+            Case {
+                name: "no stall: the whole step, 1% of current",
+                state: probing(100),
+                sample: sample(100, 1000 * MIB),
+                floor: 0,
+                want: Action::Reclaim(10 * MIB),
+                want_stall: Some(0),
+            },
+            Case {
+                name: "stall at half the target: half the step",
+                state: probing(100),
+                sample: sample(5_100, 1000 * MIB),
+                floor: 0,
+                want: Action::Reclaim(5 * MIB),
+                want_stall: Some(5_000),
+            },
+            Case {
+                name: "stall near the target: a tenth of the step, whole pages",
+                state: probing(0),
+                sample: sample(9_000, 1000 * MIB),
+                floor: 0,
+                want: Action::Reclaim(MIB - MIB % PAGE),
+                want_stall: Some(9_000),
+            },
+            Case {
+                name: "stall at the target: back off one interval",
+                state: probing(0),
+                sample: sample(10_000, 1000 * MIB),
+                floor: 0,
+                want: Action::BackOff(1),
+                want_stall: Some(10_000),
+            },
+            Case {
+                name: "the floor caps the ask",
+                state: probing(0),
+                sample: sample(0, 1000 * MIB),
+                floor: 997 * MIB,
+                want: Action::Reclaim(3 * MIB),
+                want_stall: Some(0),
+            },
+            Case {
+                name: "current at the floor: nothing",
+                state: probing(0),
+                sample: sample(0, 500 * MIB),
+                floor: 500 * MIB,
+                want: Action::AtFloor,
+                want_stall: Some(0),
+            },
+            Case {
+                name: "current below the floor: nothing",
+                state: probing(0),
+                sample: sample(0, 400 * MIB),
+                floor: 500 * MIB,
+                want: Action::AtFloor,
+                want_stall: Some(0),
+            },
+            Case {
+                name: "less than a page above the floor: nothing",
+                state: probing(0),
+                sample: sample(0, 500 * MIB + 100),
+                floor: 500 * MIB,
+                want: Action::AtFloor,
+                want_stall: Some(0),
+            },
+            Case {
+                name: "a late wake-up: the stall is scaled to one interval",
+                state: probing(0),
+                sample: Sample {
+                    elapsed: Duration::from_secs(12),
+                    ..sample(12_000, 1000 * MIB)
+                },
+                floor: 0,
+                want: Action::Reclaim(4 * MIB - (4 * MIB) % PAGE),
+                want_stall: Some(6_000),
+            },
+            Case {
+                name: "a total that went back (another cgroup): measured from here",
+                state: probing(9_000_000),
+                sample: sample(10, 1000 * MIB),
+                floor: 0,
+                want: Action::Record,
+                want_stall: None,
+            },
+            Case {
+                name: "waiting out a back-off: no reclaim whatever the stall",
+                state: LoopState {
+                    last_total: Some(0),
+                    level: 2,
+                    wait: 1,
+                },
+                sample: sample(0, 1000 * MIB),
+                floor: 0,
+                want: Action::Wait,
+                want_stall: Some(0),
+            },
+        ];
+        for c in cases {
+            let (got, _) = next_step(&c.state, c.sample, &P, c.floor);
+            assert_eq!(got.action, c.want, "{}", c.name);
+            assert_eq!(got.stall_micros, c.want_stall, "{}", c.name);
+        }
+    }
+
+    /// The stall stays high: back-offs of 1, 2, 4, 8, 8 intervals, with no reclaim in
+    /// between; then a low stall probes again with the whole step and resets the level.
+    #[test]
+    fn back_off_grows_to_eight_intervals_and_resets_when_the_stall_is_low() {
+        let mut state = probing(0);
+        let mut total = 0;
+        let mut actions = Vec::new();
+        for _ in 0..20 {
+            total += 50_000;
+            let (d, next) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
+            actions.push(d.action);
+            state = next;
+        }
+        let backoffs: Vec<u32> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::BackOff(n) => Some(*n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(backoffs, [1, 2, 4, 8, 8]);
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Reclaim(_))),
+            "never reclaims while the stall is high: {actions:?}"
+        );
+        // The gaps between back-offs are the waits: 0, 1, 3, 7 intervals.
+        let waits: Vec<usize> = actions
+            .split(|a| matches!(a, Action::BackOff(_)))
+            .skip(1)
+            .map(<[Action]>::len)
+            .collect();
+        assert_eq!(&waits[..4], [0, 1, 3, 7]);
+        // Wait out the current back-off with a quiet container, then probe.
+        let mut probe = None;
+        for _ in 0..8 {
+            let (d, next) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
+            state = next;
+            if d.action != Action::Wait {
+                probe = Some(d.action);
+                break;
+            }
+        }
+        assert_eq!(probe, Some(Action::Reclaim(10 * MIB)));
+        assert_eq!(state.level, 0, "a low stall resets the back-off");
+        total += 50_000;
+        let (d, _) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
+        assert_eq!(
+            d.action,
+            Action::BackOff(1),
+            "starts again from one interval"
+        );
+    }
+
+    #[test]
+    fn a_short_reclaim_skips_one_interval_without_raising_the_level() {
+        let (d, state) = next_step(&probing(0), sample(0, 1000 * MIB), &P, 0);
+        assert_eq!(d.action, Action::Reclaim(10 * MIB));
+        let state = state.after_short();
+        assert_eq!((state.level, state.wait), (0, 1));
+        let (d, state) = next_step(&state, sample(0, 990 * MIB), &P, 0);
+        assert_eq!(d.action, Action::Wait);
+        let (d, _) = next_step(&state, sample(0, 990 * MIB), &P, 0);
+        assert_eq!(
+            d.action,
+            Action::Reclaim(9_900 * MIB / 1000 - (9_900 * MIB / 1000) % PAGE)
+        );
+        // A longer back-off in force is not shortened by a short reclaim.
+        let long = LoopState {
+            last_total: Some(0),
+            level: 3,
+            wait: 3,
+        };
+        assert_eq!(long.after_short().wait, 3);
+    }
+}
