@@ -19,7 +19,11 @@ use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
 const REDIS_POD: &str = "73400320";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard is held across the test's awaits on purpose: the whole test takes its turn
+// (`common::timing_alone`); nothing else in this runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
+    let _alone = common::timing_alone();
     koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);

@@ -178,6 +178,7 @@ pub struct ContainerFiles {
     dir: Arc<Path>,
     current: Option<File>,
     pressure: Option<File>,
+    stat: Option<File>,
     reclaim: Option<File>,
 }
 
@@ -188,6 +189,7 @@ impl ContainerFiles {
             dir,
             current: None,
             pressure: None,
+            stat: None,
             reclaim: None,
         }
     }
@@ -204,6 +206,34 @@ impl ContainerFiles {
             .map(|p| p.some.total_us)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
+}
+
+impl ContainerFiles {
+    /// `workingset_refault_anon + workingset_refault_file` of `memory.stat`, pages: the
+    /// container's refaults so far (both since 5.9).
+    pub fn refaults(&mut self) -> io::Result<u64> {
+        let mut buf = [0u8; 8192];
+        let text = pread(&mut self.stat, &self.dir, "memory.stat", &mut buf)?;
+        refaults_of(text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "memory.stat has no workingset_refault_anon/workingset_refault_file",
+            )
+        })
+    }
+}
+
+/// The sum of the two refault counters of a `memory.stat` text; `None` when neither is there.
+pub fn refaults_of(stat: &str) -> Option<u64> {
+    let mut found = None;
+    for line in stat.lines() {
+        let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+        if key == "workingset_refault_anon" || key == "workingset_refault_file" {
+            let v: u64 = value.trim().parse().ok()?;
+            found = Some(found.unwrap_or(0) + v);
+        }
+    }
+    found
 }
 
 impl ReclaimTarget for ContainerFiles {
@@ -289,6 +319,15 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    #[test]
+    fn refaults_are_the_two_counters_summed() {
+        let stat = "anon 1\nfile 2\nworkingset_refault_anon 30\nworkingset_refault_file 12\n\
+                    workingset_activate_file 5\n";
+        assert_eq!(refaults_of(stat), Some(42));
+        assert_eq!(refaults_of("anon 1\nfile 2\n"), None);
+        assert_eq!(refaults_of("workingset_refault_file x\n"), None);
     }
 
     fn quick() -> Slices {

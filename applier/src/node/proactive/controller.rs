@@ -4,6 +4,11 @@
 //! senpai's rule (TMO): while the container's memory stall over an interval stays under the
 //! target, ask the kernel for a step of its memory, the smaller the closer the stall is to the
 //! target; at or above the target, back off and let the workload fault its memory back in.
+//! A second signal beside the stall: the workload's refaults. Where a refault is cheap (fast
+//! storage, or the pages still in a host's cache) reclaiming a hot set costs little stall, so
+//! the stall alone would let the loop take a step from a hot container at every probe and the
+//! container fault it back in the next second. When the container faulted back at least half
+//! of what the last step took, the step took memory in use: the loop backs off as for a stall.
 //! The floor is enforced here (the ask never passes `memory.current - floor`) because the
 //! kernel does not: a cgroup's own `memory.min`/`memory.low` do not protect it from a
 //! `memory.reclaim` written to that cgroup (see [`super::cgroup`]).
@@ -16,6 +21,9 @@ use koord_api::ProactiveReclaimParams;
 const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
 /// The longest back-off, in intervals (1, 2, 4, then 8 for as long as the stall stays high).
 pub const MAX_BACKOFF_INTERVALS: u32 = 8;
+/// The share of the last step the container may fault back in one interval before the loop
+/// takes it for memory in use and backs off: a half.
+const HOT_REFAULT_SHARE_DIVISOR: u64 = 2;
 
 /// One container's loop between two intervals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,6 +35,11 @@ pub struct LoopState {
     pub level: u32,
     /// Intervals still to wait, after a back-off, before the next probe.
     pub wait: u32,
+    /// `workingset_refault_anon + workingset_refault_file` of `memory.stat` at the last
+    /// sample, pages; `None` before the first or where it could not be read.
+    pub last_refaults: Option<u64>,
+    /// What the last interval's reclaim took, bytes (0 when it did not reclaim).
+    pub took: u64,
 }
 
 /// What the loop read this interval.
@@ -35,6 +48,10 @@ pub struct Sample {
     /// `some ... total=` of `memory.pressure`, microseconds since the cgroup was made.
     pub pressure_total_micros: u64,
     pub current_bytes: u64,
+    /// The container's refaults so far (`memory.stat` `workingset_refault_anon` +
+    /// `workingset_refault_file`), pages; `None` where it could not be read (no refault
+    /// signal then, the stall alone decides).
+    pub refault_pages: Option<u64>,
     /// Since the previous sample (the thread may wake late; the stall is scaled to one
     /// interval).
     pub elapsed: Duration,
@@ -52,6 +69,9 @@ pub enum Action {
     AtFloor,
     /// The stall reached the target: no reclaim, and the next probe in this many intervals.
     BackOff(u32),
+    /// The container faulted back at least half of what the last step took (the step took
+    /// memory in use): no reclaim, and the next probe in this many intervals, as for a stall.
+    Refaulted(u32),
     /// Waiting out a back-off.
     Wait,
 }
@@ -85,9 +105,11 @@ fn stall_per_interval(delta: u64, elapsed: Duration, interval: Duration) -> u64 
 /// - In a back-off: [`Action::Wait`] (the totals still move on, so the next probe measures
 ///   one interval).
 /// - Stall at or above the target: [`Action::BackOff`] for 1, 2, 4, then 8 intervals.
+/// - The container faulted back half of the last step: [`Action::Refaulted`], escalating as a
+///   stall does.
 /// - Under the target: a step of `current × stepPermill / 1000`, scaled by
 ///   `(target - stall) / target`, capped at `current - floor` and cut to whole pages; the
-///   back-off level is reset.
+///   back-off level is reset once a step proved safe (the interval after it quiet).
 pub fn next_step(
     state: &LoopState,
     sample: Sample,
@@ -96,6 +118,8 @@ pub fn next_step(
 ) -> (Decision, LoopState) {
     let mut next = LoopState {
         last_total: Some(sample.pressure_total_micros),
+        last_refaults: sample.refault_pages,
+        took: 0,
         ..*state
     };
     let record = Decision {
@@ -110,7 +134,11 @@ pub fn next_step(
     let Some(delta) = sample.pressure_total_micros.checked_sub(last) else {
         return (
             record,
-            LoopState::default().with_total(sample.pressure_total_micros),
+            LoopState {
+                last_refaults: sample.refault_pages,
+                ..LoopState::default()
+            }
+            .with_total(sample.pressure_total_micros),
         );
     };
     let interval = Duration::from_secs(as_u64(params.interval_seconds).max(1));
@@ -124,14 +152,30 @@ pub fn next_step(
         return (decide(Action::Wait), next);
     }
     let target = as_u64(params.stall_target_micros).max(1);
-    if stall >= target {
+    let refaulted = match (state.last_refaults, sample.refault_pages) {
+        (Some(before), Some(now)) => now.saturating_sub(before).saturating_mul(PAGE),
+        _ => 0,
+    };
+    let hot = state.took > 0 && refaulted >= state.took / HOT_REFAULT_SHARE_DIVISOR;
+    if stall >= target || hot {
         next.level = state.level.saturating_add(1).min(4);
         let intervals = (1u32 << (next.level - 1)).min(MAX_BACKOFF_INTERVALS);
         // The back-off's own interval is the first of them.
         next.wait = intervals - 1;
-        return (decide(Action::BackOff(intervals)), next);
+        let action = if stall >= target {
+            Action::BackOff(intervals)
+        } else {
+            Action::Refaulted(intervals)
+        };
+        return (decide(action), next);
     }
-    next.level = 0;
+    // The back-off ends when a step proved safe: the interval after it showed neither a stall
+    // nor the step faulted back. A probe after a wait keeps the level, so a hot container
+    // (whose refaults show only after a step) is probed less and less often, as a stalling one
+    // is.
+    if state.took > 0 {
+        next.level = 0;
+    }
     let current = sample.current_bytes;
     let room = current.saturating_sub(floor);
     let step = u128::from(current) * u128::from(as_u64(params.step_permill)) / 1000
@@ -156,6 +200,15 @@ impl LoopState {
     /// After a `memory.reclaim` the kernel answered `EAGAIN` (it found less to take than
     /// asked): nothing cold is left for now, so a light back-off, one interval skipped,
     /// without raising the level a stall would.
+    /// After this interval's reclaim took `bytes`: the next interval compares the
+    /// container's refaults with it.
+    pub fn after_reclaim(self, bytes: u64) -> Self {
+        Self {
+            took: bytes,
+            ..self
+        }
+    }
+
     pub fn after_short(self) -> Self {
         Self {
             wait: self.wait.max(1),
@@ -180,6 +233,7 @@ mod tests {
         Sample {
             pressure_total_micros: total,
             current_bytes: current,
+            refault_pages: None,
             elapsed: Duration::from_secs(6),
         }
     }
@@ -189,6 +243,8 @@ mod tests {
             last_total: Some(total),
             level: 0,
             wait: 0,
+            last_refaults: None,
+            took: 0,
         }
     }
 
@@ -300,6 +356,7 @@ mod tests {
                     last_total: Some(0),
                     level: 2,
                     wait: 1,
+                    ..LoopState::default()
                 },
                 sample: sample(0, 1000 * MIB),
                 floor: 0,
@@ -312,6 +369,81 @@ mod tests {
             assert_eq!(got.action, c.want, "{}", c.name);
             assert_eq!(got.stall_micros, c.want_stall, "{}", c.name);
         }
+    }
+
+    /// The last step took 10 MiB: the container faulting back half of it (2,560 pages) in the
+    /// next interval backs the loop off although the stall is 0; less, or no step, or no
+    /// refault count, does not.
+    #[test]
+    fn refaulting_half_the_last_step_backs_off_like_a_stall() {
+        const PAGES_5_MIB: u64 = 5 * MIB / PAGE;
+        let took = |last_refaults, took| LoopState {
+            last_refaults,
+            took,
+            ..probing(0)
+        };
+        let with = |pages| Sample {
+            refault_pages: pages,
+            ..sample(0, 1000 * MIB)
+        };
+        for (name, state, sample, want) in [
+            (
+                "half faulted back: hot",
+                took(Some(100), 10 * MIB),
+                with(Some(100 + PAGES_5_MIB)),
+                Action::Refaulted(1),
+            ),
+            (
+                "a fifth faulted back: the next step",
+                took(Some(100), 10 * MIB),
+                with(Some(100 + PAGES_5_MIB / 2)),
+                Action::Reclaim(10 * MIB),
+            ),
+            (
+                "refaults without a step before (another cause): the step",
+                took(Some(100), 0),
+                with(Some(100 + 10 * PAGES_5_MIB)),
+                Action::Reclaim(10 * MIB),
+            ),
+            (
+                "no refault count: the stall alone",
+                took(None, 10 * MIB),
+                with(None),
+                Action::Reclaim(10 * MIB),
+            ),
+        ] {
+            let (got, next) = next_step(&state, sample, &P, 0);
+            assert_eq!(got.action, want, "{name}");
+            assert_eq!(next.took, 0, "{name}: the worker sets what a reclaim took");
+            assert_eq!(next.last_refaults, sample.refault_pages, "{name}");
+        }
+        // A hot container: every step faulted back. The back-offs grow 1, 2, 4, 8, 8 as a
+        // stall's do (the probes after each wait keep the level), so the loop takes a step
+        // every ninth interval at most.
+        let mut state = took(Some(0), 0);
+        let mut refaults = 0;
+        let mut backoffs = Vec::new();
+        let mut steps = 0;
+        for _ in 0..40 {
+            let (d, next) = next_step(&state, with(Some(refaults)), &P, 0);
+            state = next;
+            match d.action {
+                Action::Reclaim(bytes) => {
+                    steps += 1;
+                    state = state.after_reclaim(bytes);
+                    // All of it faulted back during the next interval.
+                    refaults += bytes / PAGE;
+                }
+                Action::Refaulted(n) => backoffs.push(n),
+                Action::Wait => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(&backoffs[..5], [1, 2, 4, 8, 8]);
+        assert!(
+            steps <= 8,
+            "{steps} steps in 40 intervals of a hot container"
+        );
     }
 
     /// The stall stays high: back-offs of 1, 2, 4, 8, 8 intervals, with no reclaim in
@@ -357,9 +489,17 @@ mod tests {
             }
         }
         assert_eq!(probe, Some(Action::Reclaim(10 * MIB)));
-        assert_eq!(state.level, 0, "a low stall resets the back-off");
+        assert_eq!(
+            state.level, 4,
+            "a probe keeps the level until its step proves safe"
+        );
+        // The step taken, the next interval quiet: the level resets.
+        state = state.after_reclaim(10 * MIB);
+        let (d, next) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
+        assert_eq!(d.action, Action::Reclaim(10 * MIB));
+        assert_eq!(next.level, 0, "a safe step resets the back-off");
         total += 50_000;
-        let (d, _) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
+        let (d, _) = next_step(&next, sample(total, 1000 * MIB), &P, 0);
         assert_eq!(
             d.action,
             Action::BackOff(1),
@@ -385,6 +525,7 @@ mod tests {
             last_total: Some(0),
             level: 3,
             wait: 3,
+            ..LoopState::default()
         };
         assert_eq!(long.after_short().wait, 3);
     }

@@ -18,8 +18,9 @@ pub struct ProactiveMetrics {
     pub stall: GaugeVec,
     /// The container's stall target per interval, seconds.
     pub target: GaugeVec,
-    /// Back-offs, per container and `why`: `stall` (the stall reached the target), `short`
-    /// (the kernel found less to reclaim than asked).
+    /// Back-offs, per container and `why`: `stall` (the stall reached the target), `refault`
+    /// (the container faulted back half of the last step), `short` (the kernel found less to
+    /// reclaim than asked).
     pub backoffs: IntCounterVec,
     /// Pods that ask for the loop and do not get it, by `reason`.
     pub refused: IntCounterVec,
@@ -30,7 +31,7 @@ pub struct ProactiveMetrics {
 }
 
 const CONTAINER: [&str; 3] = ["namespace", "pod", "container"];
-const WHY: [&str; 2] = ["stall", "short"];
+const WHY: [&str; 3] = ["stall", "refault", "short"];
 
 impl ProactiveMetrics {
     pub fn register(registry: &Registry) -> Result<Self, MetricError> {
@@ -77,7 +78,7 @@ impl ProactiveMetrics {
                 IntCounterVec::new(
                     Opts::new(
                         "koord_applier_proactive_reclaim_backoffs_total",
-                        "Back-offs of the container's loop, by why: stall (the stall reached the target), short (the kernel found less to reclaim than asked).",
+                        "Back-offs of the container's loop, by why: stall (the stall reached the target), refault (the container faulted back half of the last step), short (the kernel found less to reclaim than asked).",
                     ),
                     &["namespace", "pod", "container", "why"],
                 ),

@@ -312,6 +312,8 @@ fn one_interval(
     let sample = Sample {
         pressure_total_micros: total,
         current_bytes: current,
+        // Unreadable: the stall alone decides this interval.
+        refault_pages: l.files.refaults().ok(),
         elapsed,
     };
     let (decision, next) = next_step(&l.state, sample, &l.params, l.floor);
@@ -332,10 +334,15 @@ fn one_interval(
             backoff(l, "stall");
             return 0;
         }
+        Action::Refaulted(_) => {
+            backoff(l, "refault");
+            return 0;
+        }
         Action::Reclaim(bytes) => bytes,
         Action::Record | Action::AtFloor | Action::Wait => return 0,
     };
     let r = reclaim_above_floor(&mut l.files, bytes, l.floor, settings.slices, deadline);
+    l.state = l.state.after_reclaim(r.bytes);
     match r.end {
         End::Short => {
             backoff(l, "short");
