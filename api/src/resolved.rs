@@ -123,6 +123,18 @@ impl ParamSpec {
     }
 }
 
+/// The first of `values` outside its spec's range (specs and values in the same order).
+pub fn first_out_of_range<const N: usize>(
+    specs: &[ParamSpec; N],
+    values: [i64; N],
+) -> Option<(ParamSpec, i64)> {
+    specs
+        .iter()
+        .zip(values)
+        .find(|(spec, v)| !spec.contains(*v))
+        .map(|(spec, v)| (*spec, v))
+}
+
 impl MemoryQosParams {
     pub const MIN_LIMIT_PERCENT: ParamSpec = ParamSpec {
         name: "minLimitPercent",
@@ -236,11 +248,7 @@ impl MemoryQosParams {
 
     /// The first parameter outside its range, if any.
     pub fn out_of_range(&self) -> Option<(ParamSpec, i64)> {
-        Self::SPECS
-            .iter()
-            .zip(self.values())
-            .find(|(spec, v)| !spec.contains(*v))
-            .map(|(spec, v)| (*spec, v))
+        first_out_of_range(&Self::SPECS, self.values())
     }
 }
 
@@ -561,11 +569,7 @@ impl ProactiveReclaimParams {
 
     /// The first parameter outside its range, if any.
     pub fn out_of_range(&self) -> Option<(ParamSpec, i64)> {
-        Self::SPECS
-            .iter()
-            .zip(self.values())
-            .find(|(spec, v)| !spec.contains(*v))
-            .map(|(spec, v)| (*spec, v))
+        first_out_of_range(&Self::SPECS, self.values())
     }
 }
 
