@@ -1107,6 +1107,9 @@ def s_monitoring(h: Harness) -> None:
     # scenario runs alone.
     pod = ls_pod("ls-prom", h.env["WORKLOAD_IMAGE"])
     pod["metadata"]["namespace"] = NS_QOS
+    # Opted in to proactive reclaim (a 1-s interval): the loop's per-container series exist.
+    pod["metadata"]["annotations"] = {
+        "koordinator.sh/proactiveReclaim": json.dumps({"enable": True, "intervalSeconds": 1})}
     h.apply_obj(pod)
     h.wait_running(NS_QOS, "ls-prom")
     port = 27091 + int(os.environ.get("KOORD_V2_SLOT", "0"))
@@ -1118,9 +1121,13 @@ def s_monitoring(h: Harness) -> None:
         if not h.carry.get("failed open"):
             needs["apiserver_admission_webhook_fail_open_count"] = (
                 "no fail-open in this run (the webhook-down scenario, not run here, makes one)")
+        prom = h.carry["prom"]
+        wait_until("Prometheus to scrape the proactive reclaim loop's stall (ls-prom)",
+                   lambda: prom.query("count(koord_applier_proactive_reclaim_stall_seconds)"), 90, 1)
         excused = monitoring.queries(h, needs)
         node_only = sorted(s for s in excused if s.startswith(
-            ("koord_applier_qos_memory_protection", "koord_applier_nri_")) and "not on this node" in excused[s])
+            ("koord_applier_qos_memory_protection", "koord_applier_nri_",
+             "koord_applier_proactive_reclaim")) and "not on this node" in excused[s])
         check(not node_only, f"protection/NRI selectors without series on cgroup v2: {node_only}")
         lacking = sorted(s for s, why in excused.items() if why.startswith("not on this node"))
         h.figures.append(f"figure monitoring on cgroup v2: {len(excused)} selectors excused, "

@@ -60,6 +60,15 @@ NEEDS_V1 = {
     "koord_applier_nri_requests_total": "containerd 2 with NRI (containerd 1.6 here: watch mode)",
     "koord_applier_nri_answer_duration_seconds_bucket": "containerd 2 with NRI (containerd 1.6 here)",
     "koordlet_container_cpi": "a PMU and the CPICollector gate (this machine has no PMU)",
+    "koord_applier_proactive_reclaim_stall_seconds":
+        "a container in the proactive reclaim loop: cgroup v2 with memory.reclaim and PSI "
+        "(cgroup v1 here: an Event, no loop; the cgroup v2 node's monitoring has them)",
+    "koord_applier_proactive_reclaim_stall_target_seconds":
+        "as koord_applier_proactive_reclaim_stall_seconds",
+    "koord_applier_proactive_reclaim_backoffs_total":
+        "as koord_applier_proactive_reclaim_stall_seconds",
+    "koord_applier_proactive_reclaim_bytes_total":
+        "as koord_applier_proactive_reclaim_stall_seconds",
     "koord_applier_cpi_collector_supported": "the CPICollector gate, which the suite leaves off "
     "(this machine has no PMU: CPI would stay idle)",
 }

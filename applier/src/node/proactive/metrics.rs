@@ -110,6 +110,18 @@ impl ProactiveMetrics {
         })
     }
 
+    /// A container joins the loop: its target, and its counters at 0 (so `rate()` and the
+    /// dashboard have them from the start, not from the first reclaim or back-off).
+    pub fn join(&self, namespace: &str, pod: &str, container: &str, target_seconds: f64) {
+        let labels = [namespace, pod, container];
+        self.target.with_label_values(&labels).set(target_seconds);
+        self.bytes.with_label_values(&labels);
+        for why in WHY {
+            self.backoffs
+                .with_label_values(&[namespace, pod, container, why]);
+        }
+    }
+
     /// Drops a container's series.
     pub fn forget(&self, namespace: &str, pod: &str, container: &str) {
         let labels = [namespace, pod, container];

@@ -218,11 +218,13 @@ impl ProactiveLoop {
         if let Some(m) = &self.metrics {
             for ((uid, _), l) in &self.looped {
                 if uid == &pod.uid {
-                    m.target
-                        .with_label_values(&l.labels())
-                        .set(micros_to_seconds(
-                            u64::try_from(l.params.stall_target_micros).unwrap_or(0),
-                        ));
+                    let [ns, name, container] = l.labels();
+                    m.join(
+                        ns,
+                        name,
+                        container,
+                        micros_to_seconds(u64::try_from(l.params.stall_target_micros).unwrap_or(0)),
+                    );
                 }
             }
         }
