@@ -46,6 +46,7 @@ from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
 from koordtest.metrics import metric_sum
 from koordtest.sampler import Sampler
+from reclaim import psi_some_us
 
 RESULTS_MD = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 PLOT = RESULTS_MD.parent / "img" / "proactive-reclaim.svg"
@@ -123,28 +124,12 @@ def slo_with_class_params() -> dict:
 
 
 def patch_pod_config(h, key: str, value: dict | None) -> None:
-    """One key of ack-slo-pod-config (None removes it); the ConfigMap made when missing."""
-    data = {"data": {key: json.dumps(value) if value is not None else None}}
-    r = h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-pod-config", "--type=merge",
-                  "-p", json.dumps(data), check_rc=False)
-    if r.returncode != 0 and "NotFound" in r.stderr and value is not None:
-        h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": "ack-slo-pod-config", "namespace": "kube-system"},
-                     **data})
-    elif r.returncode != 0 and "NotFound" not in r.stderr:
-        raise Check(f"kubectl patch configmap ack-slo-pod-config: {r.stderr.strip()}")
+    v2.patch_slo_key(h, key, value, configmap="ack-slo-pod-config")
 
 
 def section(pod: dict) -> dict:
     resolved = pod["metadata"].get("annotations", {}).get(v2.RESOLVED)
     return (json.loads(resolved) if resolved else {}).get("proactiveReclaim") or {}
-
-
-def psi_some_us(text: str) -> int:
-    for line in text.splitlines():
-        if line.startswith("some "):
-            return int(dict(f.split("=") for f in line.split()[1:])["total"])
-    raise Check(f"no 'some' line in memory.pressure: {text!r}")
 
 
 def stat_fields(text: str) -> dict[str, int]:

@@ -528,17 +528,19 @@ def kubelet_log_since(h: Harness, offset: int) -> list[str]:
         return f.read().decode(errors="replace").splitlines()
 
 
-def patch_slo_key(h: Harness, key: str, value: dict) -> None:
-    """One key of ack-slo-config; the ConfigMap made when no scenario before made it (a
-    scenario run alone)."""
-    data = {"data": {key: json.dumps(value)}}
-    r = h.kubectl("-n", "kube-system", "patch", "configmap", "ack-slo-config", "--type=merge",
+def patch_slo_key(h: Harness, key: str, value: dict | None,
+                  configmap: str = "ack-slo-config") -> None:
+    """One key of a kube-system ConfigMap (ack-slo-config unless told; None removes the key);
+    the ConfigMap made when no scenario before made it (a scenario run alone)."""
+    data = {"data": {key: None if value is None else json.dumps(value)}}
+    r = h.kubectl("-n", "kube-system", "patch", "configmap", configmap, "--type=merge",
                   "-p", json.dumps(data), check_rc=False)
-    if r.returncode != 0 and "NotFound" in r.stderr:
+    missing = r.returncode != 0 and "NotFound" in r.stderr
+    if missing and value is not None:
         h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": "ack-slo-config", "namespace": "kube-system"}, **data})
-    elif r.returncode != 0:
-        raise Check(f"kubectl patch configmap ack-slo-config: {r.stderr.strip()}")
+                     "metadata": {"name": configmap, "namespace": "kube-system"}, **data})
+    elif r.returncode != 0 and not missing:
+        raise Check(f"kubectl patch configmap {configmap}: {r.stderr.strip()}")
 
 
 def node_batch(h: Harness) -> tuple[float, float]:
