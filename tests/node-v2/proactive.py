@@ -169,6 +169,7 @@ def kernel_floor_fact(h) -> dict[str, int]:
     out = h.guest(textwrap.dedent("""\
         set -e
         cg=/sys/fs/cgroup/koord-floor-proof; f=/var/lib/koord-floor-proof
+        trap 'rm -f $f; rmdir $cg 2>/dev/null || true' EXIT
         grep -qw memory /sys/fs/cgroup/cgroup.subtree_control
         mkdir -p $cg; echo 64M > $cg/memory.min
         sh -c "echo \\$\\$ > $cg/cgroup.procs; dd if=/dev/zero of=$f bs=1M count=128 2>/dev/null; \\
@@ -176,7 +177,6 @@ def kernel_floor_fact(h) -> dict[str, int]:
         before=$(cat $cg/memory.current); min=$(cat $cg/memory.min)
         echo 256M > $cg/memory.reclaim 2>/dev/null || true
         after=$(cat $cg/memory.current)
-        rm -f $f; rmdir $cg
         echo "$min $before $after"
         """), timeout=180)
     mn, before, after = (int(x) for x in out.split())
