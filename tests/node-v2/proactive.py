@@ -284,6 +284,7 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
     end = points[-1][0] if points else 0.0
     hot_late = [v["hot-b"]["current"] for t, v in points if t >= end - 60] or [s1["hot-b"]["current"]]
     hot_lost = 1 - statistics.median(hot_late) / s0["hot-b"]["current"]
+    hot_worst = 1 - min(hot_late) / s0["hot-b"]["current"]
     window_s = points[-1][0] if points else 0.0
     intervals = max(1.0, (window_s - on_at) / INTERVAL_S)
     redis_stall = (s1["redis-b"]["stall_us"] - s0["redis-b"]["stall_us"]) / intervals
@@ -307,7 +308,8 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
         f"{spread_a:.2f}x)",
         f"Node batch-memory {batch0 / MIB:.0f} -> {batch1 / MIB:.0f} MiB (+{rose / MIB:.0f}); "
         f"the LS pods' working set fell {ls_ws_fell / MIB:.0f} MiB",
-        f"hot lost {100 * hot_lost:.1f}% (median of its last minute; the loop took "
+        f"hot lost {100 * hot_lost:.1f}% (median of its last minute, worst sample "
+        f"{100 * hot_worst:.1f}%; the loop took "
         f"{hot_reclaimed / MIB:.0f} MiB from it in all, back-offs {hot_backoffs}); floor {s0['floor-b']['current'] / MIB:.0f} -> "
         f"{s1['floor-b']['current'] / MIB:.0f} MiB, lowest {floor_low / MIB:.1f} MiB (floor "
         f"{floor_bytes / MIB:.0f}); the applier reclaimed {reclaimed / MIB:.0f} MiB in all",
