@@ -28,7 +28,9 @@
 # from the tap to another interface.
 #
 # Environment (all optional): KOORD_V2_NODE_NAME (kv2-node), KOORD_V2_GUEST_MEM (1536M: small enough for the protection proof to press),
-# KOORD_V2_DISK_MB (6144), KOORD_V2_MAX_PODS (120), KOORD_V2_READY_TIMEOUT (240 s),
+# KOORD_V2_DISK_MB (6144), KOORD_V2_SWAP_MB (2048: a second disk, /dev/ubdb, that a scenario
+# may format and turn on as swap; sparse, nothing written until then), KOORD_V2_MAX_PODS (120),
+# KOORD_V2_READY_TIMEOUT (240 s),
 # KOORD_V2_KUBELET_CGROUP_ROOT (the kubelet's cgroupRoot, /),
 # KOORD_V2_CGROUP_DRIVER (cgroupfs: the guest's init starts the daemons; systemd: it execs
 # systemd with the node's own units, and containerd and the kubelet use the systemd driver),
@@ -49,6 +51,7 @@ trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&
 NODE_NAME=${KOORD_V2_NODE_NAME:-kv2-node}
 GUEST_MEM=${KOORD_V2_GUEST_MEM:-1536M}
 DISK_MB=${KOORD_V2_DISK_MB:-6144}
+SWAP_MB=${KOORD_V2_SWAP_MB:-2048}
 MAX_PODS=${KOORD_V2_MAX_PODS:-120}
 READY_TIMEOUT=${KOORD_V2_READY_TIMEOUT:-240}
 # The kubelet's cgroupRoot (kind runs its kubelet under /kubelet); the guest's init makes it
@@ -387,6 +390,9 @@ start_guest() { # DIR KERNEL
     truncate -s "${DISK_MB}M" "$d/disk.img"
     mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 "$d/disk.img" ||
         die "mkfs.ext4 of the guest's state disk failed"
+    # The node runs without swap; the swap scenario formats this disk and turns it on.
+    rm -f "$d/swap.img"
+    truncate -s "${SWAP_MB}M" "$d/swap.img"
     mkdir -p "$d/uml"
     # ro: the guest must not write the host's files (see guest/init.sh). uml_dir/umid: UML's
     # pid file and mconsole socket go under DIR, not $HOME/.uml. TMPDIR: where UML creates (and
@@ -398,7 +404,7 @@ start_guest() { # DIR KERNEL
     # the interface", ~1,400 times a run): TCP into the guest then stalls in retransmissions
     # under load (the applier's pod watch went quiet for two minutes during a BE flood).
     TMPDIR=/dev/shm launch "$d" linux.uml "$kernel" mem="$GUEST_MEM" root=/dev/root rootfstype=hostfs \
-        rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" \
+        rootflags=/ ro init="$HERE/guest/init.sh" kv2dir="$d" ubd0="$d/disk.img" ubd1="$d/swap.img" \
         vec0:transport=tap,ifname="$TAP",gro=1 uml_dir="$d/uml" umid="kv2-$SLOT" con=null con0=fd:0,fd:1 \
         systemd.hostname="$NODE_NAME"
 }
@@ -527,7 +533,7 @@ cmd_stop() {
     if [[ -f $d/tap.created ]]; then ip link del "$TAP" 2>/dev/null || true; fi
     while iptables -D FORWARD -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP 2>/dev/null; do :; done
     # The guest's state disk is throwaway.
-    rm -f "$d/disk.img" "$d/node.env"
+    rm -f "$d/disk.img" "$d/swap.img" "$d/node.env"
     local left
     left=$(leftovers "$d") && true
     if [[ -n $left ]]; then

@@ -38,6 +38,7 @@ os.environ["KOORD_V2_CGROUP_DRIVER"] = "systemd"
 os.environ.setdefault("KOORD_V2_KUBELET_CGROUP_ROOT", "/kubelet")
 
 import proactive  # noqa: E402
+import proactive_swap  # noqa: E402
 import protection  # noqa: E402
 import suite as v2  # noqa: E402  (the cgroupfs node's harness, install and helpers)
 from koordtest import Suite, set_log_tag  # noqa: E402
@@ -670,6 +671,14 @@ def s_kubelet_restart(h: Harness) -> None:
 def s_proactive(h: Harness) -> None:
     installed(h)
     proactive.run(h)
+
+
+@scenario("proactive reclaim with swap on the node (the kubelet in LimitedSwap): an idle pod's "
+          "cold anonymous memory goes to swap within what the kubelet allows it, the same pod "
+          "not opted in keeps its own, the floor holds; the node put back without swap")
+def s_proactive_swap(h: Harness) -> None:
+    installed(h)
+    proactive_swap.run(h)
 
 
 @scenario("uninstall: kubectl delete -k removes the product; the node's pods keep running")

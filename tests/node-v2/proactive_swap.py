@@ -1,0 +1,191 @@
+"""Proactive reclaim with swap on the node: cold anonymous memory goes too.
+
+The node boots without swap (its second disk, /dev/ubdb, is left unformatted). This scenario
+formats it, turns it on, and restarts the kubelet with `memorySwap.swapBehavior: LimitedSwap`
+(Kubernetes' node swap: the kubelet reads the swap's size when it starts and gives each
+Burstable container `memory.swap.max` = its memory request x swap / node memory; BestEffort and
+Guaranteed containers get none). Two LS Burstable pods in one namespace touch ANON_MIB of
+anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by its annotation
+(CI's short parameters, as the class's in proactive.py). Over WINDOW seconds:
+
+- swap-b's anonymous memory falls by at least half of what the loop may take (`memory.current`
+  above its floor, bounded by the kubelet's `memory.swap.max`), and that much is in its
+  `memory.swap.current`;
+- swap-a (the same pod, not opted in) keeps at least 90% of its anonymous memory: what goes is
+  the loop's doing, not the kernel's;
+- swap-b never goes below its floor (the annotation's memory.min: the request).
+
+Whatever happens, the node is put back as it was: pods deleted, swap off, the kubelet restarted
+without LimitedSwap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import protection
+import suite as v2
+from koordtest import published
+from koordtest.checks import Check, check, wait_until
+from koordtest.harness import log
+from koordtest.sampler import Sampler
+from proactive import ANNOTATION, INTERVAL_S, MIB, RESULTS_MD, STEP_PERMILL, ls_pod, section
+from proactive import slo_with_class_params, stat_fields
+
+HERE = Path(__file__).resolve().parent
+NS = "v2sd-swap"
+SWAP_DEV = "/dev/ubdb"
+ANON_MIB = 160
+REQUEST_MIB = 64
+WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SWAP_SECONDS", "120"))
+SWAP_CONFIG = "memorySwap:\n  swapBehavior: LimitedSwap\n"
+
+
+def anon_pod(name: str, image: str, opted_in: bool) -> dict:
+    run = (f"koord-stress -m 1 --vm-bytes {ANON_MIB}M --vm-hang 1000000 -t 1000000 & "
+           f"sleep 5; touch /data/ready; wait")
+    notes = {ANNOTATION: json.dumps({"enable": True, "intervalSeconds": INTERVAL_S,
+                                     "stepPermill": STEP_PERMILL})} if opted_in else None
+    return ls_pod(name, image, run, REQUEST_MIB, notes)
+
+
+def restart_kubelet(h, config: str) -> None:
+    """The kubelet restarted with CONFIG as its configuration file, back and healthy."""
+    g = h.node_dir / "guest"
+    (g / "kubelet.yaml").write_text(config)
+    h.guest(f"{HERE / 'guest' / 'restart-kubelet.sh'} {g}")
+    wait_until("the kubelet healthy after its restart", lambda: h.guest(
+        "curl -sf http://127.0.0.1:10248/healthz", check_rc=False).strip() == "ok", 120, 1)
+
+
+def swap_on(h) -> tuple[int, str]:
+    """Swap on (the node's second disk) and the kubelet in LimitedSwap; SwapTotal and the
+    kubelet configuration to restore."""
+    config = (h.node_dir / "guest" / "kubelet.yaml").read_text()
+    check("memorySwap" not in config, "the node's kubelet already has a memorySwap setting")
+    total = int(h.guest(textwrap.dedent(f"""\
+        set -e
+        [ -b {SWAP_DEV} ] || {{ echo "no {SWAP_DEV}: the node has no swap disk" >&2; exit 1; }}
+        mkswap -f {SWAP_DEV} >/dev/null
+        swapon {SWAP_DEV}
+        awk '/^SwapTotal:/ {{print $2 * 1024}}' /proc/meminfo
+        """)))
+    check(total > 0, f"SwapTotal {total} after swapon {SWAP_DEV}")
+    restart_kubelet(h, config + SWAP_CONFIG)
+    return total, config
+
+
+def swap_off(h, config: str) -> None:
+    h.guest(f"swapoff {SWAP_DEV} 2>/dev/null || true", timeout=180)
+    restart_kubelet(h, config)
+
+
+class Anon:
+    """The two containers' memory, anonymous part and swap, read in one round trip."""
+
+    FILES = ("memory.current", "memory.stat", "memory.swap.current", "memory.swap.max")
+
+    def __init__(self, h, pods: dict[str, dict]) -> None:
+        self.h = h
+        self.dirs = {k: h.container_cgroup(None, p, "app") for k, p in pods.items()}
+
+    def read(self) -> dict[str, dict[str, int]]:
+        got = self.h.read_many([f"{d}/{f}" for d in self.dirs.values() for f in self.FILES])
+        out = {}
+        for key, d in self.dirs.items():
+            cur, st, swap, swap_max = (got[f"{d}/{f}"] for f in self.FILES)
+            if None in (cur, st, swap, swap_max):
+                raise Check(f"{key}: cgroup files gone under {d}")
+            out[key] = {"current": int(cur), "anon": stat_fields(st).get("anon", 0),
+                        "swap": int(swap),
+                        "swap_max": -1 if swap_max.strip() == "max" else int(swap_max)}
+        return out
+
+
+def run(h) -> None:
+    protection.set_slo(h, slo_with_class_params())
+    total, config = swap_on(h)
+    log(f"swap on: {total / MIB:.0f} MiB on {SWAP_DEV}; the kubelet restarted with LimitedSwap")
+    image = h.env["WORKLOAD_IMAGE"]
+    names = ("swap-a", "swap-b")
+    try:
+        h.namespace(NS)
+        for name in names:
+            h.apply_obj(anon_pod(name, image, name == "swap-b"), NS)
+        measure(h, {name[-1]: h.wait_running(NS, name) for name in names}, total)
+    finally:
+        h.delete_pods(NS, *names)
+        swap_off(h, config)
+        log("swap off; the kubelet restarted without LimitedSwap")
+
+
+def measure(h, pods: dict[str, dict], swap_total: int) -> None:
+    for key, pod in pods.items():
+        ed = protection.emptydir(pod)
+        wait_until(f"swap-{key} warm", lambda ed=ed: h.guest(
+            f"[ -f {ed}/ready ] && echo y", check_rc=False).strip() == "y", 300, 1)
+    sec = section(h.pod(NS, "swap-b"))
+    check(sec.get("enabled") is True, f"swap-b's proactiveReclaim: {sec}")
+    floor = sec["containers"]["app"]["floorBytes"]
+    cg = Anon(h, pods)
+    wait_until(f"both pods holding their {ANON_MIB} MiB of anonymous memory", lambda: all(
+        v["anon"] >= ANON_MIB * MIB * 0.9 for v in cg.read().values()), 120, 2)
+    s0 = cg.read()
+    for key in "ab":
+        check(s0[key]["swap_max"] > 0, f"swap-{key}'s memory.swap.max is "
+              f"{s0[key]['swap_max']}: the kubelet's LimitedSwap gave this Burstable pod no swap")
+    t0 = time.monotonic()
+    samples = Sampler(cg.read, 3.0, t0)
+    time.sleep(WINDOW)
+    points = samples.stop()
+    s1 = cg.read()
+    b0, b1, a0, a1 = s0["b"], s1["b"], s0["a"], s1["a"]
+    takeable = min(b0["swap_max"], b0["current"] - floor)
+    went = b0["anon"] - b1["anon"]
+    kept_a = a1["anon"] / a0["anon"]
+    low = min((v["b"]["current"] for _, v in points), default=b1["current"])
+    line = (f"swap-b anonymous {b0['anon'] / MIB:.0f} -> {b1['anon'] / MIB:.0f} MiB "
+            f"({100 * went / b0['anon']:.0f}% of it went; swap {b0['swap'] / MIB:.0f} -> "
+            f"{b1['swap'] / MIB:.0f} MiB of the kubelet's memory.swap.max "
+            f"{b0['swap_max'] / MIB:.0f} MiB; floor {floor / MIB:.0f} MiB, lowest "
+            f"{low / MIB:.1f} MiB); swap-a (not opted in) {a0['anon'] / MIB:.0f} -> "
+            f"{a1['anon'] / MIB:.0f} MiB, swap {a1['swap'] / MIB:.0f} MiB; node swap "
+            f"{swap_total / MIB:.0f} MiB, {WINDOW} s")
+    log(line)
+    h.figures.append(f"figure proactive reclaim with swap (LimitedSwap): {line}")
+    check(went >= 0.5 * takeable, f"swap-b's anonymous memory fell {went / MIB:.0f} MiB, under "
+          f"half of the {takeable / MIB:.0f} MiB the loop may take: {line}")
+    check(b1["swap"] >= 0.5 * takeable, f"swap-b's memory.swap.current "
+          f"{b1['swap'] / MIB:.0f} MiB: its anonymous memory did not go to swap: {line}")
+    check(kept_a >= 0.9, f"swap-a, not opted in, kept {100 * kept_a:.0f}% of its anonymous "
+          f"memory: the kernel swapped it, not the loop: {line}")
+    check(low >= floor - 2 * MIB, f"swap-b went to {low / MIB:.1f} MiB, below its floor "
+          f"{floor / MIB:.0f} MiB")
+    publish(s0, s1, floor, swap_total)
+
+
+def publish(s0, s1, floor: int, swap_total: int) -> None:
+    if not published.wanted("KOORD_NODE_V2_PUBLISH"):
+        return
+    head = textwrap.fill(
+        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
+        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; the systemd-driver "
+        f"cgroup v2 node with {swap_total / MIB:.0f} MiB of swap, the kubelet in LimitedSwap; "
+        f"{WINDOW} s, interval {INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; "
+        f"`KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
+        f"KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
+        break_on_hyphens=False, break_long_words=False)
+    rows = [head, "", "| pod | anonymous MiB | in swap MiB | memory.swap.max MiB "
+            "| floor MiB |", "|---|---|---|---|---|"]
+    for key, label, fl in (("a", "idle anonymous, A (not opted in)", "—"),
+                           ("b", "idle anonymous, **B** (opted in)", f"{floor / MIB:.0f}")):
+        b, a = s0[key], s1[key]
+        rows.append(f"| {label} | {b['anon'] / MIB:.0f} -> {a['anon'] / MIB:.0f} | "
+                    f"{a['swap'] / MIB:.0f} | {b['swap_max'] / MIB:.0f} | {fl} |")
+    published.replace_between_markers(RESULTS_MD, "proactive-reclaim-swap", "\n".join(rows))
+    log(f"the proactive reclaim swap table written into {RESULTS_MD}")
