@@ -44,6 +44,9 @@ if proactive:
 open(os.path.join(root, "cgroup.controllers"), "w").write("cpu memory\n")
 os.makedirs(os.path.join(root, "kubepods.slice"), exist_ok=True)
 open(os.path.join(root, "kubepods.slice/memory.reclaim"), "w").write("")
+if proactive:
+    # What the applier checks before it runs the loop at all (PSI at the pods' parent).
+    open(os.path.join(root, "kubepods.slice/memory.pressure"), "w").write(defaults["memory.pressure"])
 for i in range(n):
     p = copy.deepcopy(base)
     uid = "%08x-0000-4000-8000-%012x" % (i, i)

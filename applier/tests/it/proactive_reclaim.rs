@@ -354,3 +354,44 @@ fn the_thread_reclaims_from_the_cache_and_posts_events() {
     };
     assert_eq!((ev.name.as_str(), ev.reason), ("forged", REASON_REFUSED));
 }
+
+/// The scan over the watch's cache: a pod whose resourceVersion has not moved is kept without
+/// being looked at again; a new version is judged again (here: its floor forged, so it leaves
+/// the loop with an Event); a deleted pod leaves.
+#[test]
+fn the_cache_scan_judges_a_pod_once_per_version() {
+    use kube::runtime::{reflector, watcher};
+    let mut good = pod(6, REDIS_FLOOR as i64);
+    good.metadata.resource_version = Some("1".into());
+    let (_tmp, l, _redis) = tree(&view(&good));
+    let (store, mut writer) = reflector::store::<Pod>();
+    writer.apply_watcher_event(&watcher::Event::InitApply(good.clone()));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let mut lp = ProactiveLoop::new(l.clone(), node_support(&l), settings(), None);
+    assert!(lp.scan_store(&store, secs(0)).is_empty());
+    assert_eq!(lp.len(), 2, "both containers looped");
+    // The same version is not looked at again (a forged copy under the old version, which the
+    // API server never serves, shows it: no verdict, no Event).
+    let mut forged = pod(6, 0);
+    forged.metadata.resource_version = Some("1".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(forged.clone()));
+    assert!(lp.scan_store(&store, secs(5)).is_empty());
+    assert_eq!(lp.len(), 2, "unchanged version: kept");
+    forged.metadata.resource_version = Some("2".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(forged.clone()));
+    let events = lp.scan_store(&store, secs(10));
+    assert_eq!(events.len(), 1, "the new version is judged: {events:?}");
+    assert_eq!(events[0].reason, REASON_REFUSED);
+    assert!(lp.is_empty(), "the forged version leaves the loop");
+    assert!(
+        lp.scan_store(&store, secs(15)).is_empty(),
+        "one Event per version"
+    );
+    writer.apply_watcher_event(&watcher::Event::Delete(forged));
+    assert!(lp.scan_store(&store, secs(20)).is_empty());
+    let mut back = good;
+    back.metadata.resource_version = Some("3".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(back));
+    assert!(lp.scan_store(&store, secs(25)).is_empty());
+    assert_eq!(lp.len(), 2, "the good version joins again");
+}

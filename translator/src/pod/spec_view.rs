@@ -38,7 +38,7 @@ pub struct PodLevelMemory {
 }
 
 /// Resource values of one container; bytes for memory, milli-cores for batch-cpu.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ContainerSpecView {
     pub name: String,
     pub memory_request: Option<i64>,
@@ -59,7 +59,7 @@ pub struct ContainerSpecView {
 }
 
 /// `status.containerStatuses[].resources` memory request and limit, bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct AllocatedMemory {
     pub request: Option<i64>,
     pub limit: Option<i64>,
