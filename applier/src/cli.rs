@@ -13,6 +13,7 @@ pub use koord_runtime::LogFormat;
 use koord_translator::cgroup::detect::{self, DetectError, detect_version};
 use koord_translator::cgroup::kubelet_root::KubeletRoot;
 use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::systemd::{self, SystemdDbus};
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
@@ -99,7 +100,32 @@ pub struct GlobalArgs {
     pub ancestors: crate::node::ancestors::AncestorArgs,
     /// The values of systemd units, set through systemd on its driver.
     #[command(flatten)]
-    pub systemd: koord_translator::cgroup::systemd::SystemdArgs,
+    pub systemd: SystemdArgs,
+}
+
+/// Flags of the systemd writes (global: `run` and `once`).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct SystemdArgs {
+    /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
+    /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
+    /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
+    /// for it), `off` (cgroup files only).
+    #[arg(
+        long = "systemd-dbus",
+        env = "KOORD_SYSTEMD_DBUS",
+        value_enum,
+        default_value = "auto",
+        global = true
+    )]
+    pub systemd_dbus: SystemdDbus,
+    /// systemd's private D-Bus socket (the host's `/run/systemd/private`).
+    #[arg(
+        long,
+        env = "KOORD_SYSTEMD_SOCKET",
+        default_value = "/run/systemd/private",
+        global = true
+    )]
+    pub systemd_socket: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,7 +211,7 @@ pub struct Config {
     /// `--protect-ancestors`, `--kubelet-memory-qos`.
     pub ancestors: crate::node::ancestors::AncestorSettings,
     /// `--systemd-dbus`, `--systemd-socket`.
-    pub systemd: koord_translator::cgroup::systemd::Settings,
+    pub systemd: systemd::Settings,
 }
 
 /// Settings of `run`.
@@ -323,7 +349,10 @@ impl From<&GlobalArgs> for Config {
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             resctrl_root: g.resctrl_root.clone(),
             ancestors: crate::node::ancestors::AncestorSettings::from(&g.ancestors),
-            systemd: koord_translator::cgroup::systemd::Settings::from(&g.systemd),
+            systemd: systemd::Settings {
+                mode: g.systemd.systemd_dbus,
+                socket: g.systemd.systemd_socket.clone(),
+            },
         }
     }
 }
@@ -567,7 +596,7 @@ mod tests {
 
     #[test]
     fn systemd_flags() {
-        use koord_translator::cgroup::systemd::{Settings, SystemdDbus};
+        use koord_translator::cgroup::systemd::Settings;
         let parse = |args: &[&str]| {
             let mut argv = vec!["koord-applier", "once", "-f", "p"];
             argv.extend_from_slice(args);
