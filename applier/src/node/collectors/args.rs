@@ -56,7 +56,7 @@ impl Default for CollectorArgs {
 }
 
 /// The collectors' settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectorConfig {
     pub cpi: bool,
     pub psi: bool,
@@ -65,6 +65,8 @@ pub struct CollectorConfig {
     pub psi_interval: Duration,
     /// Software clocks instead of cycles/instructions (benchmarks on machines without a PMU).
     pub cpi_software_events: bool,
+    /// koordlet gates named in `--feature-gates` that this product does not have.
+    pub ignored_gates: Vec<&'static str>,
 }
 
 impl CollectorConfig {
@@ -77,6 +79,7 @@ impl CollectorConfig {
             cpi_window: Duration::from_secs(10),
             psi_interval: Duration::from_secs(10),
             cpi_software_events: false,
+            ignored_gates: Vec::new(),
         }
     }
 
@@ -106,6 +109,7 @@ impl CollectorConfig {
             cpi_window: Duration::from_secs(a.collect_cpi_timewindow_seconds),
             psi_interval: Duration::from_secs(a.psi_collector_interval_seconds),
             cpi_software_events: a.cpi_software_events,
+            ignored_gates: gates.ignored,
         })
     }
 }
@@ -142,21 +146,13 @@ pub const KOORDLET_GATES_NOT_IMPLEMENTED: &[&str] = &[
     "SystemConfig",
 ];
 
-/// One warning naming the koordlet gates of `--feature-gates` this product does not have
-/// (logged once at start; nothing when there are none or the gates do not parse).
-pub fn warn_ignored_gates(args: &CollectorArgs) {
-    if let Some(text) = ignored_gates_warning(&args.feature_gates) {
-        tracing::warn!("{text}");
-    }
-}
-
-/// The text of [`warn_ignored_gates`].
-pub fn ignored_gates_warning(feature_gates: &str) -> Option<String> {
-    let gates = parse_gates(feature_gates).ok()?;
-    (!gates.ignored.is_empty()).then(|| {
+/// The one warning (logged once at start) naming the koordlet gates of `--feature-gates` this
+/// product does not have; `None` when there are none.
+pub fn ignored_gates_warning(ignored: &[&str]) -> Option<String> {
+    (!ignored.is_empty()).then(|| {
         format!(
             "--feature-gates: koordlet gates not implemented by koord-applier, accepted and ignored: {}",
-            gates.ignored.join(", ")
+            ignored.join(", ")
         )
     })
 }
@@ -265,17 +261,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            ignored_gates_warning(line).as_deref(),
+            ignored_gates_warning(&g.ignored).as_deref(),
             Some(
                 "--feature-gates: koordlet gates not implemented by koord-applier, accepted and ignored: BECPUEvict, BEMemoryEvict, CgroupReconcile, Accelerators"
             )
         );
-        assert_eq!(ignored_gates_warning("CPICollector=true"), None);
-        assert_eq!(
-            ignored_gates_warning("Nope=true"),
-            None,
-            "an error, not a warning"
-        );
+        assert_eq!(ignored_gates_warning(&[]), None);
     }
 
     fn args(gates: &str, cpi: u64, window: u64, psi: u64) -> CollectorArgs {

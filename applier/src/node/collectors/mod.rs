@@ -29,7 +29,7 @@ use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
 pub use args::{
     CollectorArgs, CollectorConfig, GateError, Gates, KOORDLET_GATES_NOT_IMPLEMENTED,
-    ignored_gates_warning, parse_gates, warn_ignored_gates,
+    ignored_gates_warning, parse_gates,
 };
 pub use collector::{Collector, CpiWindow, PsiRound, perf_dir, psi_dir};
 pub use loops::{SharedCollector, run_loops, text_source};
