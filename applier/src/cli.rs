@@ -1,12 +1,11 @@
 //! The command line, parse layer only: flag names, environment variables, defaults and help
 //! texts. Every flag also reads an environment variable. `crate::config` turns the parsed
-//! flags into the one [`crate::config::Config`] the commands (and the tests) use. Each feature
-//! owns its flags (`numa::LocalityArgs`, `collectors::CollectorArgs`,
-//! `colocation::ColocationArgs`), flattened in here.
+//! flags into the one [`crate::config::Config`] the commands (and the tests) use; nothing else
+//! reads these structs. Each feature's flags are a group of their own, flattened in.
 
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory as _, Parser, Subcommand};
 use koord_runtime::LogFormat;
 
 use koord_translator::cgroup::kubelet_root::KubeletRoot;
@@ -14,6 +13,8 @@ use koord_translator::cgroup::systemd::SystemdDbus;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
+use crate::node::ancestors::KubeletMemoryQos;
+use crate::node::nri::NriMode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,7 +61,7 @@ pub struct GlobalArgs {
     pub sys_root: PathBuf,
     /// Memory locality: the migration rate.
     #[command(flatten)]
-    pub locality: crate::node::numa::LocalityArgs,
+    pub locality: LocalityArgs,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
@@ -91,38 +92,13 @@ pub struct GlobalArgs {
     pub log_format: LogFormat,
     /// The Performance Collector (PSI, CPI): feature gates and intervals.
     #[command(flatten)]
-    pub collectors: crate::node::collectors::CollectorArgs,
+    pub collectors: CollectorArgs,
     /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
     #[command(flatten)]
-    pub ancestors: crate::node::ancestors::AncestorArgs,
+    pub ancestors: AncestorArgs,
     /// The values of systemd units, set through systemd on its driver.
     #[command(flatten)]
     pub systemd: SystemdArgs,
-}
-
-/// Flags of the systemd writes (global: `run` and `once`).
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct SystemdArgs {
-    /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
-    /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
-    /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
-    /// for it), `off` (cgroup files only).
-    #[arg(
-        long = "systemd-dbus",
-        env = "KOORD_SYSTEMD_DBUS",
-        value_enum,
-        default_value = "auto",
-        global = true
-    )]
-    pub systemd_dbus: SystemdDbus,
-    /// systemd's private D-Bus socket (the host's `/run/systemd/private`).
-    #[arg(
-        long,
-        env = "KOORD_SYSTEMD_SOCKET",
-        default_value = "/run/systemd/private",
-        global = true
-    )]
-    pub systemd_socket: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,19 +130,19 @@ pub struct RunArgs {
     #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
     pub event_window_seconds: u64,
     #[command(flatten)]
-    pub colocation: crate::node::colocation::ColocationArgs,
+    pub colocation: ColocationArgs,
     /// The metrics endpoint's connection cap and timeouts.
     #[command(flatten)]
-    pub endpoint: crate::server::EndpointArgs,
+    pub endpoint: EndpointArgs,
     /// The NRI plugin: container values set at creation.
     #[command(flatten)]
-    pub nri: crate::node::nri::NriArgs,
+    pub nri: NriArgs,
     /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
     #[command(flatten)]
-    pub reclaim: crate::node::reclaim::ReclaimArgs,
+    pub reclaim: ReclaimArgs,
     /// The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
     #[command(flatten)]
-    pub proactive: crate::node::proactive::ProactiveArgs,
+    pub proactive: ProactiveArgs,
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +162,272 @@ pub struct OnceArgs {
     /// spent their time, in microseconds.
     #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
     pub timings: bool,
+}
+
+/// The locality flag; global, so `once` reads it too.
+#[derive(Debug, Args)]
+pub struct LocalityArgs {
+    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
+    /// second per process (0 = off: one migrate_pages(2) per process).
+    #[arg(
+        long,
+        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
+        default_value_t = 0,
+        global = true
+    )]
+    pub locality_max_pages_per_second: u64,
+}
+
+/// The collectors' flags, as the reference names them (with `-seconds`, since ours take
+/// integers). Global: `run` and `once --collect` read the same ones.
+#[derive(Debug, Args)]
+pub struct CollectorArgs {
+    /// Feature gates, `Name=bool,...`: `CPICollector`, `PSICollector` (both off by default;
+    /// on by default for `once --collect`). koordlet's other gates (`BECPUEvict`,
+    /// `CgroupReconcile`, `Libpfm4`, ...) are accepted with a warning and have no effect.
+    #[arg(long, env = "KOORD_FEATURE_GATES", default_value = "", global = true)]
+    pub feature_gates: String,
+    /// Seconds between two CPI windows.
+    #[arg(
+        long,
+        env = "KOORD_CPI_COLLECTOR_INTERVAL_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub cpi_collector_interval_seconds: u64,
+    /// Seconds the cycles/instructions counters run in each CPI window.
+    #[arg(
+        long,
+        env = "KOORD_COLLECT_CPI_TIMEWINDOW_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub collect_cpi_timewindow_seconds: u64,
+    /// Seconds between two PSI rounds.
+    #[arg(
+        long,
+        env = "KOORD_PSI_COLLECTOR_INTERVAL_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub psi_collector_interval_seconds: u64,
+    /// Count task-clock/cpu-clock in place of cycles/instructions (the values are then
+    /// nanoseconds): exercises the CPI path on machines without a PMU, for benchmarks only.
+    #[arg(long, env = "KOORD_CPI_SOFTWARE_EVENTS", hide = true, global = true)]
+    pub cpi_software_events: bool,
+}
+
+/// Flags of hierarchical memory protection (global: `run` and `once`).
+#[derive(Debug, Args)]
+pub struct AncestorArgs {
+    /// Set `memory.min`/`memory.low` of `kubepods` and of the QoS-class directories to the
+    /// sum of their direct children, so pod-level protection takes effect (the kernel caps it
+    /// by every ancestor's). `--protect-ancestors=false` leaves them alone.
+    #[arg(
+        long,
+        env = "KOORD_PROTECT_ANCESTORS",
+        action = ArgAction::Set,
+        default_value_t = true,
+        global = true
+    )]
+    pub protect_ancestors: bool,
+    /// What the kubelet's own Memory QoS (KEP-2570) writes on `kubepods` and
+    /// `kubepods/burstable`; the files it rewrites are the kubelet's and never written here.
+    /// `off` (gate off, or `memoryReservationPolicy: None`, the 1.37 default), `alpha` (the
+    /// 1.22-1.35 alpha with the gate on: both `memory.min`), `tiered` (1.36+
+    /// `TieredReservation`: `kubepods` `memory.min`/`memory.low`, `burstable` `memory.low`).
+    /// The bare flag and `true` mean `tiered`, `false` means `off`.
+    #[arg(
+        long,
+        env = "KOORD_KUBELET_MEMORY_QOS",
+        global = true,
+        value_enum,
+        default_value_t = KubeletMemoryQos::Off,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "tiered"
+    )]
+    pub kubelet_memory_qos: KubeletMemoryQos,
+}
+
+/// Flags of the systemd writes (global: `run` and `once`).
+#[derive(Debug, Args)]
+pub struct SystemdArgs {
+    /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
+    /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
+    /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
+    /// for it), `off` (cgroup files only).
+    #[arg(
+        long = "systemd-dbus",
+        env = "KOORD_SYSTEMD_DBUS",
+        value_enum,
+        default_value = "auto",
+        global = true
+    )]
+    pub systemd_dbus: SystemdDbus,
+    /// systemd's private D-Bus socket (the host's `/run/systemd/private`).
+    #[arg(
+        long,
+        env = "KOORD_SYSTEMD_SOCKET",
+        default_value = "/run/systemd/private",
+        global = true
+    )]
+    pub systemd_socket: PathBuf,
+}
+
+/// Flags of `run` for colocation (flattened into its arguments).
+#[derive(Debug, Args)]
+pub struct ColocationArgs {
+    /// Run the colocation loop (the ConfigMap's `enable` flags still decide what it does).
+    #[arg(long = "colocation", env = "KOORD_COLOCATION", default_value_t = true, action = ArgAction::Set)]
+    pub colocation: bool,
+    /// Namespace of the cluster ConfigMap holding `colocation-config`.
+    #[arg(long, env = "KOORD_SLO_CONFIG_NAMESPACE", default_value = koord_api::keys::CONFIG_NAMESPACE)]
+    pub slo_config_namespace: String,
+    /// Name of the cluster ConfigMap holding `colocation-config`.
+    #[arg(long, env = "KOORD_SLO_CONFIG_NAME", default_value = koord_api::keys::CLUSTER_CONFIGMAP)]
+    pub slo_config_name: String,
+    /// Usage is sampled and BE suppression recomputed this often.
+    #[arg(long, env = "KOORD_COLOCATION_SAMPLE_SECONDS", default_value_t = 2.0)]
+    pub colocation_sample_seconds: f64,
+    /// The batch capacity is recomputed (and the Node patched if needed) this often.
+    #[arg(long, env = "KOORD_COLOCATION_REPORT_SECONDS", default_value_t = 60.0)]
+    pub colocation_report_seconds: f64,
+    /// BE pods always keep at least this many CPUs (fractions allowed for cfsQuota; cpuset
+    /// rounds up), or every CPU the node has when it has fewer.
+    #[arg(long, env = "KOORD_BE_SUPPRESS_MIN_CPUS", default_value_t = 2.0)]
+    pub be_suppress_min_cpus: f64,
+}
+
+/// Flags of the `/metrics`, `/healthz`, `/readyz` endpoint.
+#[derive(Debug, Args)]
+pub struct EndpointArgs {
+    /// Connections the metrics endpoint holds open at once. At the cap a new connection
+    /// closes the oldest one whose request has not arrived yet, of the source address holding
+    /// the most such connections; at most a quarter of the
+    /// file descriptors the applier keeps in reserve (256 with a limit above 2048).
+    #[arg(long, env = "KOORD_METRICS_MAX_CONNECTIONS", default_value_t = 64)]
+    pub metrics_max_connections: usize,
+    /// A connection whose request head has not arrived this long after it opened is closed
+    /// (silent clients, heads sent a byte at a time).
+    #[arg(
+        long,
+        env = "KOORD_METRICS_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
+    pub metrics_header_read_timeout_seconds: u64,
+    /// Once the head is in, the answer must be written within this (a client that does not
+    /// read it is closed).
+    #[arg(
+        long,
+        env = "KOORD_METRICS_WRITE_TIMEOUT_SECONDS",
+        default_value_t = 10
+    )]
+    pub metrics_write_timeout_seconds: u64,
+}
+
+/// Flags of `run` for the NRI plugin (flattened into its arguments).
+#[derive(Debug, Args)]
+pub struct NriArgs {
+    /// Set container values at creation through the runtime's NRI socket: `auto` (when the
+    /// socket exists) or `off`. The watch path runs either way.
+    #[arg(long = "nri", env = "KOORD_NRI", value_enum, default_value = "auto")]
+    pub nri: NriMode,
+    /// The runtime's NRI socket.
+    #[arg(
+        long,
+        env = "KOORD_NRI_SOCKET",
+        default_value = "/var/run/nri/nri.sock"
+    )]
+    pub nri_socket: PathBuf,
+    /// The plugin's index (two digits): the runtime calls plugins in ascending order.
+    #[arg(long, env = "KOORD_NRI_PLUGIN_INDEX", default_value = "50")]
+    pub nri_plugin_index: String,
+    /// The longest an answer may take (also kept under half the runtime's request timeout);
+    /// past it the container is created without adjustment.
+    #[arg(long, env = "KOORD_NRI_ANSWER_DEADLINE_MS", default_value_t = 500)]
+    pub nri_answer_deadline_ms: u64,
+    /// How long a container creation waits for its pod to reach the watch before it is
+    /// answered "no adjustment" (the watch path then applies it).
+    #[arg(long, env = "KOORD_NRI_POD_WAIT_MS", default_value_t = 250)]
+    pub nri_pod_wait_ms: u64,
+}
+
+/// Flags of `run` for the async reclaim emulation (flattened into its arguments).
+#[derive(Debug, Args)]
+pub struct ReclaimArgs {
+    /// Where the kernel has no `memory.wmark_*` (every mainline kernel) but has
+    /// `memory.reclaim` (5.19+), keep each container whose annotation asks for async reclaim
+    /// (`memory.wmark_ratio` > 0) below its `wmark_high` by writing `memory.reclaim`, as the
+    /// Alibaba kernel's background worker does. `--async-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_ASYNC_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub async_reclaim: bool,
+    /// Where the kernel has no `memory.wmark_min_adj` but has `memory.reclaim`: when the node's
+    /// free memory nears the kernel's watermarks, reclaim from the containers whose annotation
+    /// has a positive `memory.wmark_min_adj` (BE, 50 by default) before the kernel's global
+    /// reclaim reaches the others (LS). `--be-first-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_reclaim: bool,
+    /// With BE-first on: while the node's free memory is below the Alibaba kernel's throttle
+    /// point for the adjustment (`min + (low - min) * adj / 100` of the zones' watermarks),
+    /// also hold each such container's growth with `memory.high` at its usage (never below 32
+    /// MiB or its `memory.min`), as that kernel throttles those allocations; released with the
+    /// value before put back once free memory is at the `high` watermark again.
+    /// `--be-first-throttle=false` only reclaims.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_THROTTLE",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_throttle: bool,
+    /// How often each such container's `memory.current` (and the node's `/proc/zoneinfo`) is
+    /// read (milliseconds).
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_INTERVAL_MS", default_value_t = 100)]
+    pub async_reclaim_interval_ms: u64,
+    /// The reclaim worker's CPU budget (both emulations): percent of one core, per second
+    /// (1..=100). Reclaims
+    /// due past it wait for the next second and are counted.
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_CPU_PERCENT", default_value_t = 5)]
+    pub async_reclaim_cpu_percent: u32,
+}
+
+/// Flags of `run` for the proactive reclaim loop (flattened into its arguments).
+#[derive(Debug, Args)]
+pub struct ProactiveArgs {
+    /// Run the proactive reclaim loop (TMO/senpai-style: `memory.reclaim` while the
+    /// container's `memory.pressure` stall stays under its target, never below its floor) for
+    /// the containers whose annotation enables it (`proactiveReclaim.enabled`). Needs cgroup
+    /// v2 with `memory.reclaim` (Linux 5.19+) and PSI; elsewhere each such pod gets an Event
+    /// and nothing is done. `--proactive-reclaim=false` never runs it.
+    #[arg(
+        long,
+        env = "KOORD_PROACTIVE_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub proactive_reclaim: bool,
+    /// The longest one tick of the loop may spend writing `memory.reclaim`, all containers
+    /// together (milliseconds, 1..=1000). Reclaims due past it wait for their next interval
+    /// and are counted.
+    #[arg(
+        long,
+        env = "KOORD_PROACTIVE_RECLAIM_WRITE_BUDGET_MS",
+        default_value_t = 50
+    )]
+    pub proactive_reclaim_write_budget_ms: u64,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].

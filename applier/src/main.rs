@@ -5,7 +5,7 @@ use clap::Parser as _;
 use koord_applier::cli::{self, Cli};
 use koord_applier::cmd;
 use koord_applier::config::{Command, Config, ConfigError};
-use koord_applier::node::collectors::{GateError, ignored_gates_warning};
+use koord_applier::node::collectors::ignored_gates_warning;
 
 fn main() -> anyhow::Result<()> {
     // `once --timings` reports the time from here; the rest of a whole command is the
@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
         // A gate nobody has is a typo: refused before anything starts, as clap refuses a flag
         // (koordlet's own gates that this product lacks are accepted, with the one warning
         // below).
-        Err(e @ ConfigError::Gates(GateError::Syntax(_) | GateError::Unknown(_))) => {
+        Err(e @ ConfigError::Gates(_)) => {
             eprintln!("error: {e}");
             std::process::exit(2);
         }

@@ -13,13 +13,14 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use koord_runtime::LogFormat;
 use koord_translator::cgroup::systemd;
 
-use crate::cli::{self, Cli, OnceArgs};
+use crate::cli::{self, Cli, CollectorArgs, OnceArgs};
 use crate::node::ancestors::AncestorSettings;
-use crate::node::collectors::CollectorConfig;
+use crate::node::collectors::{CollectorConfig, Gates};
 use crate::node::numa::LocalityConfig;
 pub use cgroup::CgroupConfig;
 pub use error::ConfigError;
@@ -68,8 +69,8 @@ impl Config {
             cli::Command::Once(a) => Command::Once(OnceConfig::from_flags(a)?),
         };
         let collectors = match &command {
-            Command::Run(_) => CollectorConfig::from_args(&g.collectors, false)?,
-            Command::Once(once) if once.collect => CollectorConfig::from_args(&g.collectors, true)?,
+            Command::Run(_) => collectors(&g.collectors, gates, false)?,
+            Command::Once(once) if once.collect => collectors(&g.collectors, gates, true)?,
             Command::Once(_) => CollectorConfig {
                 ignored_gates: gates.ignored,
                 ..CollectorConfig::disabled()
@@ -89,9 +90,15 @@ impl Config {
             log_format: g.log_format,
             cpu_idle_fallback: g.cpu_idle_fallback,
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
-            locality: LocalityConfig::from(&g.locality),
+            locality: LocalityConfig {
+                max_pages_per_second: Some(g.locality.locality_max_pages_per_second)
+                    .filter(|n| *n > 0),
+            },
             collectors,
-            ancestors: AncestorSettings::from(&g.ancestors),
+            ancestors: AncestorSettings {
+                enabled: g.ancestors.protect_ancestors,
+                kubelet_memory_qos: g.ancestors.kubelet_memory_qos,
+            },
             systemd: systemd::Settings {
                 mode: g.systemd.systemd_dbus,
                 socket: g.systemd.systemd_socket.clone(),
@@ -124,4 +131,35 @@ impl OnceConfig {
             timings: a.timings,
         })
     }
+}
+
+/// The collectors' settings; a gate not named takes `default_on`.
+fn collectors(
+    a: &CollectorArgs,
+    gates: Gates,
+    default_on: bool,
+) -> Result<CollectorConfig, ConfigError> {
+    let (cpi, window, psi) = (
+        a.cpi_collector_interval_seconds,
+        a.collect_cpi_timewindow_seconds,
+        a.psi_collector_interval_seconds,
+    );
+    if cpi == 0 || window == 0 || psi == 0 {
+        return Err(ConfigError::CollectorInterval);
+    }
+    if window > cpi {
+        return Err(ConfigError::CpiWindow {
+            window,
+            interval: cpi,
+        });
+    }
+    Ok(CollectorConfig {
+        cpi: gates.cpi.unwrap_or(default_on),
+        psi: gates.psi.unwrap_or(default_on),
+        cpi_interval: Duration::from_secs(cpi),
+        cpi_window: Duration::from_secs(window),
+        psi_interval: Duration::from_secs(psi),
+        cpi_software_events: a.cpi_software_events,
+        ignored_gates: gates.ignored,
+    })
 }

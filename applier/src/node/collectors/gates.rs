@@ -1,61 +1,8 @@
-//! The collectors' flags (`--feature-gates` and the intervals, as the reference names them) and
-//! the settings they become. Pure.
+//! The collectors' settings and `--feature-gates` (Kubernetes' syntax, koordlet's names). Pure.
 
 use std::time::Duration;
 
-/// The collectors' flags, as the reference names them (with `-seconds`, since ours take
-/// integers). Global: `run` and `once --collect` read the same ones.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct CollectorArgs {
-    /// Feature gates, `Name=bool,...`: `CPICollector`, `PSICollector` (both off by default;
-    /// on by default for `once --collect`). koordlet's other gates (`BECPUEvict`,
-    /// `CgroupReconcile`, `Libpfm4`, ...) are accepted with a warning and have no effect.
-    #[arg(long, env = "KOORD_FEATURE_GATES", default_value = "", global = true)]
-    pub feature_gates: String,
-    /// Seconds between two CPI windows.
-    #[arg(
-        long,
-        env = "KOORD_CPI_COLLECTOR_INTERVAL_SECONDS",
-        default_value_t = 60,
-        global = true
-    )]
-    pub cpi_collector_interval_seconds: u64,
-    /// Seconds the cycles/instructions counters run in each CPI window.
-    #[arg(
-        long,
-        env = "KOORD_COLLECT_CPI_TIMEWINDOW_SECONDS",
-        default_value_t = 10,
-        global = true
-    )]
-    pub collect_cpi_timewindow_seconds: u64,
-    /// Seconds between two PSI rounds.
-    #[arg(
-        long,
-        env = "KOORD_PSI_COLLECTOR_INTERVAL_SECONDS",
-        default_value_t = 10,
-        global = true
-    )]
-    pub psi_collector_interval_seconds: u64,
-    /// Count task-clock/cpu-clock in place of cycles/instructions (the values are then
-    /// nanoseconds): exercises the CPI path on machines without a PMU, for benchmarks only.
-    #[arg(long, env = "KOORD_CPI_SOFTWARE_EVENTS", hide = true, global = true)]
-    pub cpi_software_events: bool,
-}
-
-impl Default for CollectorArgs {
-    /// The flags' defaults: both gates off, the reference's intervals.
-    fn default() -> Self {
-        Self {
-            feature_gates: String::new(),
-            cpi_collector_interval_seconds: 60,
-            collect_cpi_timewindow_seconds: 10,
-            psi_collector_interval_seconds: 10,
-            cpi_software_events: false,
-        }
-    }
-}
-
-/// The collectors' settings.
+/// The collectors' settings (`--feature-gates` and the intervals, as the reference names them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectorConfig {
     pub cpi: bool,
@@ -85,32 +32,6 @@ impl CollectorConfig {
 
     pub fn any(&self) -> bool {
         self.cpi || self.psi
-    }
-
-    /// From the flags; a gate not named takes `default_on`.
-    pub fn from_args(a: &CollectorArgs, default_on: bool) -> Result<Self, GateError> {
-        let gates = parse_gates(&a.feature_gates)?;
-        if a.cpi_collector_interval_seconds == 0
-            || a.collect_cpi_timewindow_seconds == 0
-            || a.psi_collector_interval_seconds == 0
-        {
-            return Err(GateError::Interval);
-        }
-        if a.collect_cpi_timewindow_seconds > a.cpi_collector_interval_seconds {
-            return Err(GateError::Window {
-                window: a.collect_cpi_timewindow_seconds,
-                interval: a.cpi_collector_interval_seconds,
-            });
-        }
-        Ok(Self {
-            cpi: gates.cpi.unwrap_or(default_on),
-            psi: gates.psi.unwrap_or(default_on),
-            cpi_interval: Duration::from_secs(a.cpi_collector_interval_seconds),
-            cpi_window: Duration::from_secs(a.collect_cpi_timewindow_seconds),
-            psi_interval: Duration::from_secs(a.psi_collector_interval_seconds),
-            cpi_software_events: a.cpi_software_events,
-            ignored_gates: gates.ignored,
-        })
     }
 }
 
@@ -167,12 +88,6 @@ pub enum GateError {
         "--feature-gates: unrecognized feature gate {0:?} (known: CPICollector, PSICollector and koordlet's other gates)"
     )]
     Unknown(String),
-    #[error("collector intervals and the CPI window must be at least 1 second")]
-    Interval,
-    #[error(
-        "--collect-cpi-timewindow-seconds ({window}) exceeds --cpi-collector-interval-seconds ({interval})"
-    )]
-    Window { window: u64, interval: u64 },
 }
 
 /// Parses `CPICollector=true,PSICollector=false` (Kubernetes' `--feature-gates` syntax).
@@ -267,39 +182,5 @@ mod tests {
             )
         );
         assert_eq!(ignored_gates_warning(&[]), None);
-    }
-
-    fn args(gates: &str, cpi: u64, window: u64, psi: u64) -> CollectorArgs {
-        CollectorArgs {
-            feature_gates: gates.to_owned(),
-            cpi_collector_interval_seconds: cpi,
-            collect_cpi_timewindow_seconds: window,
-            psi_collector_interval_seconds: psi,
-            cpi_software_events: false,
-        }
-    }
-
-    #[test]
-    fn config_defaults_and_checks() {
-        let c = CollectorConfig::from_args(&args("", 60, 10, 10), false).expect("valid");
-        assert_eq!(c, CollectorConfig::disabled());
-        assert!(!c.any());
-        let c = CollectorConfig::from_args(&args("PSICollector=true", 60, 10, 10), false)
-            .expect("valid");
-        assert!(c.psi && !c.cpi);
-        let c = CollectorConfig::from_args(&args("CPICollector=false", 60, 10, 10), true)
-            .expect("valid");
-        assert!(c.psi && !c.cpi, "once --collect: unnamed gates default on");
-        assert_eq!(
-            CollectorConfig::from_args(&args("", 5, 10, 10), false),
-            Err(GateError::Window {
-                window: 10,
-                interval: 5
-            })
-        );
-        assert_eq!(
-            CollectorConfig::from_args(&args("", 60, 10, 0), false),
-            Err(GateError::Interval)
-        );
     }
 }
