@@ -1,7 +1,8 @@
 //! The command line, parse layer only: flag names, environment variables, defaults and help
 //! texts. Every flag also reads an environment variable. `crate::config` turns the parsed
 //! flags into the one [`crate::config::Config`] the commands (and the tests) use; nothing else
-//! reads these structs. Each feature's flags are a group of their own, flattened in.
+//! reads these structs. A feature's flags sit together under a `// feature` line; the order of
+//! the fields is the order `--help` lists them in.
 
 use std::path::PathBuf;
 
@@ -59,9 +60,17 @@ pub struct GlobalArgs {
     /// The host's /sys (for the locality and collector features).
     #[arg(long, env = "KOORD_SYS_ROOT", default_value = "/sys", global = true)]
     pub sys_root: PathBuf,
-    /// Memory locality: the migration rate.
-    #[command(flatten)]
-    pub locality: LocalityArgs,
+
+    // Memory locality: the migration rate.
+    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
+    /// second per process (0 = off: one migrate_pages(2) per process).
+    #[arg(
+        long,
+        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
+        default_value_t = 0,
+        global = true
+    )]
+    pub locality_max_pages_per_second: u64,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
@@ -90,98 +99,8 @@ pub struct GlobalArgs {
         global = true
     )]
     pub log_format: LogFormat,
-    /// The Performance Collector (PSI, CPI): feature gates and intervals.
-    #[command(flatten)]
-    pub collectors: CollectorArgs,
-    /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
-    #[command(flatten)]
-    pub ancestors: AncestorArgs,
-    /// The values of systemd units, set through systemd on its driver.
-    #[command(flatten)]
-    pub systemd: SystemdArgs,
-}
 
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Watch this node's pods and keep their cgroups in line with their annotation.
-    Run(Box<RunArgs>),
-    /// Apply one pod manifest (with status.containerStatuses) and print a JSON report.
-    Once(OnceArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// This node's name (downward API `spec.nodeName`).
-    #[arg(long, env = "NODE_NAME")]
-    pub node_name: String,
-    /// Re-apply every pod this often, to repair values changed behind our back.
-    #[arg(long, env = "KOORD_RESYNC_SECONDS", default_value_t = 60)]
-    pub resync_seconds: u64,
-    /// Re-read the `memory.min`/`memory.low` the ancestors pass left on `kubepods` and the
-    /// QoS-class cgroups this often, and run the pass at once when one has moved (the
-    /// kubelet zeroes them when it starts, a daemon-reload re-applies systemd's values):
-    /// milliseconds, 0 = only at the resync.
-    #[arg(long, env = "KOORD_ANCESTORS_CHECK_MS", default_value_t = 250)]
-    pub ancestors_check_ms: u64,
-    /// Address of /metrics, /healthz and /readyz (`:9316` = all interfaces).
-    #[arg(long, env = "KOORD_METRICS_ADDR", default_value = ":9316")]
-    pub metrics_addr: String,
-    /// An Event identical to one already posted for the pod is dropped for this long.
-    #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
-    pub event_window_seconds: u64,
-    #[command(flatten)]
-    pub colocation: ColocationArgs,
-    /// The metrics endpoint's connection cap and timeouts.
-    #[command(flatten)]
-    pub endpoint: EndpointArgs,
-    /// The NRI plugin: container values set at creation.
-    #[command(flatten)]
-    pub nri: NriArgs,
-    /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
-    #[command(flatten)]
-    pub reclaim: ReclaimArgs,
-    /// The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
-    #[command(flatten)]
-    pub proactive: ProactiveArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct OnceArgs {
-    /// Pod manifest, YAML or JSON.
-    #[arg(short = 'f', long = "filename", env = "KOORD_POD_FILE")]
-    pub file: PathBuf,
-    /// Instead of applying: run one PSI round and one CPI window for the pod (or every pod of
-    /// a List) and print the Prometheus text. Gates not named in --feature-gates are on.
-    #[arg(long, env = "KOORD_COLLECT")]
-    pub collect: bool,
-    /// With --collect: keep collecting on the intervals and serve /metrics at this address
-    /// until SIGTERM (benchmarks and demos without an API server).
-    #[arg(long, requires = "collect", hide = true)]
-    pub collect_serve: Option<String>,
-    /// Add a `timings` section to the report: where the command and the memory locality pass
-    /// spent their time, in microseconds.
-    #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
-    pub timings: bool,
-}
-
-/// The locality flag; global, so `once` reads it too.
-#[derive(Debug, Args)]
-pub struct LocalityArgs {
-    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
-    /// second per process (0 = off: one migrate_pages(2) per process).
-    #[arg(
-        long,
-        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
-        default_value_t = 0,
-        global = true
-    )]
-    pub locality_max_pages_per_second: u64,
-}
-
-/// The collectors' flags, as the reference names them (with `-seconds`, since ours take
-/// integers). Global: `run` and `once --collect` read the same ones.
-#[derive(Debug, Args)]
-pub struct CollectorArgs {
+    // The Performance Collector (PSI, CPI): feature gates and intervals.
     /// Feature gates, `Name=bool,...`: `CPICollector`, `PSICollector` (both off by default;
     /// on by default for `once --collect`). koordlet's other gates (`BECPUEvict`,
     /// `CgroupReconcile`, `Libpfm4`, ...) are accepted with a warning and have no effect.
@@ -215,11 +134,8 @@ pub struct CollectorArgs {
     /// nanoseconds): exercises the CPI path on machines without a PMU, for benchmarks only.
     #[arg(long, env = "KOORD_CPI_SOFTWARE_EVENTS", hide = true, global = true)]
     pub cpi_software_events: bool,
-}
 
-/// Flags of hierarchical memory protection (global: `run` and `once`).
-#[derive(Debug, Args)]
-pub struct AncestorArgs {
+    // Hierarchical memory protection of `kubepods` and the QoS-class directories.
     /// Set `memory.min`/`memory.low` of `kubepods` and of the QoS-class directories to the
     /// sum of their direct children, so pod-level protection takes effect (the kernel caps it
     /// by every ancestor's). `--protect-ancestors=false` leaves them alone.
@@ -248,11 +164,8 @@ pub struct AncestorArgs {
         default_missing_value = "tiered"
     )]
     pub kubelet_memory_qos: KubeletMemoryQos,
-}
 
-/// Flags of the systemd writes (global: `run` and `once`).
-#[derive(Debug, Args)]
-pub struct SystemdArgs {
+    // The values of systemd units, set through systemd on its driver.
     /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
     /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
     /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
@@ -275,9 +188,36 @@ pub struct SystemdArgs {
     pub systemd_socket: PathBuf,
 }
 
-/// Flags of `run` for colocation (flattened into its arguments).
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Watch this node's pods and keep their cgroups in line with their annotation.
+    Run(Box<RunArgs>),
+    /// Apply one pod manifest (with status.containerStatuses) and print a JSON report.
+    Once(OnceArgs),
+}
+
 #[derive(Debug, Args)]
-pub struct ColocationArgs {
+pub struct RunArgs {
+    /// This node's name (downward API `spec.nodeName`).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Re-apply every pod this often, to repair values changed behind our back.
+    #[arg(long, env = "KOORD_RESYNC_SECONDS", default_value_t = 60)]
+    pub resync_seconds: u64,
+    /// Re-read the `memory.min`/`memory.low` the ancestors pass left on `kubepods` and the
+    /// QoS-class cgroups this often, and run the pass at once when one has moved (the
+    /// kubelet zeroes them when it starts, a daemon-reload re-applies systemd's values):
+    /// milliseconds, 0 = only at the resync.
+    #[arg(long, env = "KOORD_ANCESTORS_CHECK_MS", default_value_t = 250)]
+    pub ancestors_check_ms: u64,
+    /// Address of /metrics, /healthz and /readyz (`:9316` = all interfaces).
+    #[arg(long, env = "KOORD_METRICS_ADDR", default_value = ":9316")]
+    pub metrics_addr: String,
+    /// An Event identical to one already posted for the pod is dropped for this long.
+    #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
+    pub event_window_seconds: u64,
+
+    // Batch capacity and BE suppression.
     /// Run the colocation loop (the ConfigMap's `enable` flags still decide what it does).
     #[arg(long = "colocation", env = "KOORD_COLOCATION", default_value_t = true, action = ArgAction::Set)]
     pub colocation: bool,
@@ -297,11 +237,8 @@ pub struct ColocationArgs {
     /// rounds up), or every CPU the node has when it has fewer.
     #[arg(long, env = "KOORD_BE_SUPPRESS_MIN_CPUS", default_value_t = 2.0)]
     pub be_suppress_min_cpus: f64,
-}
 
-/// Flags of the `/metrics`, `/healthz`, `/readyz` endpoint.
-#[derive(Debug, Args)]
-pub struct EndpointArgs {
+    // The metrics endpoint's connection cap and timeouts.
     /// Connections the metrics endpoint holds open at once. At the cap a new connection
     /// closes the oldest one whose request has not arrived yet, of the source address holding
     /// the most such connections; at most a quarter of the
@@ -324,11 +261,8 @@ pub struct EndpointArgs {
         default_value_t = 10
     )]
     pub metrics_write_timeout_seconds: u64,
-}
 
-/// Flags of `run` for the NRI plugin (flattened into its arguments).
-#[derive(Debug, Args)]
-pub struct NriArgs {
+    // The NRI plugin: container values set at creation.
     /// Set container values at creation through the runtime's NRI socket: `auto` (when the
     /// socket exists) or `off`. The watch path runs either way.
     #[arg(long = "nri", env = "KOORD_NRI", value_enum, default_value = "auto")]
@@ -351,11 +285,8 @@ pub struct NriArgs {
     /// answered "no adjustment" (the watch path then applies it).
     #[arg(long, env = "KOORD_NRI_POD_WAIT_MS", default_value_t = 250)]
     pub nri_pod_wait_ms: u64,
-}
 
-/// Flags of `run` for the async reclaim emulation (flattened into its arguments).
-#[derive(Debug, Args)]
-pub struct ReclaimArgs {
+    // Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
     /// Where the kernel has no `memory.wmark_*` (every mainline kernel) but has
     /// `memory.reclaim` (5.19+), keep each container whose annotation asks for async reclaim
     /// (`memory.wmark_ratio` > 0) below its `wmark_high` by writing `memory.reclaim`, as the
@@ -402,11 +333,8 @@ pub struct ReclaimArgs {
     /// due past it wait for the next second and are counted.
     #[arg(long, env = "KOORD_ASYNC_RECLAIM_CPU_PERCENT", default_value_t = 5)]
     pub async_reclaim_cpu_percent: u32,
-}
 
-/// Flags of `run` for the proactive reclaim loop (flattened into its arguments).
-#[derive(Debug, Args)]
-pub struct ProactiveArgs {
+    // The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
     /// Run the proactive reclaim loop (TMO/senpai-style: `memory.reclaim` while the
     /// container's `memory.pressure` stall stays under its target, never below its floor) for
     /// the containers whose annotation enables it (`proactiveReclaim.enabled`). Needs cgroup
@@ -428,6 +356,25 @@ pub struct ProactiveArgs {
         default_value_t = 50
     )]
     pub proactive_reclaim_write_budget_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct OnceArgs {
+    /// Pod manifest, YAML or JSON.
+    #[arg(short = 'f', long = "filename", env = "KOORD_POD_FILE")]
+    pub file: PathBuf,
+    /// Instead of applying: run one PSI round and one CPI window for the pod (or every pod of
+    /// a List) and print the Prometheus text. Gates not named in --feature-gates are on.
+    #[arg(long, env = "KOORD_COLLECT")]
+    pub collect: bool,
+    /// With --collect: keep collecting on the intervals and serve /metrics at this address
+    /// until SIGTERM (benchmarks and demos without an API server).
+    #[arg(long, requires = "collect", hide = true)]
+    pub collect_serve: Option<String>,
+    /// Add a `timings` section to the report: where the command and the memory locality pass
+    /// spent their time, in microseconds.
+    #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
+    pub timings: bool,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].

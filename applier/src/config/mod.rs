@@ -18,7 +18,7 @@ use std::time::Duration;
 pub use koord_runtime::LogFormat;
 use koord_translator::cgroup::systemd;
 
-use crate::cli::{self, Cli, CollectorArgs, OnceArgs};
+use crate::cli::{self, Cli, GlobalArgs, OnceArgs};
 use crate::node::ancestors::AncestorSettings;
 use crate::node::collectors::{CollectorConfig, Gates};
 use crate::node::numa::LocalityConfig;
@@ -63,14 +63,14 @@ impl Config {
     /// first).
     pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
         let g = &cli.global;
-        let gates = crate::node::collectors::parse_gates(&g.collectors.feature_gates)?;
+        let gates = crate::node::collectors::parse_gates(&g.feature_gates)?;
         let command = match &cli.command {
             cli::Command::Run(a) => Command::Run(Box::new(RunConfig::from_flags(a, &g.proc_root)?)),
             cli::Command::Once(a) => Command::Once(OnceConfig::from_flags(a)?),
         };
         let collectors = match &command {
-            Command::Run(_) => collectors(&g.collectors, gates, false)?,
-            Command::Once(once) if once.collect => collectors(&g.collectors, gates, true)?,
+            Command::Run(_) => collectors(g, gates, false)?,
+            Command::Once(once) if once.collect => collectors(g, gates, true)?,
             Command::Once(_) => CollectorConfig {
                 ignored_gates: gates.ignored,
                 ..CollectorConfig::disabled()
@@ -91,17 +91,16 @@ impl Config {
             cpu_idle_fallback: g.cpu_idle_fallback,
             cpu_idle_qos_parents: g.cpu_idle_qos_parents,
             locality: LocalityConfig {
-                max_pages_per_second: Some(g.locality.locality_max_pages_per_second)
-                    .filter(|n| *n > 0),
+                max_pages_per_second: Some(g.locality_max_pages_per_second).filter(|n| *n > 0),
             },
             collectors,
             ancestors: AncestorSettings {
-                enabled: g.ancestors.protect_ancestors,
-                kubelet_memory_qos: g.ancestors.kubelet_memory_qos,
+                enabled: g.protect_ancestors,
+                kubelet_memory_qos: g.kubelet_memory_qos,
             },
             systemd: systemd::Settings {
-                mode: g.systemd.systemd_dbus,
-                socket: g.systemd.systemd_socket.clone(),
+                mode: g.systemd_dbus,
+                socket: g.systemd_socket.clone(),
             },
             command,
         })
@@ -135,7 +134,7 @@ impl OnceConfig {
 
 /// The collectors' settings; a gate not named takes `default_on`.
 fn collectors(
-    a: &CollectorArgs,
+    a: &GlobalArgs,
     gates: Gates,
     default_on: bool,
 ) -> Result<CollectorConfig, ConfigError> {

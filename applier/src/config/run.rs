@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::error::ConfigError;
-use crate::cli::{ColocationArgs, EndpointArgs, NriArgs, ProactiveArgs, ReclaimArgs, RunArgs};
+use crate::cli::RunArgs;
 use crate::node::{colocation, nri, proactive, reclaim};
 use crate::server::EndpointSettings;
 
@@ -44,11 +44,11 @@ impl RunConfig {
             metrics_addr: parse_addr(&a.metrics_addr)
                 .ok_or_else(|| ConfigError::Addr(a.metrics_addr.clone()))?,
             event_window: Duration::from_secs(a.event_window_seconds),
-            colocation: colocation(&a.colocation)?,
-            endpoint: endpoint(&a.endpoint)?,
-            nri: nri(&a.nri)?,
-            reclaim: reclaim(&a.reclaim, proc_root)?,
-            proactive: proactive(&a.proactive)?,
+            colocation: colocation(a)?,
+            endpoint: endpoint(a)?,
+            nri: nri(a)?,
+            reclaim: reclaim(a, proc_root)?,
+            proactive: proactive(a)?,
         })
     }
 }
@@ -61,7 +61,7 @@ pub fn parse_addr(s: &str) -> Option<SocketAddr> {
     }
 }
 
-fn colocation(a: &ColocationArgs) -> Result<colocation::Settings, ConfigError> {
+fn colocation(a: &RunArgs) -> Result<colocation::Settings, ConfigError> {
     // `contains` is false for NaN.
     let interval = |v: f64, flag| match (0.1..=3600.0).contains(&v) {
         true => Ok(Duration::from_secs_f64(v)),
@@ -81,7 +81,7 @@ fn colocation(a: &ColocationArgs) -> Result<colocation::Settings, ConfigError> {
     })
 }
 
-fn endpoint(a: &EndpointArgs) -> Result<EndpointSettings, ConfigError> {
+fn endpoint(a: &RunArgs) -> Result<EndpointSettings, ConfigError> {
     let timeout = |flag, got| match (1..=300).contains(&got) {
         true => Ok(Duration::from_secs(got)),
         false => Err(ConfigError::EndpointTimeout { flag, got }),
@@ -93,7 +93,7 @@ fn endpoint(a: &EndpointArgs) -> Result<EndpointSettings, ConfigError> {
     })
 }
 
-fn nri(a: &NriArgs) -> Result<nri::Settings, ConfigError> {
+fn nri(a: &RunArgs) -> Result<nri::Settings, ConfigError> {
     let idx = &a.nri_plugin_index;
     if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ConfigError::NriIndex(idx.clone()));
@@ -114,7 +114,7 @@ fn nri(a: &NriArgs) -> Result<nri::Settings, ConfigError> {
 }
 
 /// `proc_root`: where the emulations read `zoneinfo` (`--proc-root`).
-fn reclaim(a: &ReclaimArgs, proc_root: &Path) -> Result<reclaim::Settings, ConfigError> {
+fn reclaim(a: &RunArgs, proc_root: &Path) -> Result<reclaim::Settings, ConfigError> {
     if !(10..=10_000).contains(&a.async_reclaim_interval_ms) {
         return Err(ConfigError::ReclaimInterval(a.async_reclaim_interval_ms));
     }
@@ -132,7 +132,7 @@ fn reclaim(a: &ReclaimArgs, proc_root: &Path) -> Result<reclaim::Settings, Confi
     })
 }
 
-fn proactive(a: &ProactiveArgs) -> Result<proactive::Settings, ConfigError> {
+fn proactive(a: &RunArgs) -> Result<proactive::Settings, ConfigError> {
     let ms = a.proactive_reclaim_write_budget_ms;
     if !(1..=1000).contains(&ms) {
         return Err(ConfigError::WriteBudget(ms));
