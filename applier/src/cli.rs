@@ -1,21 +1,21 @@
-//! Command line: every flag also reads an environment variable. [`Config::from`] and
-//! [`RunConfig::try_from`] turn the parsed flags into the plain settings the commands (and the
-//! tests) use. Each feature owns its flags (`numa::LocalityArgs`, `collectors::CollectorArgs`,
-//! `colocation::ColocationArgs`), flattened in here.
+//! The command line, parse layer only: flag names, environment variables, defaults and help
+//! texts. Every flag also reads an environment variable. `crate::config` turns the parsed
+//! flags into the one [`crate::config::Config`] the commands (and the tests) use; nothing else
+//! reads these structs. A feature's flags sit together under a `// feature` line; the order of
+//! the fields is the order `--help` lists them in.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Args, CommandFactory as _, Parser, Subcommand};
-pub use koord_runtime::LogFormat;
+use clap::{ArgAction, Args, CommandFactory as _, Parser, Subcommand};
+use koord_runtime::LogFormat;
 
-use koord_translator::cgroup::detect::{self, DetectError, detect_version};
 use koord_translator::cgroup::kubelet_root::KubeletRoot;
-use koord_translator::cgroup::layout::Layout;
+use koord_translator::cgroup::systemd::SystemdDbus;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 use crate::go_flags::{FlagKind, FlagSpec, GoFlagError};
+use crate::node::ancestors::KubeletMemoryQos;
+use crate::node::nri::NriMode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,9 +60,17 @@ pub struct GlobalArgs {
     /// The host's /sys (for the locality and collector features).
     #[arg(long, env = "KOORD_SYS_ROOT", default_value = "/sys", global = true)]
     pub sys_root: PathBuf,
-    /// Memory locality: the migration rate.
-    #[command(flatten)]
-    pub locality: crate::node::numa::LocalityArgs,
+
+    // Memory locality: the migration rate.
+    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
+    /// second per process (0 = off: one migrate_pages(2) per process).
+    #[arg(
+        long,
+        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
+        default_value_t = 0,
+        global = true
+    )]
+    pub locality_max_pages_per_second: u64,
     /// Without Alibaba group identity (`cpu.bvt_warp_ns`), make BE pods SCHED_IDLE cgroups
     /// (`cpu.idle = 1`, Linux 5.15+). Locks the pod's `cpu.shares` (see docs/cpu-qos.md).
     #[arg(long, env = "KOORD_CPU_IDLE_FALLBACK", global = true)]
@@ -91,15 +99,93 @@ pub struct GlobalArgs {
         global = true
     )]
     pub log_format: LogFormat,
-    /// The Performance Collector (PSI, CPI): feature gates and intervals.
-    #[command(flatten)]
-    pub collectors: crate::node::collectors::CollectorArgs,
-    /// Hierarchical memory protection of `kubepods` and the QoS-class directories.
-    #[command(flatten)]
-    pub ancestors: crate::node::ancestors::AncestorArgs,
-    /// The values of systemd units, set through systemd on its driver.
-    #[command(flatten)]
-    pub systemd: koord_translator::cgroup::systemd::SystemdArgs,
+
+    // The Performance Collector (PSI, CPI): feature gates and intervals.
+    /// Feature gates, `Name=bool,...`: `CPICollector`, `PSICollector` (both off by default;
+    /// on by default for `once --collect`). koordlet's other gates (`BECPUEvict`,
+    /// `CgroupReconcile`, `Libpfm4`, ...) are accepted with a warning and have no effect.
+    #[arg(long, env = "KOORD_FEATURE_GATES", default_value = "", global = true)]
+    pub feature_gates: String,
+    /// Seconds between two CPI windows.
+    #[arg(
+        long,
+        env = "KOORD_CPI_COLLECTOR_INTERVAL_SECONDS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub cpi_collector_interval_seconds: u64,
+    /// Seconds the cycles/instructions counters run in each CPI window.
+    #[arg(
+        long,
+        env = "KOORD_COLLECT_CPI_TIMEWINDOW_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub collect_cpi_timewindow_seconds: u64,
+    /// Seconds between two PSI rounds.
+    #[arg(
+        long,
+        env = "KOORD_PSI_COLLECTOR_INTERVAL_SECONDS",
+        default_value_t = 10,
+        global = true
+    )]
+    pub psi_collector_interval_seconds: u64,
+    /// Count task-clock/cpu-clock in place of cycles/instructions (the values are then
+    /// nanoseconds): exercises the CPI path on machines without a PMU, for benchmarks only.
+    #[arg(long, env = "KOORD_CPI_SOFTWARE_EVENTS", hide = true, global = true)]
+    pub cpi_software_events: bool,
+
+    // Hierarchical memory protection of `kubepods` and the QoS-class directories.
+    /// Set `memory.min`/`memory.low` of `kubepods` and of the QoS-class directories to the
+    /// sum of their direct children, so pod-level protection takes effect (the kernel caps it
+    /// by every ancestor's). `--protect-ancestors=false` leaves them alone.
+    #[arg(
+        long,
+        env = "KOORD_PROTECT_ANCESTORS",
+        action = ArgAction::Set,
+        default_value_t = true,
+        global = true
+    )]
+    pub protect_ancestors: bool,
+    /// What the kubelet's own Memory QoS (KEP-2570) writes on `kubepods` and
+    /// `kubepods/burstable`; the files it rewrites are the kubelet's and never written here.
+    /// `off` (gate off, or `memoryReservationPolicy: None`, the 1.37 default), `alpha` (the
+    /// 1.22-1.35 alpha with the gate on: both `memory.min`), `tiered` (1.36+
+    /// `TieredReservation`: `kubepods` `memory.min`/`memory.low`, `burstable` `memory.low`).
+    /// The bare flag and `true` mean `tiered`, `false` means `off`.
+    #[arg(
+        long,
+        env = "KOORD_KUBELET_MEMORY_QOS",
+        global = true,
+        value_enum,
+        default_value_t = KubeletMemoryQos::Off,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "tiered"
+    )]
+    pub kubelet_memory_qos: KubeletMemoryQos,
+
+    // The values of systemd units, set through systemd on its driver.
+    /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
+    /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
+    /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
+    /// for it), `off` (cgroup files only).
+    #[arg(
+        long = "systemd-dbus",
+        env = "KOORD_SYSTEMD_DBUS",
+        value_enum,
+        default_value = "auto",
+        global = true
+    )]
+    pub systemd_dbus: SystemdDbus,
+    /// systemd's private D-Bus socket (the host's `/run/systemd/private`).
+    #[arg(
+        long,
+        env = "KOORD_SYSTEMD_SOCKET",
+        default_value = "/run/systemd/private",
+        global = true
+    )]
+    pub systemd_socket: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,20 +216,146 @@ pub struct RunArgs {
     /// An Event identical to one already posted for the pod is dropped for this long.
     #[arg(long, env = "KOORD_EVENT_WINDOW_SECONDS", default_value_t = 600)]
     pub event_window_seconds: u64,
-    #[command(flatten)]
-    pub colocation: crate::node::colocation::ColocationArgs,
-    /// The metrics endpoint's connection cap and timeouts.
-    #[command(flatten)]
-    pub endpoint: crate::server::EndpointArgs,
-    /// The NRI plugin: container values set at creation.
-    #[command(flatten)]
-    pub nri: crate::node::nri::NriArgs,
-    /// Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
-    #[command(flatten)]
-    pub reclaim: crate::node::reclaim::ReclaimArgs,
-    /// The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
-    #[command(flatten)]
-    pub proactive: crate::node::proactive::ProactiveArgs,
+
+    // Batch capacity and BE suppression.
+    /// Run the colocation loop (the ConfigMap's `enable` flags still decide what it does).
+    #[arg(long = "colocation", env = "KOORD_COLOCATION", default_value_t = true, action = ArgAction::Set)]
+    pub colocation: bool,
+    /// Namespace of the cluster ConfigMap holding `colocation-config`.
+    #[arg(long, env = "KOORD_SLO_CONFIG_NAMESPACE", default_value = koord_api::keys::CONFIG_NAMESPACE)]
+    pub slo_config_namespace: String,
+    /// Name of the cluster ConfigMap holding `colocation-config`.
+    #[arg(long, env = "KOORD_SLO_CONFIG_NAME", default_value = koord_api::keys::CLUSTER_CONFIGMAP)]
+    pub slo_config_name: String,
+    /// Usage is sampled and BE suppression recomputed this often.
+    #[arg(long, env = "KOORD_COLOCATION_SAMPLE_SECONDS", default_value_t = 2.0)]
+    pub colocation_sample_seconds: f64,
+    /// The batch capacity is recomputed (and the Node patched if needed) this often.
+    #[arg(long, env = "KOORD_COLOCATION_REPORT_SECONDS", default_value_t = 60.0)]
+    pub colocation_report_seconds: f64,
+    /// BE pods always keep at least this many CPUs (fractions allowed for cfsQuota; cpuset
+    /// rounds up), or every CPU the node has when it has fewer.
+    #[arg(long, env = "KOORD_BE_SUPPRESS_MIN_CPUS", default_value_t = 2.0)]
+    pub be_suppress_min_cpus: f64,
+
+    // The metrics endpoint's connection cap and timeouts.
+    /// Connections the metrics endpoint holds open at once. At the cap a new connection
+    /// closes the oldest one whose request has not arrived yet, of the source address holding
+    /// the most such connections; at most a quarter of the
+    /// file descriptors the applier keeps in reserve (256 with a limit above 2048).
+    #[arg(long, env = "KOORD_METRICS_MAX_CONNECTIONS", default_value_t = 64)]
+    pub metrics_max_connections: usize,
+    /// A connection whose request head has not arrived this long after it opened is closed
+    /// (silent clients, heads sent a byte at a time).
+    #[arg(
+        long,
+        env = "KOORD_METRICS_HEADER_READ_TIMEOUT_SECONDS",
+        default_value_t = 5
+    )]
+    pub metrics_header_read_timeout_seconds: u64,
+    /// Once the head is in, the answer must be written within this (a client that does not
+    /// read it is closed).
+    #[arg(
+        long,
+        env = "KOORD_METRICS_WRITE_TIMEOUT_SECONDS",
+        default_value_t = 10
+    )]
+    pub metrics_write_timeout_seconds: u64,
+
+    // The NRI plugin: container values set at creation.
+    /// Set container values at creation through the runtime's NRI socket: `auto` (when the
+    /// socket exists) or `off`. The watch path runs either way.
+    #[arg(long = "nri", env = "KOORD_NRI", value_enum, default_value = "auto")]
+    pub nri: NriMode,
+    /// The runtime's NRI socket.
+    #[arg(
+        long,
+        env = "KOORD_NRI_SOCKET",
+        default_value = "/var/run/nri/nri.sock"
+    )]
+    pub nri_socket: PathBuf,
+    /// The plugin's index (two digits): the runtime calls plugins in ascending order.
+    #[arg(long, env = "KOORD_NRI_PLUGIN_INDEX", default_value = "50")]
+    pub nri_plugin_index: String,
+    /// The longest an answer may take (also kept under half the runtime's request timeout);
+    /// past it the container is created without adjustment.
+    #[arg(long, env = "KOORD_NRI_ANSWER_DEADLINE_MS", default_value_t = 500)]
+    pub nri_answer_deadline_ms: u64,
+    /// How long a container creation waits for its pod to reach the watch before it is
+    /// answered "no adjustment" (the watch path then applies it).
+    #[arg(long, env = "KOORD_NRI_POD_WAIT_MS", default_value_t = 250)]
+    pub nri_pod_wait_ms: u64,
+
+    // Async reclaim emulated with `memory.reclaim` where the kernel lacks `memory.wmark_*`.
+    /// Where the kernel has no `memory.wmark_*` (every mainline kernel) but has
+    /// `memory.reclaim` (5.19+), keep each container whose annotation asks for async reclaim
+    /// (`memory.wmark_ratio` > 0) below its `wmark_high` by writing `memory.reclaim`, as the
+    /// Alibaba kernel's background worker does. `--async-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_ASYNC_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub async_reclaim: bool,
+    /// Where the kernel has no `memory.wmark_min_adj` but has `memory.reclaim`: when the node's
+    /// free memory nears the kernel's watermarks, reclaim from the containers whose annotation
+    /// has a positive `memory.wmark_min_adj` (BE, 50 by default) before the kernel's global
+    /// reclaim reaches the others (LS). `--be-first-reclaim=false` reports the knob
+    /// unsupported instead.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_reclaim: bool,
+    /// With BE-first on: while the node's free memory is below the Alibaba kernel's throttle
+    /// point for the adjustment (`min + (low - min) * adj / 100` of the zones' watermarks),
+    /// also hold each such container's growth with `memory.high` at its usage (never below 32
+    /// MiB or its `memory.min`), as that kernel throttles those allocations; released with the
+    /// value before put back once free memory is at the `high` watermark again.
+    /// `--be-first-throttle=false` only reclaims.
+    #[arg(
+        long,
+        env = "KOORD_BE_FIRST_THROTTLE",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub be_first_throttle: bool,
+    /// How often each such container's `memory.current` (and the node's `/proc/zoneinfo`) is
+    /// read (milliseconds).
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_INTERVAL_MS", default_value_t = 100)]
+    pub async_reclaim_interval_ms: u64,
+    /// The reclaim worker's CPU budget (both emulations): percent of one core, per second
+    /// (1..=100). Reclaims
+    /// due past it wait for the next second and are counted.
+    #[arg(long, env = "KOORD_ASYNC_RECLAIM_CPU_PERCENT", default_value_t = 5)]
+    pub async_reclaim_cpu_percent: u32,
+
+    // The proactive reclaim loop (`memory.reclaim` paced by the containers' memory stall).
+    /// Run the proactive reclaim loop (TMO/senpai-style: `memory.reclaim` while the
+    /// container's `memory.pressure` stall stays under its target, never below its floor) for
+    /// the containers whose annotation enables it (`proactiveReclaim.enabled`). Needs cgroup
+    /// v2 with `memory.reclaim` (Linux 5.19+) and PSI; elsewhere each such pod gets an Event
+    /// and nothing is done. `--proactive-reclaim=false` never runs it.
+    #[arg(
+        long,
+        env = "KOORD_PROACTIVE_RECLAIM",
+        action = ArgAction::Set,
+        default_value_t = true
+    )]
+    pub proactive_reclaim: bool,
+    /// The longest one tick of the loop may spend writing `memory.reclaim`, all containers
+    /// together (milliseconds, 1..=1000). Reclaims due past it wait for their next interval
+    /// and are counted.
+    #[arg(
+        long,
+        env = "KOORD_PROACTIVE_RECLAIM_WRITE_BUDGET_MS",
+        default_value_t = 50
+    )]
+    pub proactive_reclaim_write_budget_ms: u64,
 }
 
 #[derive(Debug, Args)]
@@ -163,50 +375,6 @@ pub struct OnceArgs {
     /// spent their time, in microseconds.
     #[arg(long, env = "KOORD_ONCE_TIMINGS", conflicts_with = "collect")]
     pub timings: bool,
-}
-
-/// Settings shared by every command.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    pub cgroup_root: PathBuf,
-    pub cgroup_version: Option<CgroupVersion>,
-    pub cgroup_driver: Option<CgroupDriver>,
-    /// `--kubelet-cgroup-root`; `None` = detect.
-    pub kubelet_cgroup_root: Option<KubeletRoot>,
-    pub proc_root: PathBuf,
-    pub sys_root: PathBuf,
-    pub locality: crate::node::numa::LocalityConfig,
-    pub dry_run: bool,
-    pub log_format: LogFormat,
-    pub collectors: crate::node::collectors::CollectorArgs,
-    pub cpu_idle_fallback: bool,
-    pub cpu_idle_qos_parents: bool,
-    pub resctrl_root: PathBuf,
-    /// `--protect-ancestors`, `--kubelet-memory-qos`.
-    pub ancestors: crate::node::ancestors::AncestorSettings,
-    /// `--systemd-dbus`, `--systemd-socket`.
-    pub systemd: koord_translator::cgroup::systemd::Settings,
-}
-
-/// Settings of `run`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunConfig {
-    pub node_name: String,
-    pub resync: Duration,
-    /// `--ancestors-check-ms`; `None` = off.
-    pub ancestors_check: Option<Duration>,
-    pub metrics_addr: SocketAddr,
-    pub event_window: Duration,
-    /// Batch capacity and BE suppression (`crate::node::colocation`); `Default` = off.
-    pub colocation: crate::node::colocation::Settings,
-    /// The metrics endpoint's connection cap and timeouts.
-    pub endpoint: crate::server::EndpointSettings,
-    /// The NRI plugin (`crate::node::nri`); `Default` = off.
-    pub nri: crate::node::nri::Settings,
-    /// The async reclaim emulation (`crate::node::reclaim`); `Default` = off.
-    pub reclaim: crate::node::reclaim::Settings,
-    /// The proactive reclaim loop (`crate::node::proactive`); `Default` = off.
-    pub proactive: crate::node::proactive::Settings,
 }
 
 /// Every long flag of every command, for [`crate::go_flags::normalize`].
@@ -241,360 +409,4 @@ pub fn normalize_args(
     args: Vec<std::ffi::OsString>,
 ) -> Result<Vec<std::ffi::OsString>, GoFlagError> {
     crate::go_flags::normalize(args, &flag_specs())
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("--metrics-addr {0:?} is not host:port or :port")]
-    Addr(String),
-    #[error("--resync-seconds must be at least 1")]
-    Resync,
-    #[error(transparent)]
-    Detect(#[from] DetectError),
-    #[error(transparent)]
-    Colocation(#[from] crate::node::colocation::SettingsError),
-    #[error(transparent)]
-    Endpoint(#[from] crate::server::EndpointError),
-    #[error(transparent)]
-    Nri(#[from] crate::node::nri::SettingsError),
-    #[error(transparent)]
-    Reclaim(#[from] crate::node::reclaim::SettingsError),
-    #[error(transparent)]
-    Proactive(#[from] crate::node::proactive::SettingsError),
-}
-
-/// `:9316` -> `0.0.0.0:9316`, else a plain socket address.
-pub fn parse_addr(s: &str) -> Result<SocketAddr, ConfigError> {
-    let full = if s.starts_with(':') {
-        format!("0.0.0.0{s}")
-    } else {
-        s.to_owned()
-    };
-    full.parse().map_err(|_| ConfigError::Addr(s.to_owned()))
-}
-
-impl Config {
-    /// The layout: forced values win, else detection; a node whose kubelet has not made its
-    /// cgroups yet falls back to cgroupfs (the kubelet's default driver) at cgroupRoot `/`.
-    pub fn layout(&self) -> Result<Layout, ConfigError> {
-        let version = match self.cgroup_version {
-            Some(v) => v,
-            None => detect_version(&self.cgroup_root)?,
-        };
-        let base = detect::kubepods_base(&self.cgroup_root, version);
-        let (driver, kubelet_root) = match &self.kubelet_cgroup_root {
-            Some(kr) => {
-                let driver = self.cgroup_driver.or_else(|| detect::driver_at(&base, kr)).unwrap_or_else(|| {
-                    tracing::warn!(base = %base.display(), kubelet_cgroup_root = %kr, "no kubepods cgroup below the kubelet cgroup root; assuming the cgroupfs driver");
-                    CgroupDriver::Cgroupfs
-                });
-                (driver, kr.clone())
-            }
-            None => match detect::choose(&detect::scan_kubepods(&base), self.cgroup_driver)? {
-                Some(found) => {
-                    tracing::info!(dir = %base.join(&found.dir).display(), driver = %found.driver, kubelet_cgroup_root = %found.kubelet_root, "kubelet cgroup tree detected");
-                    (found.driver, found.kubelet_root)
-                }
-                None => {
-                    let driver = self.cgroup_driver.unwrap_or(CgroupDriver::Cgroupfs);
-                    tracing::warn!(base = %base.display(), %driver, "no kubepods cgroup found at the root or one or two levels down; assuming cgroupRoot / (set --kubelet-cgroup-root if the kubelet uses another)");
-                    (driver, KubeletRoot::top())
-                }
-            },
-        };
-        Ok(Layout::new(self.cgroup_root.clone(), version, driver).with_kubelet_root(kubelet_root))
-    }
-}
-
-impl From<&GlobalArgs> for Config {
-    fn from(g: &GlobalArgs) -> Self {
-        Config {
-            cgroup_root: g.cgroup_root.clone(),
-            cgroup_version: g.cgroup_version,
-            cgroup_driver: g.cgroup_driver,
-            kubelet_cgroup_root: g.kubelet_cgroup_root.clone(),
-            proc_root: g.proc_root.clone(),
-            sys_root: g.sys_root.clone(),
-            locality: crate::node::numa::LocalityConfig::from(&g.locality),
-            dry_run: g.dry_run,
-            log_format: g.log_format,
-            collectors: g.collectors.clone(),
-            cpu_idle_fallback: g.cpu_idle_fallback,
-            cpu_idle_qos_parents: g.cpu_idle_qos_parents,
-            resctrl_root: g.resctrl_root.clone(),
-            ancestors: crate::node::ancestors::AncestorSettings::from(&g.ancestors),
-            systemd: koord_translator::cgroup::systemd::Settings::from(&g.systemd),
-        }
-    }
-}
-
-impl TryFrom<&RunArgs> for RunConfig {
-    type Error = ConfigError;
-    fn try_from(a: &RunArgs) -> Result<Self, ConfigError> {
-        if a.resync_seconds == 0 {
-            return Err(ConfigError::Resync);
-        }
-        Ok(RunConfig {
-            node_name: a.node_name.clone(),
-            resync: Duration::from_secs(a.resync_seconds),
-            ancestors_check: (a.ancestors_check_ms > 0)
-                .then(|| Duration::from_millis(a.ancestors_check_ms)),
-            metrics_addr: parse_addr(&a.metrics_addr)?,
-            event_window: Duration::from_secs(a.event_window_seconds),
-            colocation: crate::node::colocation::Settings::try_from(&a.colocation)?,
-            endpoint: crate::server::EndpointSettings::try_from(&a.endpoint)?,
-            nri: crate::node::nri::Settings::try_from(&a.nri)?,
-            reclaim: crate::node::reclaim::Settings::try_from(&a.reclaim)?,
-            proactive: crate::node::proactive::Settings::try_from(&a.proactive)?,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_flags_and_defaults() {
-        let cli = Cli::try_parse_from([
-            "koord-applier",
-            "run",
-            "--node-name",
-            "n1",
-            "--cgroup-version",
-            "v1",
-            "--cgroup-driver",
-            "systemd",
-        ])
-        .expect("parses");
-        let cfg = Config::from(&cli.global);
-        assert_eq!(cfg.cgroup_root, PathBuf::from("/sys/fs/cgroup"));
-        assert_eq!(
-            (cfg.cgroup_version, cfg.cgroup_driver),
-            (Some(CgroupVersion::V1), Some(CgroupDriver::Systemd))
-        );
-        let Command::Run(run) = &cli.command else {
-            panic!("run")
-        };
-        let rc = RunConfig::try_from(run.as_ref()).expect("valid");
-        assert_eq!(rc.metrics_addr, "0.0.0.0:9316".parse().expect("addr"));
-        assert_eq!(rc.resync, Duration::from_secs(60));
-        assert_eq!(rc.endpoint, crate::server::EndpointSettings::default());
-        assert!(
-            !cfg.cpu_idle_fallback,
-            "the cpu.idle fallback is off by default"
-        );
-        assert_eq!(cfg.resctrl_root, PathBuf::from("/sys/fs/resctrl"));
-        let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "pod.yaml", "--dry-run"])
-            .expect("parses");
-        assert!(cli.global.dry_run);
-        assert!(
-            Cli::try_parse_from(["koord-applier", "once", "--cgroup-version", "v3", "-f", "x"])
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn ancestor_flags() {
-        let parse = |args: &[&str]| {
-            let mut argv = vec!["koord-applier"];
-            argv.extend_from_slice(args);
-            Cli::try_parse_from(argv).map(|c| Config::from(&c.global).ancestors)
-        };
-        let on = crate::node::ancestors::AncestorSettings {
-            enabled: true,
-            kubelet_memory_qos: crate::node::ancestors::KubeletMemoryQos::Off,
-        };
-        assert_eq!(parse(&["once", "-f", "p"]).expect("parses"), on);
-        let off = crate::node::ancestors::AncestorSettings {
-            enabled: false,
-            ..on
-        };
-        // After the subcommand (as the guest test passes it) and before it (global).
-        assert_eq!(
-            parse(&["once", "--protect-ancestors=false", "-f", "p"]).expect("parses"),
-            off
-        );
-        assert_eq!(
-            parse(&["--protect-ancestors", "false", "once", "-f", "p"]).expect("parses"),
-            off
-        );
-        assert_eq!(
-            parse(&["once", "--protect-ancestors=true", "-f", "p"]).expect("parses"),
-            on
-        );
-        assert!(parse(&["once", "--protect-ancestors=maybe", "-f", "p"]).is_err());
-        assert_eq!(
-            parse(&["run", "--node-name", "n", "--kubelet-memory-qos"]).expect("parses"),
-            crate::node::ancestors::AncestorSettings {
-                kubelet_memory_qos: crate::node::ancestors::KubeletMemoryQos::Tiered,
-                ..on
-            }
-        );
-        for (arg, want) in [
-            (
-                "--kubelet-memory-qos=alpha",
-                crate::node::ancestors::KubeletMemoryQos::Alpha,
-            ),
-            (
-                "--kubelet-memory-qos=tiered",
-                crate::node::ancestors::KubeletMemoryQos::Tiered,
-            ),
-            (
-                "--kubelet-memory-qos=true",
-                crate::node::ancestors::KubeletMemoryQos::Tiered,
-            ),
-            (
-                "--kubelet-memory-qos=false",
-                crate::node::ancestors::KubeletMemoryQos::Off,
-            ),
-            (
-                "--kubelet-memory-qos=off",
-                crate::node::ancestors::KubeletMemoryQos::Off,
-            ),
-        ] {
-            assert_eq!(
-                parse(&["once", arg, "-f", "p"])
-                    .expect(arg)
-                    .kubelet_memory_qos,
-                want,
-                "{arg}"
-            );
-        }
-        assert!(parse(&["once", "--kubelet-memory-qos=maybe", "-f", "p"]).is_err());
-    }
-
-    #[test]
-    fn kubelet_cgroup_root_flag() {
-        let parse = |args: &[&str]| {
-            let mut argv = vec!["koord-applier", "once", "-f", "p"];
-            argv.extend_from_slice(args);
-            Cli::try_parse_from(argv).map(|c| Config::from(&c.global).kubelet_cgroup_root)
-        };
-        assert_eq!(parse(&[]).expect("parses"), None, "detected by default");
-        assert_eq!(
-            parse(&["--kubelet-cgroup-root", "/kubelet"]).expect("parses"),
-            Some(KubeletRoot::parse("/kubelet").expect("root"))
-        );
-        assert_eq!(
-            parse(&["--kubelet-cgroup-root=/"]).expect("parses"),
-            Some(KubeletRoot::top())
-        );
-        for bad in ["kubelet", "/kubelet/../..", "/a//b", "/a/b/c/d/e"] {
-            let e = parse(&["--kubelet-cgroup-root", bad])
-                .expect_err(bad)
-                .to_string();
-            assert!(
-                e.contains("--kubelet-cgroup-root") && e.contains("`/name[/name...]`"),
-                "{bad}: {e}"
-            );
-        }
-    }
-
-    /// `Config::layout` on trees: detection, the flag, a forced driver, and two candidates.
-    #[test]
-    fn layout_finds_the_kubelet_root() {
-        let layout = |dirs: &[&str], root: Option<&str>, driver: Option<CgroupDriver>| {
-            let tmp = tempfile::tempdir().expect("tmp");
-            for d in dirs {
-                std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
-            }
-            let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "p"]).expect("parses");
-            let cfg = Config {
-                cgroup_root: tmp.path().to_owned(),
-                cgroup_version: Some(CgroupVersion::V2),
-                cgroup_driver: driver,
-                kubelet_cgroup_root: root.map(|r| KubeletRoot::parse(r).expect("root")),
-                ..Config::from(&cli.global)
-            };
-            cfg.layout()
-                .map(|l| (l.driver, l.kubelet_root.to_string(), l.kubepods_dir()))
-                .map_err(|e| e.to_string())
-        };
-        use CgroupDriver::{Cgroupfs, Systemd};
-        let ok = |d, r: &str, k: &str| Ok((d, r.to_owned(), PathBuf::from(k)));
-        assert_eq!(layout(&[], None, None), ok(Cgroupfs, "/", "kubepods"));
-        assert_eq!(
-            layout(&[], None, Some(Systemd)),
-            ok(Systemd, "/", "kubepods.slice")
-        );
-        assert_eq!(
-            layout(&["kubelet/kubepods/burstable"], None, None),
-            ok(Cgroupfs, "/kubelet", "kubelet/kubepods")
-        );
-        assert_eq!(
-            layout(&["kubelet.slice/kubelet-kubepods.slice"], None, None),
-            ok(Systemd, "/kubelet", "kubelet.slice/kubelet-kubepods.slice")
-        );
-        // The flag wins over a decoy at the top; the driver comes from what is below it.
-        assert_eq!(
-            layout(
-                &["kubepods", "kubelet.slice/kubelet-kubepods.slice"],
-                Some("/kubelet"),
-                None
-            ),
-            ok(Systemd, "/kubelet", "kubelet.slice/kubelet-kubepods.slice")
-        );
-        assert_eq!(
-            layout(&[], Some("/kubelet"), None),
-            ok(Cgroupfs, "/kubelet", "kubelet/kubepods")
-        );
-        let e = layout(&["kubelet/kubepods", "other/kubepods"], None, None).expect_err("ambiguous");
-        assert!(
-            e.contains("other/kubepods (cgroupRoot /other, cgroupfs)")
-                && e.contains("--kubelet-cgroup-root"),
-            "{e}"
-        );
-        // The flag settles it.
-        assert_eq!(
-            layout(
-                &["kubelet/kubepods", "other/kubepods"],
-                Some("/other"),
-                None
-            ),
-            ok(Cgroupfs, "/other", "other/kubepods")
-        );
-    }
-
-    #[test]
-    fn addr_forms() {
-        assert_eq!(
-            parse_addr("127.0.0.1:1").expect("addr"),
-            "127.0.0.1:1".parse().expect("addr")
-        );
-        assert!(parse_addr("nonsense").is_err());
-    }
-
-    #[test]
-    fn systemd_flags() {
-        use koord_translator::cgroup::systemd::{Settings, SystemdDbus};
-        let parse = |args: &[&str]| {
-            let mut argv = vec!["koord-applier", "once", "-f", "p"];
-            argv.extend_from_slice(args);
-            Cli::try_parse_from(argv)
-                .map(|c| Config::from(&c.global).systemd)
-                .map_err(|e| e.to_string())
-        };
-        let s = |mode, socket: &str| {
-            Ok(Settings {
-                mode,
-                socket: PathBuf::from(socket),
-            })
-        };
-        assert_eq!(parse(&[]), s(SystemdDbus::Auto, "/run/systemd/private"));
-        for (arg, mode) in [
-            ("--systemd-dbus=off", SystemdDbus::Off),
-            // A Helm values file's unquoted `off` arrives as `false`.
-            ("--systemd-dbus=false", SystemdDbus::Off),
-            ("--systemd-dbus=on", SystemdDbus::On),
-            ("--systemd-dbus=true", SystemdDbus::On),
-        ] {
-            assert_eq!(parse(&[arg]), s(mode, "/run/systemd/private"), "{arg}");
-        }
-        assert_eq!(
-            parse(&["--systemd-socket", "/host-run-systemd/private"]),
-            s(SystemdDbus::Auto, "/host-run-systemd/private")
-        );
-        assert!(parse(&["--systemd-dbus=maybe"]).is_err());
-    }
 }

@@ -8,7 +8,8 @@
 //! watch that feeds it, [`node`] the node features (ancestors, QoS-class parents, NRI,
 //! reclaim, colocation, NUMA, collectors, resctrl), [`cmd`] the commands that wire them.
 //! Dependencies point one way: [`cmd`] -> [`node`] and [`pod`] -> `koord_translator` ->
-//! `koord_api`. A feature that takes part in a pod's pass does so through the translator's
+//! `koord_api`. The flags ([`cli`], the parse layer) become one [`config::Config`], which the
+//! commands and features read. A feature that takes part in a pod's pass does so through the translator's
 //! `ContainerHooks` (the async-reclaim emulation, wired in `cmd::run`); the others read the
 //! pass's report.
 //! Every node feature starts the one way, a [`feature::NodeFeature`] in the one list of
@@ -18,6 +19,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod config;
 pub mod cpu_list;
 pub mod event_sink;
 pub mod feature;

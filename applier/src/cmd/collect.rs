@@ -4,7 +4,6 @@
 //! SIGINT, for benchmarks and demos without an API server.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -12,23 +11,21 @@ use k8s_openapi::api::core::v1::Pod;
 use koord_runtime::metrics::MetricError;
 use tracing::Instrument as _;
 
+use koord_translator::cgroup::detect::DetectError;
 use koord_translator::cgroup::layout::Layout;
 
 use super::manifest::{ManifestError, read_pods};
-use crate::cli::{Config, ConfigError, parse_addr};
+use crate::config::{Config, OnceConfig};
 use crate::metrics::Metrics;
 use crate::node::collectors::{
-    Collector, CollectorConfig, CollectorMetrics, GateError, collect_once, node_name_for,
-    run_loops, text_source,
+    Collector, CollectorMetrics, collect_once, node_name_for, run_loops, text_source,
 };
 use crate::server;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CollectError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Gates(#[from] GateError),
+    Layout(#[from] DetectError),
     #[error(transparent)]
     Pods(#[from] ManifestError),
     #[error("metrics listener {addr}: {source}")]
@@ -37,38 +34,36 @@ pub enum CollectError {
         #[source]
         source: std::io::Error,
     },
-    #[error("--collect-serve: {0}")]
-    Addr(String),
     #[error("runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error(transparent)]
     Metrics(#[from] MetricError),
 }
 
-/// The Prometheus text of one round; with `serve`, the loops until a signal (then empty).
-pub fn run(config: &Config, file: &Path, serve: Option<&str>) -> Result<String, CollectError> {
-    let layout = config.layout()?;
-    let pods = read_pods(file)?;
-    let collectors = CollectorConfig::from_args(&config.collectors, true)?;
-    let Some(addr) = serve else {
-        return Ok(collect_once(layout, &config.sys_root, &collectors, &pods)?);
+/// The Prometheus text of one round; with `--collect-serve`, the loops until a signal (then
+/// empty).
+pub fn run(config: &Config, once: &OnceConfig) -> Result<String, CollectError> {
+    let layout = config.cgroup.layout()?;
+    let pods = read_pods(&once.file)?;
+    let collectors = &config.collectors;
+    let Some(addr) = once.collect_serve else {
+        return Ok(collect_once(layout, &config.sys_root, collectors, &pods)?);
     };
-    let addr = parse_addr(addr).map_err(|_| CollectError::Addr(addr.to_owned()))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(CollectError::Runtime)?;
-    rt.block_on(serve_loops(layout, config, collectors, pods, addr))?;
+    rt.block_on(serve_loops(layout, config, pods, addr))?;
     Ok(String::new())
 }
 
 async fn serve_loops(
     layout: Layout,
     config: &Config,
-    collectors: CollectorConfig,
     pods: Vec<Pod>,
     addr: SocketAddr,
 ) -> Result<(), CollectError> {
+    let collectors = config.collectors.clone();
     let metrics = Arc::new(Metrics::new()?);
     let cm = CollectorMetrics::register(metrics.registry(), collectors.psi, collectors.cpi)?;
     let node = pods.first().map(node_name_for).unwrap_or_default();

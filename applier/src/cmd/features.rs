@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::cli::{Config, RunConfig};
+use crate::config::{Config, RunConfig};
 use crate::feature::{Handover, NodeFeature, handover};
 use crate::node::ancestors::{MemoryAncestors, ProtectAncestors};
-use crate::node::collectors::{CollectorConfig, Collectors, GateError};
+use crate::node::collectors::Collectors;
 use crate::node::colocation::ColocationFeature;
 use crate::node::nri::NriPlugin;
 use crate::node::nri::link::Plugged;
@@ -35,10 +35,7 @@ pub struct Handovers {
 /// QoS-class parents (their pass gets its support); all of them before the pod watch (async
 /// reclaim sweeps the throttles an earlier applier left before the first pod pass, and the
 /// watch takes the handovers).
-pub fn node_features(
-    config: &Config,
-    run: &RunConfig,
-) -> Result<(Vec<Box<dyn NodeFeature>>, Handovers), GateError> {
+pub fn node_features(config: &Config, run: &RunConfig) -> (Vec<Box<dyn NodeFeature>>, Handovers) {
     let (resctrl_give, resctrl) = handover::<(PathBuf, ResctrlSupport)>();
     let (node_qos_give, node_qos) = handover();
     let (reclaim_give, reclaim) = handover();
@@ -46,7 +43,7 @@ pub fn node_features(
     let (nri_give, nri) = handover();
     let features: Vec<Box<dyn NodeFeature>> = vec![
         Box::new(Collectors {
-            config: CollectorConfig::from_args(&config.collectors, false)?,
+            config: config.collectors.clone(),
         }),
         Box::new(MemoryLocality {
             config: config.locality,
@@ -63,10 +60,7 @@ pub fn node_features(
             watch: node_qos_give,
         }),
         Box::new(AsyncReclaimFeature {
-            settings: crate::node::reclaim::Settings {
-                proc_root: config.proc_root.clone(),
-                ..run.reclaim.clone()
-            },
+            settings: run.reclaim.clone(),
             pod_pass: reclaim_give,
         }),
         Box::new(ProactiveReclaim {
@@ -87,5 +81,5 @@ pub fn node_features(
         ancestors,
         nri,
     };
-    Ok((features, handovers))
+    (features, handovers)
 }

@@ -4,12 +4,12 @@
 //! locality, and any error of reading or parsing it ends the command with a message naming the
 //! file.
 
-use std::path::Path;
 use std::time::Instant;
 
 use serde::Serialize;
 
 use koord_translator::cgroup::Outcome;
+use koord_translator::cgroup::detect::DetectError;
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::plan::NodeCaps;
@@ -17,7 +17,7 @@ use koord_translator::pod::report::{PodReport, PodStatus};
 use koord_translator::pod::spec_view::{PodSpecView, PodSpecViewError};
 
 use super::manifest::{ManifestError, read_pod};
-use crate::cli::{Config, ConfigError};
+use crate::config::{Config, OnceConfig};
 use crate::node::ancestors::{AncestorsReport, MemoryAncestors};
 use crate::node::numa::locality::once_locality;
 use crate::node::numa::report::LocalityReport;
@@ -70,7 +70,7 @@ pub struct OnceTimings {
 #[derive(Debug, thiserror::Error)]
 pub enum OnceError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Layout(#[from] DetectError),
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error("{path}: {source}")]
@@ -81,13 +81,10 @@ pub enum OnceError {
     },
 }
 
-/// Applies the pod in `file` and returns the report; with `timings` (when `main` started) the
-/// report says where the time went.
-pub fn run(
-    config: &Config,
-    file: &Path,
-    timings: Option<Instant>,
-) -> Result<OnceReport, OnceError> {
+/// Applies the pod in `once.file` and returns the report; with `once.timings`, `started` (when
+/// `main` started) begins the report's account of where the time went.
+pub fn run(config: &Config, once: &OnceConfig, started: Instant) -> Result<OnceReport, OnceError> {
+    let timings = once.timings.then_some(started);
     let mut t = OnceTimings::default();
     let mut phase = Instant::now();
     // Microseconds of the phase that ends now; the next one starts.
@@ -97,16 +94,16 @@ pub fn run(
         us
     };
     t.setup_micros = timings.map_or(0, micros_since);
-    let layout = config.layout()?;
+    let layout = config.cgroup.layout()?;
     let caps = detect_caps(
         &layout,
         config.cpu_idle_fallback,
         config.cpu_idle_qos_parents,
     );
     t.layout_micros = lap();
-    let pod = read_pod(file)?;
+    let pod = read_pod(&once.file)?;
     let view = PodSpecView::from_pod(&pod).map_err(|source| OnceError::Pod {
-        path: file.display().to_string(),
+        path: once.file.display().to_string(),
         source,
     })?;
     t.manifest_micros = lap();

@@ -14,15 +14,15 @@ use kube::runtime::reflector;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use koord_translator::cgroup::detect::DetectError;
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::hooks::ContainerHooks;
 
 use super::features::{Handovers, node_features};
-use crate::cli::{Config, ConfigError, RunConfig};
+use crate::config::{Config, RunConfig};
 use crate::event_sink;
 use crate::feature::{FeatureError, RunContext, start_all, stop_all};
 use crate::metrics::Metrics;
-use crate::node::collectors::GateError;
 use crate::node::qos_parents::detect_caps;
 use crate::pod::watch::Watch;
 use crate::server;
@@ -30,11 +30,9 @@ use crate::server;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
+    Layout(#[from] DetectError),
     #[error("Kubernetes client: {0}")]
     Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Gates(#[from] GateError),
     #[error(transparent)]
     Metrics(#[from] MetricError),
     #[error(transparent)]
@@ -54,13 +52,14 @@ pub async fn run(config: Config, run: RunConfig) -> Result<(), RunError> {
     run_with_client(config, run, koord_runtime::api_client().await?).await
 }
 
-/// Everything `run` starts, given a client (tests pass a mocked one).
+/// Everything `run` starts, given a client (tests pass a mocked one). `run` is the command's
+/// section (`config.command` is not read).
 pub async fn run_with_client(
     config: Config,
     run: RunConfig,
     client: kube::Client,
 ) -> Result<(), RunError> {
-    let layout = config.layout()?;
+    let layout = config.cgroup.layout()?;
     // Before anything opens a file: the kept knob files and the metrics endpoint's connection
     // cap are sized from the limit.
     let nofile = koord_translator::fd_limit::raise_to_hard();
@@ -96,7 +95,7 @@ pub async fn run_with_client(
         systemd,
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
-    let (features, handovers) = node_features(&config, &run)?;
+    let (features, handovers) = node_features(&config, &run);
     let running = start_all(features, &ctx)?;
     let Handovers {
         node_qos,

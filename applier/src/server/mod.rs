@@ -26,8 +26,8 @@
 //! probes (a new connection each); keep-alive would save them nothing measurable and let a
 //! client hold a slot between requests.
 
-mod args;
 pub mod backoff;
+mod limits;
 mod route;
 
 use std::convert::Infallible;
@@ -48,7 +48,7 @@ use koord_runtime::logging::LineBudget;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::metrics::Metrics;
-pub use args::{EndpointArgs, EndpointError, EndpointSettings, check_cap};
+pub use limits::{EndpointError, EndpointSettings, check_cap};
 pub use route::route;
 
 /// hyper's smallest allowed read buffer; a request head of the endpoint's clients is a few

@@ -6,7 +6,8 @@ use std::process::Command;
 
 use clap::Parser as _;
 use common::collectors::{cid, pod, series};
-use koord_applier::cli::{Cli, Config};
+use koord_applier::cli::Cli;
+use koord_applier::config::Config;
 use koord_applier::node::collectors::CollectorConfig;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";
@@ -14,11 +15,14 @@ const FULL: &str = "some avg10=1.50 avg60=2.25 avg300=3.00 total=100\nfull avg10
 
 #[test]
 fn flags_as_the_reference() {
-    let cli = Cli::try_parse_from([
-        "koord-applier",
-        "run",
-        "--node-name",
-        "n1",
+    let collectors = |args: &[&str]| {
+        let argv = ["koord-applier", "run", "--node-name", "n1"]
+            .iter()
+            .chain(args);
+        let cli = Cli::try_parse_from(argv).expect("parses");
+        Config::from_cli(&cli).map(|c| c.collectors)
+    };
+    let c = collectors(&[
         "--feature-gates=CPICollector=true,PSICollector=true",
         "--cpi-collector-interval-seconds",
         "30",
@@ -27,9 +31,7 @@ fn flags_as_the_reference() {
         "--psi-collector-interval-seconds",
         "15",
     ])
-    .expect("parses");
-    let c =
-        CollectorConfig::from_args(&Config::from(&cli.global).collectors, false).expect("valid");
+    .expect("valid");
     assert!(c.cpi && c.psi);
     assert_eq!(
         (
@@ -40,20 +42,8 @@ fn flags_as_the_reference() {
         (30, 5, 15)
     );
     // Defaults: both off in `run`, the reference's intervals.
-    let cli = Cli::try_parse_from(["koord-applier", "run", "--node-name", "n1"]).expect("parses");
-    let c =
-        CollectorConfig::from_args(&Config::from(&cli.global).collectors, false).expect("valid");
-    assert_eq!(c, CollectorConfig::disabled());
-    let cli = Cli::try_parse_from([
-        "koord-applier",
-        "run",
-        "--node-name",
-        "n1",
-        "--feature-gates",
-        "Bogus=true",
-    ])
-    .expect("parses");
-    assert!(CollectorConfig::from_args(&Config::from(&cli.global).collectors, false).is_err());
+    assert_eq!(collectors(&[]), Ok(CollectorConfig::disabled()));
+    assert!(collectors(&["--feature-gates", "Bogus=true"]).is_err());
     assert!(
         Cli::try_parse_from(["koord-applier", "once", "-f", "x", "--collect-serve", ":1"]).is_err(),
         "--collect-serve requires --collect"

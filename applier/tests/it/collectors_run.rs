@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use common::collectors::{cid, pod, series};
 use common::fake_api::{FakeApi, Serves};
-use koord_applier::cli::Config;
-use koord_applier::node::collectors::CollectorArgs;
+use koord_applier::config::Config;
+use koord_applier::node::collectors::CollectorConfig;
 use koord_translator::cgroup::CgroupDriver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -60,10 +60,10 @@ async fn psi_run(prefix: &str, kubelet_root: &str) {
         l.local_addr().expect("addr")
     };
     let config = Config {
-        collectors: CollectorArgs {
-            feature_gates: "PSICollector=true".into(),
-            psi_collector_interval_seconds: 1,
-            ..CollectorArgs::default()
+        collectors: CollectorConfig {
+            psi: true,
+            psi_interval: Duration::from_secs(1),
+            ..CollectorConfig::disabled()
         },
         ..common::run_config(tmp.path(), CgroupDriver::Cgroupfs)
     };

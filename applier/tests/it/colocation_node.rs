@@ -1,18 +1,15 @@
 //! The Kubernetes side of colocation, without an API server: which pods are BE and what they
 //! request, reading the Node's allocatable and advertised batch resources, the status patch,
-//! the flags, and ConfigMap updates counted in metrics.
+//! and ConfigMap updates counted in metrics (the flags: the config tests).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use clap::Parser as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use koord_applier::cli::{Cli, Command, RunConfig};
 use koord_applier::node::colocation::capacity::Resources;
 use koord_applier::node::colocation::config::ConfigState;
 use koord_applier::node::colocation::node_status::{advertised_on_node, allocatable, patch_body};
 use koord_applier::node::colocation::pod_facts::PodFacts;
-use koord_applier::node::colocation::{ColocationMetrics, Settings, on_configmap};
+use koord_applier::node::colocation::{ColocationMetrics, on_configmap};
 use koord_translator::cgroup::layout::KubeQos;
 
 const GI: i64 = 1 << 30;
@@ -167,70 +164,6 @@ fn node_status_reading_and_patch() {
         Some(1),
         "only status is patched"
     );
-}
-
-#[test]
-fn flags_and_settings() {
-    let cli = Cli::try_parse_from(["koord-applier", "run", "--node-name", "n"]).expect("parses");
-    let Command::Run(args) = &cli.command else {
-        panic!("run")
-    };
-    let rc = RunConfig::try_from(args.as_ref()).expect("valid");
-    assert!(rc.colocation.enabled);
-    assert_eq!(rc.colocation.configmap_namespace, "kube-system");
-    assert_eq!(rc.colocation.configmap_name, "ack-slo-config");
-    assert_eq!(rc.colocation.sample_interval, Duration::from_secs(2));
-    assert_eq!(rc.colocation.report_interval, Duration::from_secs(60));
-    assert_eq!(rc.colocation.be_suppress_min_milli, 2_000);
-    assert!(
-        !Settings::default().enabled,
-        "a RunConfig built in code runs no colocation"
-    );
-
-    let cli = Cli::try_parse_from([
-        "koord-applier",
-        "run",
-        "--node-name",
-        "n",
-        "--colocation=false",
-        "--be-suppress-min-cpus",
-        "0.2",
-        "--colocation-sample-seconds",
-        "0.5",
-        "--slo-config-name",
-        "slo",
-    ])
-    .expect("parses");
-    let Command::Run(args) = &cli.command else {
-        panic!("run")
-    };
-    let rc = RunConfig::try_from(args.as_ref()).expect("valid");
-    assert!(!rc.colocation.enabled);
-    assert_eq!(rc.colocation.be_suppress_min_milli, 200);
-    assert_eq!(rc.colocation.sample_interval, Duration::from_millis(500));
-    assert_eq!(rc.colocation.configmap_name, "slo");
-
-    for (flag, bad) in [
-        ("--be-suppress-min-cpus", "--be-suppress-min-cpus=-1"),
-        (
-            "--colocation-sample-seconds",
-            "--colocation-sample-seconds=0",
-        ),
-        (
-            "--colocation-report-seconds",
-            "--colocation-report-seconds=NaN",
-        ),
-    ] {
-        let cli =
-            Cli::try_parse_from(["koord-applier", "run", "--node-name", "n", bad]).expect("parses");
-        let Command::Run(args) = &cli.command else {
-            panic!("run")
-        };
-        let err = RunConfig::try_from(args.as_ref())
-            .expect_err("out of range")
-            .to_string();
-        assert!(err.contains(flag), "{bad}: {err}");
-    }
 }
 
 #[test]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use common::{Kernel, fixture, fixture_path, layout, make_pod_tree};
-use koord_applier::cli::{Cli, Command as Sub, Config, normalize_args};
-use koord_applier::node::collectors::CollectorConfig;
+use koord_applier::cli::{Cli, normalize_args};
+use koord_applier::config::{Command as Sub, Config};
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 use koord_translator::pod::spec_view::PodSpecView;
 
@@ -20,16 +20,17 @@ const GATES: &str = "-feature-gates=BECPUEvict=true,BEMemoryEvict=true,CgroupRec
 const CPI_INTERVAL: &str = "-cpi-collector-interval-seconds=60";
 const WARNING: &str = "koordlet gates not implemented by koord-applier, accepted and ignored: BECPUEvict, BEMemoryEvict, CgroupReconcile, Accelerators";
 
-fn parse(args: &[&str]) -> Cli {
+fn parse(args: &[&str]) -> Config {
     let mut all = vec!["koord-applier"];
     all.extend_from_slice(args);
     let normalized = normalize_args(all.iter().map(Into::into).collect()).expect("normalizes");
-    Cli::try_parse_from(normalized).expect("clap parses")
+    let cli = Cli::try_parse_from(normalized).expect("clap parses");
+    Config::from_cli(&cli).expect("gates and intervals are valid")
 }
 
 #[test]
 fn the_reference_line_parses_after_run() {
-    let cli = parse(&[
+    let config = parse(&[
         "run",
         "--node-name",
         "n1",
@@ -38,9 +39,11 @@ fn the_reference_line_parses_after_run() {
         "-psi-collector-interval-seconds",
         "5",
     ]);
-    assert!(matches!(cli.command, Sub::Run(_)), "still the run command");
-    let cfg = CollectorConfig::from_args(&Config::from(&cli.global).collectors, false)
-        .expect("gates and intervals are valid");
+    assert!(
+        matches!(config.command, Sub::Run(_)),
+        "still the run command"
+    );
+    let cfg = config.collectors;
     assert!(cfg.cpi && cfg.psi, "CPICollector and PSICollector are on");
     assert_eq!(cfg.cpi_interval, Duration::from_secs(60));
     assert_eq!(cfg.psi_interval, Duration::from_secs(5));

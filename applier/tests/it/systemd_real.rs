@@ -16,8 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use clap::Parser as _;
-use koord_applier::cli::{Cli, Config};
+use koord_applier::config::CgroupConfig;
 use koord_translator::cgroup::layout::KubeQos;
 use koord_translator::cgroup::systemd::Units;
 use koord_translator::cgroup::systemd::dbus::DbusSettings;
@@ -45,8 +44,15 @@ fn read(p: &Path) -> String {
 #[test]
 #[ignore = "needs systemd as PID 1 and a kubelet on the systemd driver (the systemd node of tests/node-v2)"]
 fn a_value_set_through_systemd_survives_daemon_reload() {
-    let cli = Cli::try_parse_from(["koord-applier", "once", "-f", "-"]).expect("flags");
-    let layout = Config::from(&cli.global).layout().expect("layout");
+    // The flags' defaults: the host's hierarchy, everything detected.
+    let layout = CgroupConfig {
+        root: "/sys/fs/cgroup".into(),
+        version: None,
+        driver: None,
+        kubelet_root: None,
+    }
+    .layout()
+    .expect("layout");
     assert_eq!(layout.driver, CgroupDriver::Systemd, "{layout:?}");
     let dir = layout
         .dir(

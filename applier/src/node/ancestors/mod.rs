@@ -26,44 +26,9 @@ pub use report::{AncestorReport, AncestorsReport, ProtectedPod};
 
 use std::sync::Arc;
 
-use clap::{ArgAction, Args};
-
 use crate::feature::{FeatureError, Give, NodeFeature, RunContext, Running};
 
-/// Flags of hierarchical memory protection (global: `run` and `once`).
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct AncestorArgs {
-    /// Set `memory.min`/`memory.low` of `kubepods` and of the QoS-class directories to the
-    /// sum of their direct children, so pod-level protection takes effect (the kernel caps it
-    /// by every ancestor's). `--protect-ancestors=false` leaves them alone.
-    #[arg(
-        long,
-        env = "KOORD_PROTECT_ANCESTORS",
-        action = ArgAction::Set,
-        default_value_t = true,
-        global = true
-    )]
-    pub protect_ancestors: bool,
-    /// What the kubelet's own Memory QoS (KEP-2570) writes on `kubepods` and
-    /// `kubepods/burstable`; the files it rewrites are the kubelet's and never written here.
-    /// `off` (gate off, or `memoryReservationPolicy: None`, the 1.37 default), `alpha` (the
-    /// 1.22-1.35 alpha with the gate on: both `memory.min`), `tiered` (1.36+
-    /// `TieredReservation`: `kubepods` `memory.min`/`memory.low`, `burstable` `memory.low`).
-    /// The bare flag and `true` mean `tiered`, `false` means `off`.
-    #[arg(
-        long,
-        env = "KOORD_KUBELET_MEMORY_QOS",
-        global = true,
-        value_enum,
-        default_value_t = KubeletMemoryQos::Off,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "tiered"
-    )]
-    pub kubelet_memory_qos: KubeletMemoryQos,
-}
-
-/// What the commands need of the flags.
+/// The ancestors' settings (`--protect-ancestors`, `--kubelet-memory-qos`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AncestorSettings {
     pub enabled: bool,
@@ -76,15 +41,6 @@ impl Default for AncestorSettings {
         Self {
             enabled: true,
             kubelet_memory_qos: KubeletMemoryQos::Off,
-        }
-    }
-}
-
-impl From<&AncestorArgs> for AncestorSettings {
-    fn from(a: &AncestorArgs) -> Self {
-        Self {
-            enabled: a.protect_ancestors,
-            kubelet_memory_qos: a.kubelet_memory_qos,
         }
     }
 }

@@ -17,9 +17,9 @@ use koord_translator::cgroup::{CgroupVersion, Controller};
 use koord_translator::pod::phase;
 use koord_translator::pod::spec_view::PodSpecView;
 
-use super::args::CollectorConfig;
 use super::cpi::{self, ContainerCounters, PmuStatus};
 use super::exposition::{CpiSeries, Identity, PsiSeries};
+use super::gates::CollectorConfig;
 use super::metrics::CollectorMetrics;
 use super::perf_sys::{Event, PerfError};
 use super::psi::{self, PsiReadError, Resource};

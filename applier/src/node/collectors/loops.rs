@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::Instrument as _;
 
-use super::args::CollectorConfig;
 use super::collector::Collector;
+use super::gates::CollectorConfig;
 
 /// A collector shared by its loops and the `/metrics` renderer.
 pub type SharedCollector = Arc<Mutex<Collector>>;

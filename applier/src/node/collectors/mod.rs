@@ -2,7 +2,7 @@
 //! cycles/instructions per container, exposed with the reference's metric names and labels
 //! (`koordlet_container_psi`, `koordlet_pod_psi`, `koordlet_container_cpi`).
 //!
-//! - [`args`]: the flags and feature gates (pure).
+//! - [`gates`]: the settings and `--feature-gates` (pure).
 //! - [`psi`]: the pressure-file parser and reader (pure parser, one read per file).
 //! - [`perf_sys`]: `perf_event_open(2)` counter groups (a syscall module with `unsafe`).
 //! - [`cpi`]: per-container counter groups over a window, multiplexing scale, sum over CPUs.
@@ -11,10 +11,10 @@
 //! - [`loops`]: the rounds on their intervals; [`one_round`]: `once --collect`.
 //! - this file: [`Collectors`], the node feature of `run`.
 
-pub mod args;
 pub mod collector;
 pub mod cpi;
 pub mod exposition;
+pub mod gates;
 pub mod loops;
 pub mod metrics;
 pub mod one_round;
@@ -27,11 +27,11 @@ use tracing::Instrument as _;
 
 use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
-pub use args::{
-    CollectorArgs, CollectorConfig, GateError, Gates, KOORDLET_GATES_NOT_IMPLEMENTED,
-    ignored_gates_warning, parse_gates, warn_ignored_gates,
-};
 pub use collector::{Collector, CpiWindow, PsiRound, perf_dir, psi_dir};
+pub use gates::{
+    CollectorConfig, GateError, Gates, KOORDLET_GATES_NOT_IMPLEMENTED, ignored_gates_warning,
+    parse_gates,
+};
 pub use loops::{SharedCollector, run_loops, text_source};
 pub use metrics::CollectorMetrics;
 pub use one_round::{collect_once, node_name_for};

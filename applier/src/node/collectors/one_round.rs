@@ -8,8 +8,8 @@ use koord_runtime::metrics::MetricError;
 
 use koord_translator::cgroup::layout::Layout;
 
-use super::args::CollectorConfig;
 use super::collector::Collector;
+use super::gates::CollectorConfig;
 use super::metrics::CollectorMetrics;
 
 /// The node name for labels outside `run`: the pod's `spec.nodeName`, else `$NODE_NAME`, else

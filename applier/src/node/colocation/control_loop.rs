@@ -13,7 +13,6 @@ use tracing::Instrument as _;
 
 use koord_translator::cgroup::layout::Layout;
 
-use super::args::Settings;
 use super::capacity::{self, Resources, UpdateDecision, advertised, update_decision};
 use super::config::{ConfigState, SloConfig};
 use super::configmap::watch_configmap;
@@ -21,6 +20,7 @@ use super::engine::{Engine, SuppressRound};
 use super::metrics::ColocationMetrics;
 use super::node_status;
 use super::pod_facts::PodFacts;
+use super::settings::Settings;
 
 /// Everything the colocation loop needs.
 pub struct Colocation {

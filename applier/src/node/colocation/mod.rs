@@ -12,11 +12,10 @@
 //! - [`usage`] / [`window`]: cgroup and /proc readings, aggregation over the window;
 //! - [`capacity`] / [`suppress`]: the formulas (pure) and the BE parent cgroup writes;
 //! - [`engine`]: the synchronous core (no API server), [`node_status`]: the Node patch;
-//! - [`args`]: the flags, [`metrics`]: the metric families, [`configmap`]: the ConfigMap watch;
+//! - [`settings`]: the loop's settings, [`metrics`]: the metric families, [`configmap`]: the ConfigMap watch;
 //! - [`control_loop`]: the loop inside `run`; this file: [`ColocationFeature`], the node
 //!   feature of `run`.
 
-pub mod args;
 pub mod capacity;
 pub mod config;
 pub mod configmap;
@@ -25,6 +24,7 @@ pub mod engine;
 pub mod metrics;
 pub mod node_status;
 pub mod pod_facts;
+pub mod settings;
 pub mod suppress;
 pub mod usage;
 pub mod window;
@@ -33,10 +33,10 @@ use tracing::Instrument as _;
 
 use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
-pub use args::{ColocationArgs, Settings, SettingsError};
 pub use configmap::on_configmap;
 pub use control_loop::{Colocation, suppress_round};
 pub use metrics::ColocationMetrics;
+pub use settings::Settings;
 
 /// The loop as a node feature of `run`, on when `--colocation` is (off in a dry run: it writes
 /// the BE parent and patches the Node).

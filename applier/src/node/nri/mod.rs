@@ -10,7 +10,7 @@
 //! - [`conn`]: one connection: ttrpc server and client over the multiplexer (IO).
 //! - [`adjust`], [`decide`]: a container's values -> OCI resources, and why not (pure).
 //! - [`plugin`]: the answers; [`link`]: what the plugin and the watch share.
-//! - this file: the flags, [`probe_files`] and [`start`]: connect, register, reconnect with
+//! - this file: the settings, [`probe_files`] and [`start`]: connect, register, reconnect with
 //!   backoff when the runtime restarts; `auto` waits for a socket that is not there yet.
 //! - [`NriPlugin`]: the node feature of `run` that starts it and hands the watch its link.
 //!
@@ -58,34 +58,7 @@ pub enum NriMode {
     Off,
 }
 
-/// Flags of `run` for the NRI plugin (flattened into its arguments).
-#[derive(Debug, Clone, clap::Args)]
-pub struct NriArgs {
-    /// Set container values at creation through the runtime's NRI socket: `auto` (when the
-    /// socket exists) or `off`. The watch path runs either way.
-    #[arg(long = "nri", env = "KOORD_NRI", value_enum, default_value = "auto")]
-    pub nri: NriMode,
-    /// The runtime's NRI socket.
-    #[arg(
-        long,
-        env = "KOORD_NRI_SOCKET",
-        default_value = "/var/run/nri/nri.sock"
-    )]
-    pub nri_socket: PathBuf,
-    /// The plugin's index (two digits): the runtime calls plugins in ascending order.
-    #[arg(long, env = "KOORD_NRI_PLUGIN_INDEX", default_value = "50")]
-    pub nri_plugin_index: String,
-    /// The longest an answer may take (also kept under half the runtime's request timeout);
-    /// past it the container is created without adjustment.
-    #[arg(long, env = "KOORD_NRI_ANSWER_DEADLINE_MS", default_value_t = 500)]
-    pub nri_answer_deadline_ms: u64,
-    /// How long a container creation waits for its pod to reach the watch before it is
-    /// answered "no adjustment" (the watch path then applies it).
-    #[arg(long, env = "KOORD_NRI_POD_WAIT_MS", default_value_t = 250)]
-    pub nri_pod_wait_ms: u64,
-}
-
-/// Settings of the NRI plugin.
+/// Settings of the NRI plugin (`--nri`, `--nri-*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub mode: NriMode,
@@ -105,39 +78,6 @@ impl Default for Settings {
             answer_deadline: Duration::from_millis(500),
             pod_wait: Duration::from_millis(250),
         }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SettingsError {
-    #[error("--nri-plugin-index {0:?} must be two digits (00..=99)")]
-    Index(String),
-    #[error("--nri-answer-deadline-ms must be in 10..=1900 (the runtime waits 2000 ms by default)")]
-    Deadline,
-    #[error("--nri-pod-wait-ms must be in 0..=1000")]
-    PodWait,
-}
-
-impl TryFrom<&NriArgs> for Settings {
-    type Error = SettingsError;
-    fn try_from(a: &NriArgs) -> Result<Self, SettingsError> {
-        let idx = &a.nri_plugin_index;
-        if idx.len() != 2 || !idx.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(SettingsError::Index(idx.clone()));
-        }
-        if !(10..=1900).contains(&a.nri_answer_deadline_ms) {
-            return Err(SettingsError::Deadline);
-        }
-        if a.nri_pod_wait_ms > 1000 {
-            return Err(SettingsError::PodWait);
-        }
-        Ok(Self {
-            mode: a.nri,
-            socket: a.nri_socket.clone(),
-            plugin_index: idx.clone(),
-            answer_deadline: Duration::from_millis(a.nri_answer_deadline_ms),
-            pod_wait: Duration::from_millis(a.nri_pod_wait_ms),
-        })
     }
 }
 
@@ -303,33 +243,5 @@ mod tests {
             b = Some(p);
         }
         assert_eq!(seen, [250, 500, 1000, 2000, 4000, 8000, 10_000, 10_000]);
-    }
-
-    #[test]
-    fn settings_table() {
-        let args = |idx: &str, deadline: u64, wait: u64| NriArgs {
-            nri: NriMode::Auto,
-            nri_socket: "/s".into(),
-            nri_plugin_index: idx.into(),
-            nri_answer_deadline_ms: deadline,
-            nri_pod_wait_ms: wait,
-        };
-        assert!(Settings::try_from(&args("50", 500, 250)).is_ok());
-        assert_eq!(
-            Settings::try_from(&args("5", 500, 250)),
-            Err(SettingsError::Index("5".into()))
-        );
-        assert_eq!(
-            Settings::try_from(&args("a1", 500, 250)),
-            Err(SettingsError::Index("a1".into()))
-        );
-        assert_eq!(
-            Settings::try_from(&args("50", 2000, 250)),
-            Err(SettingsError::Deadline)
-        );
-        assert_eq!(
-            Settings::try_from(&args("50", 500, 5000)),
-            Err(SettingsError::PodWait)
-        );
     }
 }

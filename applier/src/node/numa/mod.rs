@@ -11,7 +11,7 @@
 //! - [`schedule`]: when a pod is due (on start, on annotation change, every interval).
 //! - [`metrics`]: the metric families; [`worker`]: the pod cache scan inside `run`.
 //! - [`timings`]: where a pass spends its time (`once --timings`, the worker's debug log).
-//! - this file: the flag, the settings and [`MemoryLocality`], the node feature of `run`.
+//! - this file: the settings and [`MemoryLocality`], the node feature of `run`.
 //!
 //! The agent needs `hostPID` (the syscalls take PIDs of the caller's namespace and the PIDs in
 //! `cgroup.procs` are read in it) and `CAP_SYS_NICE` (moving pages of other users' processes
@@ -39,29 +39,7 @@ use tracing::Instrument as _;
 
 use crate::feature::{FeatureError, NodeFeature, RunContext, Running};
 
-/// The locality flag; global, so `once` reads it too.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
-pub struct LocalityArgs {
-    /// Memory locality: move pages with move_pages(2) in batches, at most this many pages per
-    /// second per process (0 = off: one migrate_pages(2) per process).
-    #[arg(
-        long,
-        env = "KOORD_LOCALITY_MAX_PAGES_PER_SECOND",
-        default_value_t = 0,
-        global = true
-    )]
-    pub locality_max_pages_per_second: u64,
-}
-
-impl From<&LocalityArgs> for LocalityConfig {
-    fn from(a: &LocalityArgs) -> Self {
-        Self {
-            max_pages_per_second: Some(a.locality_max_pages_per_second).filter(|n| *n > 0),
-        }
-    }
-}
-
-/// Settings of the locality feature.
+/// Settings of the locality feature (`--locality-max-pages-per-second`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalityConfig {
     /// `None`: one `migrate_pages(2)` per process. `Some(n)`: `move_pages(2)` in batches, at

@@ -14,17 +14,17 @@
 //! - [`select`]: which containers of a pod, with what floor, or why not (pure; the Events).
 //! - [`cgroup`]: what the node offers, the reads, the reclaim in slices that stops at the floor.
 //! - [`worker`]: the loop over the node's containers and its thread.
-//! - [`metrics`]; [`args`]: the flags; [`feature`]: the node feature of `run`.
+//! - [`metrics`]; [`settings`]: the loop's settings; [`feature`]: the node feature of `run`.
 
-mod args;
 pub mod cgroup;
 pub mod controller;
 mod feature;
 pub mod metrics;
 pub mod select;
+mod settings;
 pub mod worker;
 
-pub use args::{ProactiveArgs, SCAN_PERIOD, Settings, SettingsError};
 pub use feature::ProactiveReclaim;
 pub use metrics::ProactiveMetrics;
+pub use settings::{SCAN_PERIOD, Settings};
 pub use worker::{ProactiveLoop, TickReport};

@@ -23,13 +23,13 @@
 //! of `run` ([`AsyncReclaimFeature`]); while no container asks for it the worker sleeps on a
 //! condition variable and costs nothing.
 
-mod args;
 pub mod be_first;
 mod feature;
 pub mod held;
 mod hooks;
 pub mod metrics;
 pub mod pace;
+mod settings;
 pub mod throttle;
 pub mod watermarks;
 mod worker;
@@ -43,9 +43,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
-pub use args::{ReclaimArgs, Settings, SettingsError};
 pub use feature::AsyncReclaimFeature;
 pub use metrics::ReclaimMetrics;
+pub use settings::Settings;
 pub use worker::Worker;
 
 /// What emulates the knobs, as the Event and the metrics name it.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::cli::{Config, LogFormat, RunConfig};
+use koord_applier::config::{CgroupConfig, Command, Config, LogFormat, OnceConfig, RunConfig};
 use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_translator::pod::spec_view::PodSpecView;
@@ -236,18 +236,21 @@ pub fn meminfo(total: u64, available: u64) -> String {
     text
 }
 
-/// `run`'s settings for a v2 tree under `root` (never the host's /proc, /sys or resctrl
-/// beyond reading), every feature at its default: tests change the fields they exercise.
+/// The settings for a v2 tree under `root` (never the host's /proc, /sys or resctrl beyond
+/// reading), every feature at its default: tests change the fields they exercise. `run` takes
+/// its own section beside it ([`watch_settings`]), so the command here is only a placeholder.
 pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
     Config {
-        cgroup_root: root.to_owned(),
-        cgroup_version: Some(CgroupVersion::V2),
-        cgroup_driver: Some(driver),
-        kubelet_cgroup_root: None,
+        cgroup: CgroupConfig {
+            root: root.to_owned(),
+            version: Some(CgroupVersion::V2),
+            driver: Some(driver),
+            kubelet_root: None,
+        },
         proc_root: "/proc".into(),
         sys_root: "/sys".into(),
         locality: Default::default(),
-        collectors: Default::default(),
+        collectors: koord_applier::node::collectors::CollectorConfig::disabled(),
         dry_run: false,
         log_format: LogFormat::Text,
         cpu_idle_fallback: false,
@@ -256,6 +259,12 @@ pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
         resctrl_root: root.join("no-resctrl"),
         ancestors: Default::default(),
         systemd: Default::default(),
+        command: Command::Once(OnceConfig {
+            file: PathBuf::new(),
+            collect: false,
+            collect_serve: None,
+            timings: false,
+        }),
     }
 }
 

@@ -13,7 +13,7 @@
 //! - [`wire`]: the D-Bus messages of that one call (pure; no D-Bus crate reads systemd's
 //!   replies on its private socket, see there);
 //! - [`dbus`]: the connection, on a thread of its own, with timeouts and backoff (IO);
-//! - [`metrics`]; this file: the flags and [`Units`], what the passes call.
+//! - [`metrics`]; this file: the settings and [`Units`], what the passes call.
 //!
 //! Where systemd cannot be reached the passes write the files as on the cgroupfs driver, and
 //! the outage is said once in the log, in `koord_applier_systemd_dbus_up` and
@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use clap::{Args, ValueEnum};
+use clap::ValueEnum;
 
 use crate::cgroup::layout::Layout;
 use dbus::{CallError, Dbus, DbusSettings, UNKNOWN_PROPERTY_ERROR};
@@ -54,32 +54,7 @@ pub enum SystemdDbus {
     Off,
 }
 
-/// Flags of the systemd writes (global: `run` and `once`).
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct SystemdArgs {
-    /// On the kubelet's systemd driver (cgroup v2), set the values of its slices and scopes as
-    /// systemd unit properties (SetUnitProperties), so that systemd keeps them instead of
-    /// resetting them at its next re-apply: `auto` (when systemd's socket exists), `on` (wait
-    /// for it), `off` (cgroup files only).
-    #[arg(
-        long = "systemd-dbus",
-        env = "KOORD_SYSTEMD_DBUS",
-        value_enum,
-        default_value = "auto",
-        global = true
-    )]
-    pub systemd_dbus: SystemdDbus,
-    /// systemd's private D-Bus socket (the host's `/run/systemd/private`).
-    #[arg(
-        long,
-        env = "KOORD_SYSTEMD_SOCKET",
-        default_value = "/run/systemd/private",
-        global = true
-    )]
-    pub systemd_socket: PathBuf,
-}
-
-/// What the commands need of the flags.
+/// The systemd writes' settings (`--systemd-dbus`, `--systemd-socket`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub mode: SystemdDbus,
@@ -92,15 +67,6 @@ impl Default for Settings {
         Self {
             mode: SystemdDbus::Off,
             socket: PathBuf::from("/run/systemd/private"),
-        }
-    }
-}
-
-impl From<&SystemdArgs> for Settings {
-    fn from(a: &SystemdArgs) -> Self {
-        Self {
-            mode: a.systemd_dbus,
-            socket: a.systemd_socket.clone(),
         }
     }
 }
