@@ -338,16 +338,23 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
     publish(s0, s1, points, p99, batch0, batch1, redis_stall)
 
 
+def published_head(node: str) -> str:
+    """The line above a published table: the run, the machine, NODE, the loop's parameters and
+    the command that reruns it."""
+    return textwrap.fill(
+        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
+        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {node}, interval "
+        f"{INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; `KOORD_V2_KUBELET_CGROUP_ROOT=/ "
+        f"KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
+        f"KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
+        break_on_hyphens=False, break_long_words=False)
+
+
 def publish(s0, s1, points, p99, batch0, batch1, redis_stall) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
-    head = textwrap.fill(
-        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
-        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; the systemd-driver "
-        f"cgroup v2 node, 6.12 kernel; A and B the same {WINDOW} s, interval {INTERVAL_S} s, "
-        f"steps {STEP_PERMILL / 10:.0f}%; `KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd "
-        f"KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
-        break_on_hyphens=False, break_long_words=False)
+    head = published_head(f"the systemd-driver cgroup v2 node, 6.12 kernel; A and B the same "
+                          f"{WINDOW} s")
     rows = [head, "", "| pod | before MiB | after MiB | reclaimed MiB | working set MiB "
             "| GET p99 ms (median) | stall per interval |", "|---|---|---|---|---|---|---|"]
     for key, label in (("idle-a", "idle, A"), ("idle-b", "idle, **B**"), ("redis-a", "Redis, A"),

@@ -25,17 +25,15 @@ import json
 import os
 import textwrap
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import protection
-import suite as v2
 from koordtest import published
 from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
 from koordtest.sampler import Sampler
-from proactive import ANNOTATION, INTERVAL_S, MIB, RESULTS_MD, STEP_PERMILL, ls_pod, section
-from proactive import slo_with_class_params, stat_fields
+from proactive import ANNOTATION, INTERVAL_S, MIB, RESULTS_MD, STEP_PERMILL, ls_pod, published_head
+from proactive import section, slo_with_class_params, stat_fields
 
 HERE = Path(__file__).resolve().parent
 NS = "v2sd-swap"
@@ -172,14 +170,8 @@ def measure(h, pods: dict[str, dict], swap_total: int) -> None:
 def publish(s0, s1, floor: int, swap_total: int) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
-    head = textwrap.fill(
-        f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
-        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; the systemd-driver "
-        f"cgroup v2 node with {swap_total / MIB:.0f} MiB of swap, the kubelet in LimitedSwap; "
-        f"{WINDOW} s, interval {INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; "
-        f"`KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-        f"KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
-        break_on_hyphens=False, break_long_words=False)
+    head = published_head(f"the systemd-driver cgroup v2 node with {swap_total / MIB:.0f} MiB "
+                          f"of swap, the kubelet in LimitedSwap; {WINDOW} s")
     rows = [head, "", "| pod | anonymous MiB | in swap MiB | memory.swap.max MiB "
             "| floor MiB |", "|---|---|---|---|---|"]
     for key, label, fl in (("a", "idle anonymous, A (not opted in)", "—"),
