@@ -172,3 +172,16 @@ wait_namespace_defaults() { # KUBECTL KUBECONFIG
     wait_for "ConfigMap default/kube-root-ca.crt" 60 "$1" --kubeconfig="$2" get configmap kube-root-ca.crt ||
         die "the controller-manager did not publish kube-root-ca.crt"
 }
+
+# The node script's check-clean: what `leftovers [DIR]` finds, listed, and exit 1; else a line
+# saying what clean means for this node.
+check_clean() { # WHAT_CLEAN_MEANS [DIR]
+    local left
+    left=$(leftovers "${2:-}") && true
+    if [[ -n $left ]]; then
+        echo "$PROG: not clean:" >&2
+        echo "$left" >&2
+        exit 1
+    fi
+    log "clean: $1"
+}

@@ -595,14 +595,7 @@ cmd_reclaim() {
 }
 
 cmd_check_clean() {
-    local left
-    left=$(leftovers "${1:-}") && true
-    if [[ -n $left ]]; then
-        echo "$PROG: not clean:" >&2
-        echo "$left" >&2
-        exit 1
-    fi
-    log "clean: no tap, guard rule, route, UML guest or control-plane port of a node${1:+; no process of $1}"
+    check_clean "no tap, guard rule, route, UML guest or control-plane port of a node${1:+; no process of $1}" "${1:-}"
 }
 
 usage() {

@@ -548,14 +548,7 @@ leftovers() { # [DIR]
 veth_names() { ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1; }
 
 cmd_check_clean() {
-    local left
-    left=$(leftovers "${1:-}") && true
-    if [[ -n $left ]]; then
-        echo "$PROG: not clean:" >&2
-        echo "$left" >&2
-        exit 1
-    fi
-    log "clean: no bridge, KUBE-* chain, guard rule, kubepods cgroup or node process${1:+; no process, mount or new veth of $1, sysctls and host paths as before}"
+    check_clean "no bridge, KUBE-* chain, guard rule, kubepods cgroup or node process${1:+; no process, mount or new veth of $1, sysctls and host paths as before}" "${1:-}"
 }
 
 usage() {
