@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,6 +40,7 @@ from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: 
 from koordtest.harness import container_id, kubepods_path, log  # noqa: E402
 from koordtest.metrics import metric_sum, percentile  # noqa: E402
 from koordtest.node import NodeHarness, build_images  # noqa: E402
+from koordtest.sampler import Sampler  # noqa: E402
 import protection  # noqa: E402  (the seed's promise on real pods)
 import nri  # noqa: E402  (the applier as an NRI plugin)
 import reclaim  # noqa: E402  (async reclaim emulated with memory.reclaim)
@@ -660,27 +660,20 @@ def s_batch_swing(h: Harness) -> None:
         "while true; do koord-stress -m 1 --vm-bytes 450M --vm-hang 30 -t 30; sleep 30; done")],
         resources={"requests": {"memory": "16Mi"}, "limits": {"memory": "512Mi"}})
     sizes = {"be-swing-0": big, "be-swing-1": big, "be-swing-2": big, "be-swing-3": small}
-    samples: list[tuple[float, int, int]] = []  # (t, advertised batch-memory, bound requests)
-    stop = threading.Event()
+    def read() -> tuple[int, int]:
+        """The Node's advertised batch-memory and the batch requests bound to it."""
+        return int(node_batch(h)[1]), bound_batch_memory(h)[0]
 
-    def sample() -> None:
-        while not stop.is_set():
-            try:
-                advertised = int(node_batch(h)[1])
-                bound, _ = bound_batch_memory(h)
-                samples.append((time.monotonic(), advertised, bound))
-            except Exception:  # noqa: BLE001 - a missed sample; the count is checked
-                pass
-            stop.wait(2)
-    sampler = threading.Thread(target=sample, daemon=True)
     t0 = time.monotonic()
+    sampler: Sampler[tuple[int, int]] | None = None
 
     def place(name: str) -> None:
         each = sizes[name]
         start_batch_pod(h, be_batch_pod(name, h.env["WORKLOAD_IMAGE"], cpu=("10m", "100m"),
                                         mem=(f"{each}Mi", f"{2 * each}Mi")))
     try:
-        sampler.start()
+        # A missed sample is a gap; the count is checked.
+        sampler = Sampler(read, 2.0, t0)
         for name in list(sizes)[:3]:
             place(name)
         h.apply_obj(swing)
@@ -690,12 +683,13 @@ def s_batch_swing(h: Harness) -> None:
         # 450 MiB, the floor holds the bound requests.
         time.sleep(65)
     finally:
-        stop.set()
-        sampler.join(10)
+        points = sampler.stop() if sampler else []
         bound, rejected = bound_batch_memory(h)
         h.delete_pods(NS_BATCH, "ls-swing", *sizes)
-    below = [(round(t - t0), a, b) for t, a, b in samples if a < b]
-    lo = min(samples, key=lambda x: x[1]) if samples else (t0, 0, 0)
+    # (seconds since t0, advertised batch-memory, bound requests)
+    samples = [(t, a, b) for t, (a, b) in points]
+    below = [(round(t), a, b) for t, a, b in samples if a < b]
+    lo = min(samples, key=lambda x: x[1]) if samples else (0.0, 0, 0)
     at_floor = sum(1 for _, a, b in samples if a == b and b > 0)
     line = (f"BE pods of batch-memory 3 x {big}Mi, then {small}Mi while LS swung 450 MiB (the "
             f"Node lent {lent / 2**20:.0f} MiB before); {len(samples)} samples over "
