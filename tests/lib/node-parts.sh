@@ -173,15 +173,18 @@ wait_namespace_defaults() { # KUBECTL KUBECONFIG
         die "the controller-manager did not publish kube-root-ca.crt"
 }
 
-# The node script's check-clean: what `leftovers [DIR]` finds, listed, and exit 1; else a line
-# saying what clean means for this node.
-check_clean() { # WHAT_CLEAN_MEANS [DIR]
+# What the node script's `leftovers [DIR]` finds, under HEAD, and exit 1; nothing found: return.
+exit_if_left() { # HEAD [DIR]
     local left
     left=$(leftovers "${2:-}") && true
-    if [[ -n $left ]]; then
-        echo "$PROG: not clean:" >&2
-        echo "$left" >&2
-        exit 1
-    fi
+    [[ -n $left ]] || return 0
+    echo "$PROG: $1" >&2
+    echo "$left" >&2
+    exit 1
+}
+
+# The node script's check-clean: a line saying what clean means for this node, or exit 1.
+check_clean() { # WHAT_CLEAN_MEANS [DIR]
+    exit_if_left "not clean:" "${2:-}"
     log "clean: $1"
 }

@@ -534,13 +534,7 @@ cmd_stop() {
     while iptables -D FORWARD -i "$TAP" -m comment --comment "$GUARD_COMMENT" -j DROP 2>/dev/null; do :; done
     # The guest's state disk is throwaway.
     rm -f "$d/disk.img" "$d/swap.img" "$d/node.env"
-    local left
-    left=$(leftovers "$d") && true
-    if [[ -n $left ]]; then
-        echo "$PROG: error: stop left things behind:" >&2
-        echo "$left" >&2
-        exit 1
-    fi
+    exit_if_left "error: stop left things behind:" "$d"
     log "node stopped; nothing left behind"
 }
 

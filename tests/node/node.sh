@@ -488,13 +488,7 @@ cmd_stop() {
         mount --make-private "$SHARED_MOUNT" || warn "cannot make $SHARED_MOUNT private again"
     fi
     rm -f "$d/node.env"
-    local left
-    left=$(leftovers "$d") && true
-    if [[ -n $left ]]; then
-        echo "$PROG: error: stop left things behind:" >&2
-        echo "$left" >&2
-        exit 1
-    fi
+    exit_if_left "error: stop left things behind:" "$d"
     log "node stopped; nothing left behind"
 }
 
