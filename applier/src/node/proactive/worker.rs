@@ -150,27 +150,24 @@ impl ProactiveLoop {
         let state = store.state();
         let mut views = Vec::new();
         let mut unchanged = HashSet::new();
+        // The versions of the pods viewed now, kept once their verdict is made.
+        let mut viewed = Vec::new();
         for p in state.iter().filter(|p| phase::is_active(p)) {
-            let (uid, rv) = (
-                p.metadata.uid.as_deref(),
-                p.metadata.resource_version.as_deref(),
-            );
-            if let (Some(uid), Some(rv)) = (uid, rv)
-                && self.versions.get(uid).is_some_and(|v| v == rv)
-            {
-                unchanged.insert(uid);
-                continue;
+            let (uid, rv) = (&p.metadata.uid, &p.metadata.resource_version);
+            if let (Some(uid), Some(rv)) = (uid, rv) {
+                if self.versions.get(uid) == Some(rv) {
+                    unchanged.insert(uid.as_str());
+                    continue;
+                }
+                viewed.push((uid, rv));
             }
             if let Ok(view) = PodSpecView::from_pod(p) {
                 views.push(view);
             }
         }
         let events = self.scan_views(&views, unchanged, now);
-        for p in state.iter().filter(|p| phase::is_active(p)) {
-            if let (Some(uid), Some(rv)) = (&p.metadata.uid, &p.metadata.resource_version)
-                && self.pods.contains_key(uid)
-                && self.versions.get(uid) != Some(rv)
-            {
+        for (uid, rv) in viewed {
+            if self.pods.contains_key(uid) {
                 self.versions.insert(uid.clone(), rv.clone());
             }
         }
