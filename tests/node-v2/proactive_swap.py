@@ -61,11 +61,9 @@ def restart_kubelet(h, config: str) -> None:
         "curl -sf http://127.0.0.1:10248/healthz", check_rc=False).strip() == "ok", 120, 1)
 
 
-def swap_on(h) -> tuple[int, str]:
-    """Swap on (the node's second disk) and the kubelet in LimitedSwap; SwapTotal and the
-    kubelet configuration to restore."""
-    config = (h.node_dir / "guest" / "kubelet.yaml").read_text()
-    check("memorySwap" not in config, "the node's kubelet already has a memorySwap setting")
+def swap_on(h, config: str) -> int:
+    """Swap on (the node's second disk) and the kubelet restarted in LimitedSwap with CONFIG
+    and the setting; SwapTotal."""
     total = int(h.guest(textwrap.dedent(f"""\
         set -e
         [ -b {SWAP_DEV} ] || {{ echo "no {SWAP_DEV}: the node has no swap disk" >&2; exit 1; }}
@@ -75,12 +73,16 @@ def swap_on(h) -> tuple[int, str]:
         """)))
     check(total > 0, f"SwapTotal {total} after swapon {SWAP_DEV}")
     restart_kubelet(h, config + SWAP_CONFIG)
-    return total, config
+    return total
 
 
 def swap_off(h, config: str) -> None:
-    h.guest(f"swapoff {SWAP_DEV} 2>/dev/null || true", timeout=180)
+    """Whatever swap_on got to: swap off, the kubelet back on CONFIG. A swapoff that fails is
+    said (after the kubelet is put back), not hidden."""
+    off = h.guest(f"if grep -q '^{SWAP_DEV} ' /proc/swaps; then swapoff {SWAP_DEV}; fi 2>&1; "
+                  f"echo rc=$?", timeout=180, check_rc=False).strip()
     restart_kubelet(h, config)
+    check(off.endswith("rc=0"), f"swapoff {SWAP_DEV} failed: {off[-300:]}")
 
 
 class Anon:
@@ -107,12 +109,15 @@ class Anon:
 
 def run(h) -> None:
     protection.set_slo(h, slo_with_class_params())
-    total, config = swap_on(h)
-    log(f"swap on: {total / MIB:.0f} MiB on {SWAP_DEV}; the kubelet restarted with LimitedSwap")
+    config = (h.node_dir / "guest" / "kubelet.yaml").read_text()
+    check("memorySwap" not in config, "the node's kubelet already has a memorySwap setting")
     image = h.env["WORKLOAD_IMAGE"]
     names = ("swap-a", "swap-b")
+    h.namespace(NS)
     try:
-        h.namespace(NS)
+        total = swap_on(h, config)
+        log(f"swap on: {total / MIB:.0f} MiB on {SWAP_DEV}; the kubelet restarted with "
+            "LimitedSwap")
         for name in names:
             h.apply_obj(anon_pod(name, image, name == "swap-b"), NS)
         measure(h, {name[-1]: h.wait_running(NS, name) for name in names}, total)
