@@ -21,8 +21,8 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
-    let config = match Config::from_cli(&Cli::parse_from(args)) {
-        Ok(config) => config,
+    let (config, command) = match Config::from_cli(&Cli::parse_from(args)) {
+        Ok(built) => built,
         // A gate nobody has is a typo: refused before anything starts, as clap refuses a flag
         // (koordlet's own gates that this product lacks are accepted, with the one warning
         // below).
@@ -37,7 +37,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(warning) = ignored_gates_warning(&config.collectors.ignored_gates) {
         tracing::warn!("{warning}");
     }
-    match config.command.clone() {
+    match command {
         Command::Once(once) if once.collect => {
             print!("{}", cmd::collect::run(&config, &once)?);
             Ok(())

@@ -52,8 +52,7 @@ pub async fn run(config: Config, run: RunConfig) -> Result<(), RunError> {
     run_with_client(config, run, koord_runtime::api_client().await?).await
 }
 
-/// Everything `run` starts, given a client (tests pass a mocked one). `run` is the command's
-/// section (`config.command` is not read).
+/// Everything `run` starts, given a client (tests pass a mocked one).
 pub async fn run_with_client(
     config: Config,
     run: RunConfig,

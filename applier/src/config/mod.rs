@@ -1,6 +1,6 @@
-//! The applier's configuration: one [`Config`], built once from the parsed flags
-//! ([`Config::from_cli`], every check done there, [`ConfigError`] naming the flag and its
-//! range) and read by the commands and the node features; tests build it directly. Plain
+//! The applier's configuration: one [`Config`] and the [`Command`] to run, built once from the
+//! parsed flags ([`Config::from_cli`], every check done there, [`ConfigError`] naming the flag
+//! and its range) and read by the commands and the node features; tests build them directly. Plain
 //! typed sections: the global settings and `once`'s here, where the cgroups are ([`cgroup`]),
 //! `run`'s ([`run`]), and each feature's settings, whose types live with the feature. The
 //! flags themselves are `crate::cli`'s.
@@ -47,8 +47,6 @@ pub struct Config {
     pub ancestors: AncestorSettings,
     /// `--systemd-dbus`, `--systemd-socket`.
     pub systemd: systemd::Settings,
-    /// The command and its own settings.
-    pub command: Command,
 }
 
 /// The command to run, with its settings.
@@ -59,9 +57,9 @@ pub enum Command {
 }
 
 impl Config {
-    /// The configuration the flags say, or the first flag out of range (`--feature-gates`
-    /// first).
-    pub fn from_cli(cli: &Cli) -> Result<Self, ConfigError> {
+    /// The configuration and the command the flags say, or the first flag out of range
+    /// (`--feature-gates` first).
+    pub fn from_cli(cli: &Cli) -> Result<(Self, Command), ConfigError> {
         let g = &cli.global;
         let gates = crate::node::collectors::parse_gates(&g.feature_gates)?;
         let command = match &cli.command {
@@ -76,7 +74,7 @@ impl Config {
                 ..CollectorConfig::disabled()
             },
         };
-        Ok(Config {
+        let config = Config {
             cgroup: CgroupConfig {
                 root: g.cgroup_root.clone(),
                 version: g.cgroup_version,
@@ -102,8 +100,8 @@ impl Config {
                 mode: g.systemd_dbus,
                 socket: g.systemd_socket.clone(),
             },
-            command,
-        })
+        };
+        Ok((config, command))
     }
 }
 

@@ -15,20 +15,20 @@ use crate::node::nri::NriMode;
 use crate::server::EndpointSettings;
 
 /// `koord-applier ARGS...` parsed and built; a clap refusal or a range check as its text.
-fn config(args: &[&str]) -> Result<Config, String> {
+fn config(args: &[&str]) -> Result<(Config, Command), String> {
     let cli = Cli::try_parse_from(std::iter::once("koord-applier").chain(args.iter().copied()))
         .map_err(|e| e.to_string())?;
     Config::from_cli(&cli).map_err(|e| e.to_string())
 }
 
 /// `once -f p ARGS...`.
-fn once(args: &[&str]) -> Result<Config, String> {
+fn once(args: &[&str]) -> Result<(Config, Command), String> {
     config(&[&["once", "-f", "p"], args].concat())
 }
 
 /// `run --node-name n ARGS...`, its `run` section.
 fn run(args: &[&str]) -> Result<RunConfig, String> {
-    match config(&[&["run", "--node-name", "n"], args].concat())?.command {
+    match config(&[&["run", "--node-name", "n"], args].concat())?.1 {
         Command::Run(run) => Ok(*run),
         Command::Once(_) => panic!("run"),
     }
@@ -36,7 +36,7 @@ fn run(args: &[&str]) -> Result<RunConfig, String> {
 
 #[test]
 fn parses_flags_and_defaults() {
-    let cfg = config(&[
+    let (cfg, command) = config(&[
         "run",
         "--node-name",
         "n1",
@@ -56,7 +56,7 @@ fn parses_flags_and_defaults() {
         "the cpu.idle fallback is off by default"
     );
     assert_eq!(cfg.resctrl_root, PathBuf::from("/sys/fs/resctrl"));
-    let Command::Run(rc) = &cfg.command else {
+    let Command::Run(rc) = &command else {
         panic!("run")
     };
     assert_eq!(rc.node_name, "n1");
@@ -79,10 +79,10 @@ fn parses_flags_and_defaults() {
         Ok((None, PathBuf::from("/host/proc")))
     );
 
-    let cfg = once(&["--dry-run"]).expect("valid");
+    let (cfg, command) = once(&["--dry-run"]).expect("valid");
     assert!(cfg.dry_run);
     assert_eq!(
-        cfg.command,
+        command,
         Command::Once(OnceConfig {
             file: "p".into(),
             collect: false,
@@ -95,8 +95,8 @@ fn parses_flags_and_defaults() {
 
 #[test]
 fn once_collect_and_serve() {
-    let cfg = once(&["--collect", "--collect-serve", ":9999"]).expect("valid");
-    let Command::Once(o) = &cfg.command else {
+    let (_, command) = once(&["--collect", "--collect-serve", ":9999"]).expect("valid");
+    let Command::Once(o) = &command else {
         panic!("once")
     };
     assert!(o.collect);
@@ -117,7 +117,7 @@ fn collector_gates_and_intervals() {
     let c = run(&[]).map(|_| ());
     assert_eq!(c, Ok(()));
     let collectors = |args: &[&str]| {
-        config(&[&["run", "--node-name", "n"], args].concat()).map(|c| c.collectors)
+        config(&[&["run", "--node-name", "n"], args].concat()).map(|(c, _)| c.collectors)
     };
     assert_eq!(collectors(&[]), Ok(CollectorConfig::disabled()));
     let c = collectors(&["--feature-gates=PSICollector=true"]).expect("valid");
@@ -125,6 +125,7 @@ fn collector_gates_and_intervals() {
     // `once --collect`: unnamed gates default on.
     let c = once(&["--collect", "--feature-gates=CPICollector=false"])
         .expect("valid")
+        .0
         .collectors;
     assert!(c.psi && !c.cpi);
     assert_eq!(
@@ -145,7 +146,7 @@ fn collector_gates_and_intervals() {
             "0",
             "--feature-gates=Libpfm4=true"
         ])
-        .map(|c| c.collectors),
+        .map(|(c, _)| c.collectors),
         Ok(CollectorConfig {
             ignored_gates: vec!["Libpfm4"],
             ..CollectorConfig::disabled()
@@ -181,7 +182,7 @@ fn collector_gates_and_intervals() {
 
 #[test]
 fn ancestor_flags() {
-    let parse = |args: &[&str]| config(args).map(|c| c.ancestors);
+    let parse = |args: &[&str]| config(args).map(|(c, _)| c.ancestors);
     let on = AncestorSettings {
         enabled: true,
         kubelet_memory_qos: KubeletMemoryQos::Off,
@@ -230,7 +231,7 @@ fn ancestor_flags() {
 
 #[test]
 fn kubelet_cgroup_root_flag() {
-    let parse = |args: &[&str]| once(args).map(|c| c.cgroup.kubelet_root);
+    let parse = |args: &[&str]| once(args).map(|(c, _)| c.cgroup.kubelet_root);
     assert_eq!(parse(&[]), Ok(None), "detected by default");
     assert_eq!(
         parse(&["--kubelet-cgroup-root", "/kubelet"]),
@@ -251,7 +252,7 @@ fn kubelet_cgroup_root_flag() {
 
 #[test]
 fn locality_flag() {
-    let pages = |args: &[&str]| config(args).map(|c| c.locality.max_pages_per_second);
+    let pages = |args: &[&str]| config(args).map(|(c, _)| c.locality.max_pages_per_second);
     assert_eq!(pages(&["once", "-f", "p"]), Ok(None), "off by default");
     assert_eq!(
         pages(&["once", "-f", "p", "--locality-max-pages-per-second", "5000"]),
@@ -349,7 +350,7 @@ fn addr_forms() {
 
 #[test]
 fn systemd_flags() {
-    let parse = |args: &[&str]| once(args).map(|c| c.systemd);
+    let parse = |args: &[&str]| once(args).map(|(c, _)| c.systemd);
     let s = |mode, socket: &str| {
         Ok(SystemdSettings {
             mode,

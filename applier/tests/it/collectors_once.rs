@@ -20,7 +20,7 @@ fn flags_as_the_reference() {
             .iter()
             .chain(args);
         let cli = Cli::try_parse_from(argv).expect("parses");
-        Config::from_cli(&cli).map(|c| c.collectors)
+        Config::from_cli(&cli).map(|(c, _)| c.collectors)
     };
     let c = collectors(&[
         "--feature-gates=CPICollector=true,PSICollector=true",

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
-use koord_applier::config::{CgroupConfig, Command, Config, LogFormat, OnceConfig, RunConfig};
+use koord_applier::config::{CgroupConfig, Config, LogFormat, RunConfig};
 use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_translator::pod::spec_view::PodSpecView;
@@ -238,7 +238,7 @@ pub fn meminfo(total: u64, available: u64) -> String {
 
 /// The settings for a v2 tree under `root` (never the host's /proc, /sys or resctrl beyond
 /// reading), every feature at its default: tests change the fields they exercise. `run` takes
-/// its own section beside it ([`watch_settings`]), so the command here is only a placeholder.
+/// its own section beside it ([`watch_settings`]).
 pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
     Config {
         cgroup: CgroupConfig {
@@ -259,12 +259,6 @@ pub fn run_config(root: &Path, driver: CgroupDriver) -> Config {
         resctrl_root: root.join("no-resctrl"),
         ancestors: Default::default(),
         systemd: Default::default(),
-        command: Command::Once(OnceConfig {
-            file: PathBuf::new(),
-            collect: false,
-            collect_serve: None,
-            timings: false,
-        }),
     }
 }
 
