@@ -14,6 +14,7 @@ use koord_api::{
     ResolvedQos,
 };
 use koord_applier::node::proactive::cgroup::{Lack, Slices, node_support};
+use koord_applier::node::proactive::metrics::{BackOff, ContainerRow};
 use koord_applier::node::proactive::select::{REASON_REFUSED, REASON_UNSUPPORTED};
 use koord_applier::node::proactive::{ProactiveLoop, ProactiveMetrics, Settings};
 use koord_translator::cgroup::layout::Layout;
@@ -117,6 +118,14 @@ fn settings() -> Settings {
     }
 }
 
+/// A container's series of the fixture's pod.
+fn row(metrics: &ProactiveMetrics, container: &str) -> ContainerRow {
+    metrics
+        .containers_series
+        .get("shop", "redis-0", container)
+        .expect("the container's series")
+}
+
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
 }
@@ -138,7 +147,6 @@ fn reclaims_while_the_stall_is_low_backs_off_above_target_and_keeps_the_floor() 
     );
     assert!(lp.scan(std::slice::from_ref(&v), secs(0)).is_empty());
     assert_eq!(lp.len(), 2, "redis and exporter");
-    let labels = ["shop", "redis-0", "redis"];
 
     // First tick: the totals only.
     assert_eq!(lp.tick(secs(0)).sampled, 2);
@@ -162,14 +170,8 @@ fn reclaims_while_the_stall_is_low_backs_off_above_target_and_keeps_the_floor() 
         assert_eq!(got, before / 100 - (before / 100) % 4096);
         asked.push(got);
     }
-    assert_eq!(
-        metrics.bytes.with_label_values(&labels).get(),
-        asked.iter().sum::<u64>()
-    );
-    let exporter = metrics
-        .bytes
-        .with_label_values(&["shop", "redis-0", "exporter"])
-        .get();
+    assert_eq!(row(&metrics, "redis").bytes, asked.iter().sum::<u64>());
+    let exporter = row(&metrics, "exporter").bytes;
     assert!(exporter > 0, "the exporter is looped too");
     assert_eq!(
         metrics.node_bytes.get(),
@@ -184,15 +186,10 @@ fn reclaims_while_the_stall_is_low_backs_off_above_target_and_keeps_the_floor() 
         lp.tick(secs(t));
         assert_eq!(kernel_reclaims(&redis), None, "no reclaim above the target");
     }
-    assert!(
-        metrics
-            .backoffs
-            .with_label_values(&["shop", "redis-0", "redis", "stall"])
-            .get()
-            >= 3
-    );
-    assert!((metrics.stall.with_label_values(&labels).get() - 0.02).abs() < 1e-9);
-    assert!((metrics.target.with_label_values(&labels).get() - 0.01).abs() < 1e-9);
+    let redis_row = row(&metrics, "redis");
+    assert!(redis_row.backoffs(BackOff::Stall) >= 3, "{redis_row:?}");
+    assert!((redis_row.stall.expect("stall") - 0.02).abs() < 1e-9);
+    assert!((redis_row.target - 0.01).abs() < 1e-9);
 
     // The stall is low again: a probe within the longest back-off (8 intervals).
     let mut probed = false;

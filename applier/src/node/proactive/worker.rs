@@ -37,7 +37,7 @@ use koord_translator::pod::spec_view::PodSpecView;
 use super::Settings;
 use super::cgroup::{ContainerFiles, End, Lack, ReclaimTarget as _, reclaim_above_floor};
 use super::controller::{Action, LoopState, Sample, next_step};
-use super::metrics::ProactiveMetrics;
+use super::metrics::{BackOff, ProactiveMetrics};
 use super::select::{OptIn, Verdict, verdict};
 use crate::event_sink::SinkMsg;
 
@@ -359,23 +359,22 @@ fn one_interval(
     let (decision, next) = next_step(&l.state, sample, &l.params, l.floor);
     l.state = next;
     if let (Some(m), Some(stall)) = (metrics, decision.stall_micros) {
-        m.stall
-            .with_label_values(&l.labels())
-            .set(micros_to_seconds(stall));
+        let [ns, pod, c] = l.labels();
+        m.stall(ns, pod, c, micros_to_seconds(stall));
     }
-    let backoff = |l: &Looped, why: &str| {
+    let backoff = |l: &Looped, why: BackOff| {
         if let Some(m) = metrics {
             let [ns, pod, c] = l.labels();
-            m.backoffs.with_label_values(&[ns, pod, c, why]).inc();
+            m.backoff(ns, pod, c, why);
         }
     };
     let bytes = match decision.action {
         Action::BackOff(_) => {
-            backoff(l, "stall");
+            backoff(l, BackOff::Stall);
             return 0;
         }
         Action::Refaulted(_) => {
-            backoff(l, "refault");
+            backoff(l, BackOff::Refault);
             return 0;
         }
         Action::Reclaim(bytes) => bytes,
@@ -385,7 +384,7 @@ fn one_interval(
     l.state = l.state.after_reclaim(r.bytes);
     match r.end {
         End::Short => {
-            backoff(l, "short");
+            backoff(l, BackOff::Short);
             l.state = l.state.after_short();
         }
         End::OutOfTime => {
@@ -399,8 +398,8 @@ fn one_interval(
         End::Full | End::AtFloor => {}
     }
     if let Some(m) = metrics {
-        m.bytes.with_label_values(&l.labels()).inc_by(r.bytes);
-        m.node_bytes.inc_by(r.bytes);
+        let [ns, pod, c] = l.labels();
+        m.reclaimed(ns, pod, c, r.bytes);
     }
     r.bytes
 }
