@@ -356,6 +356,15 @@ pub struct RunArgs {
         default_value_t = 50
     )]
     pub proactive_reclaim_write_budget_ms: u64,
+
+    // Swap for BE containers.
+    /// Let each BE pod's containers (label `koordinator.sh/qosClass: BE`) swap up to this
+    /// share of their memory limit, percent (0..=100; 0 = off, the kubelet's
+    /// `memory.swap.max` stands). For nodes with swap: the kubelet's `LimitedSwap` gives
+    /// BestEffort containers, and so Koordinator's batch-memory BE pods, no swap. Needs cgroup
+    /// v2; every grant is put back when the applier exits.
+    #[arg(long, env = "KOORD_BE_SWAP_PERCENT", default_value_t = 0)]
+    pub be_swap_percent: u32,
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::config::{Config, RunConfig};
 use crate::feature::{Handover, NodeFeature, handover};
 use crate::node::ancestors::{MemoryAncestors, ProtectAncestors};
+use crate::node::be_swap::BeSwap;
 use crate::node::collectors::Collectors;
 use crate::node::colocation::ColocationFeature;
 use crate::node::nri::NriPlugin;
@@ -65,6 +66,9 @@ pub fn node_features(config: &Config, run: &RunConfig) -> (Vec<Box<dyn NodeFeatu
         }),
         Box::new(ProactiveReclaim {
             settings: run.proactive.clone(),
+        }),
+        Box::new(BeSwap {
+            settings: run.be_swap.clone(),
         }),
         Box::new(ProtectAncestors {
             settings: config.ancestors,

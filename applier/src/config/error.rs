@@ -38,4 +38,6 @@ pub enum ConfigError {
     ReclaimCpuPercent(u32),
     #[error("--proactive-reclaim-write-budget-ms {0} must be 1..=1000")]
     WriteBudget(u64),
+    #[error("--be-swap-percent {0} must be 0..=100")]
+    BeSwapPercent(u32),
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use crate::cli::RunArgs;
-use crate::node::{colocation, nri, proactive, reclaim};
+use crate::node::{be_swap, colocation, nri, proactive, reclaim};
 use crate::server::EndpointSettings;
 
 /// `run`: the watch, the metrics endpoint and the features only `run` has. Each feature's
@@ -29,6 +29,8 @@ pub struct RunConfig {
     pub reclaim: reclaim::Settings,
     /// The proactive reclaim loop.
     pub proactive: proactive::Settings,
+    /// Swap for BE containers.
+    pub be_swap: be_swap::Settings,
 }
 
 impl RunConfig {
@@ -49,6 +51,7 @@ impl RunConfig {
             nri: nri(a)?,
             reclaim: reclaim(a, proc_root)?,
             proactive: proactive(a)?,
+            be_swap: be_swap(a, proc_root)?,
         })
     }
 }
@@ -141,5 +144,16 @@ fn proactive(a: &RunArgs) -> Result<proactive::Settings, ConfigError> {
         enabled: a.proactive_reclaim,
         write_budget: Duration::from_millis(ms),
         ..proactive::Settings::default()
+    })
+}
+
+fn be_swap(a: &RunArgs, proc_root: &Path) -> Result<be_swap::Settings, ConfigError> {
+    if a.be_swap_percent > 100 {
+        return Err(ConfigError::BeSwapPercent(a.be_swap_percent));
+    }
+    Ok(be_swap::Settings {
+        percent: a.be_swap_percent,
+        proc_root: proc_root.to_owned(),
+        ..be_swap::Settings::default()
     })
 }

@@ -523,3 +523,16 @@ fn the_write_budget_is_refused_out_of_range() {
         assert_eq!(got, want.map_err(str::to_owned), "{ms} ms");
     }
 }
+
+#[test]
+fn the_be_swap_percent_is_refused_out_of_range() {
+    for (p, want) in [
+        ("0", Ok(0)),
+        ("50", Ok(50)),
+        ("100", Ok(100)),
+        ("101", Err("--be-swap-percent 101 must be 0..=100")),
+    ] {
+        let got = run(&["--be-swap-percent", p]).map(|rc| rc.be_swap.percent);
+        assert_eq!(got, want.map_err(str::to_owned), "{p}%");
+    }
+}

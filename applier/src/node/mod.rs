@@ -2,11 +2,13 @@
 //! flags, metrics and a [`crate::feature::NodeFeature`] that `run` starts from the one list in
 //! `cmd/features.rs`: the QoS-level ancestors' protection ([`ancestors`]), the QoS-class
 //! parents ([`qos_parents`]), the NRI plugin (container values at creation: [`nri`]), async and
-//! BE-first reclaim ([`reclaim`]), proactive reclaim ([`proactive`]), colocation (batch capacity, BE CPU suppression:
+//! BE-first reclaim ([`reclaim`]), proactive reclaim ([`proactive`]), swap for BE containers
+//! ([`be_swap`]), colocation (batch capacity, BE CPU suppression:
 //! [`colocation`]), memory locality ([`numa`]), the PSI and CPI collectors ([`collectors`]) and
 //! resctrl ([`resctrl`]).
 
 pub mod ancestors;
+pub mod be_swap;
 pub mod collectors;
 pub mod colocation;
 pub mod nri;

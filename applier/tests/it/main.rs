@@ -15,6 +15,7 @@ mod common;
 mod ancestor_trees;
 mod ancestors_run;
 mod async_reclaim;
+mod be_swap;
 mod collectors_manifests;
 mod collectors_once;
 mod collectors_perf;

@@ -177,7 +177,11 @@ pub fn verdict(pod: &PodSpecView, layout: &Layout, support: Result<(), Lack>) ->
 
 /// The container's memory cgroup, from the pod UID, the QoS class and the runtime's ID, under
 /// the cgroup root ([`Layout::dir`] refuses anything else).
-fn container_dir(layout: &Layout, pod: &PodSpecView, container_id: &str) -> Option<Arc<Path>> {
+pub(crate) fn container_dir(
+    layout: &Layout,
+    pod: &PodSpecView,
+    container_id: &str,
+) -> Option<Arc<Path>> {
     let id = ContainerId::parse(container_id).ok()?;
     let rel = layout
         .pod_dir(&pod.uid, pod.kube_qos)

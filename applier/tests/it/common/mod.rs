@@ -276,6 +276,7 @@ pub fn watch_settings(node: &str, metrics_addr: std::net::SocketAddr) -> RunConf
         nri: Default::default(),
         reclaim: Default::default(),
         proactive: Default::default(),
+        be_swap: Default::default(),
     }
 }
 
