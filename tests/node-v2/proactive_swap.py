@@ -15,8 +15,17 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
   the loop's doing, not the kernel's;
 - swap-b never goes below its floor (the annotation's memory.min: the request).
 
-Whatever happens, the node is put back as it was: pods deleted, swap off, the kubelet restarted
-without LimitedSwap.
+Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
+ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
+with an anonymous flood: the BE pod allocates BE_ANON_FLOOD_MIB of anonymous memory, past what
+the node has free. First before swap is on (the BE-first reclaim finds nothing it can take:
+`EAGAIN`), then with swap on and the applier's `--be-swap-percent BE_SWAP_PERCENT` (the BE
+container's `memory.swap.max` = that share of its 1600Mi limit): C0 with swap must keep more of
+the LS working set than without, and the BE pod must have swapped beyond what the kubelet alone
+allows it.
+
+Whatever happens, the node is put back as it was: pods deleted, the applier's flag removed,
+swap off, the kubelet restarted without LimitedSwap.
 """
 
 from __future__ import annotations
@@ -42,6 +51,11 @@ ANON_MIB = 160
 REQUEST_MIB = 64
 WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SWAP_SECONDS", "120"))
 SWAP_CONFIG = "memorySwap:\n  swapBehavior: LimitedSwap\n"
+BE_SWAP_PERCENT = 50
+BE_SWAP_FLAG = f"--be-swap-percent={BE_SWAP_PERCENT}"
+# The protection proof's BE flood container: its limit, and the grant the flag gives it.
+BE_LIMIT = 1600 * MIB
+BE_GRANT = BE_LIMIT * BE_SWAP_PERCENT // 100 // 4096 * 4096
 
 
 def anon_pod(name: str, image: str, opted_in: bool) -> dict:
@@ -108,26 +122,33 @@ class Anon:
 
 
 def run(h) -> None:
-    protection.set_slo(h, slo_with_class_params())
     config = (h.node_dir / "guest" / "kubelet.yaml").read_text()
     check("memorySwap" not in config, "the node's kubelet already has a memorySwap setting")
     image = h.env["WORKLOAD_IMAGE"]
     names = ("swap-a", "swap-b")
     h.namespace(NS)
     try:
+        # C0 with the anonymous flood, without swap: the comparison's first half.
+        protection.run_config(h, "C0a")
+        protection.set_slo(h, slo_with_class_params())
         total = swap_on(h, config)
         log(f"swap on: {total / MIB:.0f} MiB on {SWAP_DEV}; the kubelet restarted with "
             "LimitedSwap")
         for name in names:
             h.apply_obj(anon_pod(name, image, name == "swap-b"), NS)
-        measure(h, {name[-1]: h.wait_running(NS, name) for name in names}, total)
+        idle = measure(h, {name[-1]: h.wait_running(NS, name) for name in names}, total)
+        h.delete_pods(NS, *names)
+        be_swap = protection_with_swap(h)
+        publish(*idle, total, be_swap)
     finally:
         h.delete_pods(NS, *names)
+        h.delete_pods(protection.NS, "be-flood", "redis-demo")
+        h.applier_args(remove=BE_SWAP_FLAG)
         swap_off(h, config)
         log("swap off; the kubelet restarted without LimitedSwap")
 
 
-def measure(h, pods: dict[str, dict], swap_total: int) -> None:
+def measure(h, pods: dict[str, dict], swap_total: int) -> tuple[dict, dict, int]:
     for key, pod in pods.items():
         ed = protection.emptydir(pod)
         wait_until(f"swap-{key} warm", lambda ed=ed: h.guest(
@@ -173,10 +194,68 @@ def measure(h, pods: dict[str, dict], swap_total: int) -> None:
           f"memory: the kernel swapped it, not the loop: {line}")
     check(low >= floor - 2 * MIB, f"swap-b went to {low / MIB:.1f} MiB, below its floor "
           f"{floor / MIB:.0f} MiB")
-    publish(s0, s1, floor, swap_total)
+    return s0, s1, floor
 
 
-def publish(s0, s1, floor: int, swap_total: int) -> None:
+class BeSwapWindow:
+    """Hooks of protection.run_config for C0 with swap: the BE flood container's grant when the
+    flood starts, its swap when the flood is over."""
+
+    def __init__(self) -> None:
+        self.cg = ""
+        self.swap_max = 0
+        self.swap = 0
+
+    def start(self, h, ls: dict) -> None:
+        pass
+
+    def flood(self, h) -> None:
+        be = h.pod(protection.NS, "be-flood")
+        self.cg = h.container_cgroup(None, be, "flood")
+        try:
+            self.swap_max = int(wait_until("the applier's swap grant in the BE container", lambda: (
+                lambda v: v if v == str(BE_GRANT) else None)(h.read(f"{self.cg}/memory.swap.max")),
+                30, 0.5))
+        except Check as e:
+            raise Check(f"{e}: memory.swap.max {h.read(f'{self.cg}/memory.swap.max')}, want "
+                        f"{BE_GRANT} ({BE_SWAP_PERCENT}% of the 1600Mi limit)") from None
+
+    def finish(self, h) -> None:
+        self.swap = int(h.read(f"{self.cg}/memory.swap.current"))
+
+
+def protection_with_swap(h) -> dict:
+    """C0 with the anonymous flood again, swap on and the BE grant; compared with C0a (before
+    swap was on)."""
+    h.applier_args(add=BE_SWAP_FLAG)
+    window = BeSwapWindow()
+    protection.run_config(h, "C0as", window)
+    h.applier_args(remove=BE_SWAP_FLAG)
+    c0a, c0as = protection.RESULTS["C0a"], protection.RESULTS["C0as"]
+    # What the kubelet alone would let the BE pod swap (LimitedSwap: its 64Mi request's share).
+    kubelet_share = 64 * MIB * int(h.guest("awk '/^SwapTotal:/ {print $2}' /proc/meminfo")) // int(
+        h.guest("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
+    line = (f"protection C0, anonymous flood of {protection.BE_ANON_FLOOD_MIB} MiB, with swap (the "
+            f"BE container granted {window.swap_max / MIB:.0f} MiB of swap, "
+            f"{window.swap / MIB:.0f} MiB used; BE-first reclaimed {c0as['be_first_mib']:.0f} MiB): "
+            f"LS working set kept {c0as['kept']:.1f}% ({c0as['file_before']} -> "
+            f"{c0as['file_after']} MiB) against {c0a['kept']:.1f}% ({c0a['file_before']} -> "
+            f"{c0a['file_after']} MiB, BE-first {c0a['be_first_mib']:.0f} MiB) without swap; "
+            f"refaults {c0as['refaults']} against {c0a['refaults']}; OOM kills {c0as['oom']} "
+            f"against {c0a['oom']}")
+    log(line)
+    h.figures.append(f"figure {line}")
+    check(window.swap > kubelet_share, f"the BE pod swapped {window.swap / MIB:.0f} MiB, not "
+          f"more than the kubelet's own {kubelet_share / MIB:.0f} MiB share: the grant was not "
+          f"used: {line}")
+    check(c0as["kept"] > c0a["kept"], f"C0 with swap kept no more than without: {line}")
+    check(not c0as["oom"], f"{c0as['oom']} OOM kills in C0 with swap")
+    check(c0as["released"] is not False, "C0 with swap: the BE throttle was not released with "
+          f"free memory back (memory.high {c0as['be_high_after']})")
+    return {"c0": c0a, "c0s": c0as, "grant": window.swap_max, "used": window.swap}
+
+
+def publish(s0, s1, floor: int, swap_total: int, be_swap: dict) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     head = published_head(f"the systemd-driver cgroup v2 node with {swap_total / MIB:.0f} MiB "
@@ -188,5 +267,18 @@ def publish(s0, s1, floor: int, swap_total: int) -> None:
         b, a = s0[key], s1[key]
         rows.append(f"| {label} | {b['anon'] / MIB:.0f} -> {a['anon'] / MIB:.0f} | "
                     f"{a['swap'] / MIB:.0f} | {b['swap_max'] / MIB:.0f} | {fl} |")
+    c0, c0s = be_swap["c0"], be_swap["c0s"]
+    rows += ["", "The protection proof's C0 (the reference's `enable: true`, `memory.min` 0) with\n"
+             f"a BE pod allocating {protection.BE_ANON_FLOOD_MIB} MiB of anonymous memory, before "
+             f"swap is on\nand with swap on and `--be-swap-percent {BE_SWAP_PERCENT}`:", "",
+             "| C0, anonymous flood | LS working set kept | refaults on the LS re-read | BE "
+             "`memory.swap.max` | BE in swap | BE-first reclaimed | OOM kills |",
+             "|---|---|---|---|---|---|---|"]
+    for label, r, grant, used in (("without swap", c0, "—", "—"),
+                                  ("**with swap**", c0s, f"{be_swap['grant'] / MIB:.0f} MiB",
+                                   f"{be_swap['used'] / MIB:.0f} MiB")):
+        rows.append(f"| {label} | {r['kept']:.1f}% ({r['file_before']} -> {r['file_after']} MiB) "
+                    f"| {r['refaults']:,} | {grant} | {used} | {r['be_first_mib']:.0f} MiB "
+                    f"| {r['oom']} |")
     published.replace_between_markers(RESULTS_MD, "proactive-reclaim-swap", "\n".join(rows))
     log(f"the proactive reclaim swap table written into {RESULTS_MD}")

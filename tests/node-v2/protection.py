@@ -89,11 +89,22 @@ def ls_pod(image: str) -> dict:
                                         "limits": {"cpu": "1", "memory": "400Mi"}}}]}}
 
 
-def be_pod(image: str) -> dict:
+# The anonymous flood (C0 with swap, proactive_swap.py): no file, anonymous memory past what
+# the node has free; done once it is all allocated (in memory or in swap) or after a minute.
+BE_ANON_FLOOD_MIB = 1000
+
+
+def be_pod(image: str, anonymous: bool = False) -> dict:
     flood = (f"koord-stress --vm 1 --vm-bytes {BE_ANON} --vm-hang 100000 & sleep 3; "
              f"dd if=/dev/zero of=/data/be bs=1M count={BE_FILE_MIB} 2>/dev/null; "
              f"cat /data/be >/dev/null; touch /data/done; "
              f"exec sleep 1000000")
+    if anonymous:
+        cg = "/sys/fs/cgroup"
+        flood = (f"koord-stress --vm 1 --vm-bytes {BE_ANON_FLOOD_MIB}M --vm-hang 100000 & "
+                 f"i=0; while [ $i -lt 60 ] && [ $(( $(cat {cg}/memory.current) + "
+                 f"$(cat {cg}/memory.swap.current) )) -lt {BE_ANON_FLOOD_MIB * 2**20} ]; do "
+                 f"sleep 1; i=$((i+1)); done; touch /data/done; exec sleep 1000000")
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "be-flood", "labels": {"koordinator.sh/qosClass": "BE"}},
             "spec": {"terminationGracePeriodSeconds": 1,
@@ -191,7 +202,7 @@ def run_config(h, name: str, window=None) -> None:
     if name == "B":
         set_slo(h, SLO_OFF)
         wait_resolved(h, False, 0)
-    elif name == "C0":
+    elif name in ("C0", "C0a", "C0as"):
         set_slo(h, SLO_ON)
         wait_resolved(h, True, 0)
     elif name == "P":
@@ -227,7 +238,7 @@ def run_config(h, name: str, window=None) -> None:
 
     # The LS pod's file pages (its working set), MiB, once a second: the plot's line.
     sampler = Sampler(lambda: memstat(h, ls_cg)["file"] / 2**20, 1.0)
-    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"]), NS)
+    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"], anonymous=name.startswith("C0a")), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
     if window:

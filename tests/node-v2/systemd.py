@@ -675,7 +675,9 @@ def s_proactive(h: Harness) -> None:
 
 @scenario("proactive reclaim with swap on the node (the kubelet in LimitedSwap): an idle pod's "
           "cold anonymous memory goes to swap within what the kubelet allows it, the same pod "
-          "not opted in keeps its own, the floor holds; the node put back without swap")
+          "not opted in keeps its own, the floor holds; protection C0 under an anonymous BE "
+          "flood keeps more with swap and --be-swap-percent than without swap; the node put "
+          "back without swap")
 def s_proactive_swap(h: Harness) -> None:
     installed(h)
     proactive_swap.run(h)
