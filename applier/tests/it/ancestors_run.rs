@@ -19,11 +19,7 @@ use common::{Kernel, ancestor_dirs, fixture, layout, make_pod_tree, read};
 const REDIS_POD: &str = "73400320";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-// The guard is held across the test's awaits on purpose: the whole test takes its turn
-// (`common::timing_alone`); nothing else in this runtime takes it.
-#[allow(clippy::await_holding_lock)]
 async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
-    let _alone = common::timing_alone();
     koord_runtime::install_crypto_provider();
     let tmp = tempfile::tempdir().expect("tmp");
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Systemd);
@@ -90,13 +86,17 @@ async fn ancestors_follow_the_list_and_shrink_after_a_deletion() {
     // The kubelet restarts with its MemoryQoS gate on (the 1.37 default): it writes 0 into
     // kubepods' memory.min/memory.low and the Burstable class's memory.low. Back at the sums
     // within the check's period, not at the hour-long resync.
-    for f in [
-        kubepods.join("memory.min"),
-        kubepods.join("memory.low"),
-        burstable.join("memory.low"),
-    ] {
-        std::fs::write(&f, "0").expect("zero");
-    }
+    // The Burstable class's memory.low is caught mid-write by the repair pass the zeroed
+    // kubepods files start: a plain file of this tree reads empty between the truncation and
+    // the write (cgroupfs never does). That pass decides nothing there, and the check must keep
+    // watching the file until it parses (the last file written: no later drift rescues it).
+    // Without that this test failed about one run in seven when the machine was busy.
+    let torn = std::fs::File::create(burstable.join("memory.low")).expect("truncate");
+    std::fs::write(kubepods.join("memory.min"), "0").expect("zero");
+    std::fs::write(kubepods.join("memory.low"), "0").expect("zero");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    std::io::Write::write_all(&mut &torn, b"0").expect("zero");
+    drop(torn);
     let zeroed = std::time::Instant::now();
     let repaired = tokio::time::timeout(Duration::from_secs(5), async {
         loop {

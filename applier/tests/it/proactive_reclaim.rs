@@ -132,7 +132,6 @@ fn secs(n: u64) -> Duration {
 
 #[test]
 fn reclaims_while_the_stall_is_low_backs_off_above_target_and_keeps_the_floor() {
-    let _alone = crate::common::timing_alone();
     let p = pod(6, REDIS_FLOOR as i64);
     let v = view(&p);
     let (_tmp, l, redis) = tree(&v);

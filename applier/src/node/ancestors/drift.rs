@@ -11,20 +11,25 @@ use koord_translator::cgroup::readback;
 
 use super::plan::Protection;
 
-/// A file the last pass left at `value` (written, or found already there).
+/// A file the last pass left at `value` (written, or found already there); `None`: the pass
+/// found it holding something it could not parse (caught mid-write, as a plain file of a test
+/// tree can be), so it decided nothing there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Left {
     pub path: PathBuf,
-    pub value: Protection,
+    pub value: Option<Protection>,
 }
 
 /// The first file whose content no longer reads as the value the pass left (as the writer
-/// compares: memcg keeps pages), if any. A file that cannot be read or parsed is not counted
-/// (the pass reports it, and a removed cgroup is the kubelet's business).
+/// compares: memcg keeps pages), or that parses now where the pass could not parse it, if any.
+/// A file that cannot be read or parsed now is not counted (the pass reports it, and a removed
+/// cgroup is the kubelet's business).
 pub fn first_drift(left: &[Left], read: impl Fn(&Path) -> Option<String>) -> Option<&Left> {
     left.iter().find(|l| {
         read(&l.path).is_some_and(|text| {
-            Protection::parse(&text).is_ok() && !readback::matches(l.value.expect(), &text)
+            Protection::parse(&text).is_ok()
+                && l.value
+                    .is_none_or(|v| !readback::matches(v.expect(), &text))
         })
     })
 }
@@ -38,7 +43,7 @@ mod tests {
     fn left(path: &str, value: &str) -> Left {
         Left {
             path: PathBuf::from(path),
-            value: Protection::parse(value).expect("value"),
+            value: Some(Protection::parse(value).expect("value")),
         }
     }
 
@@ -106,5 +111,30 @@ mod tests {
                 "{files:?}"
             );
         }
+    }
+
+    /// A file the pass found mid-write (empty) decided nothing: it is watched until it parses,
+    /// then a pass is due, whatever it holds. Before, it was dropped from the watch until the
+    /// resync, and a zeroing written in two steps stayed for up to the resync's period.
+    #[test]
+    fn a_file_the_pass_could_not_parse_is_due_once_it_parses() {
+        let pass = [Left {
+            path: PathBuf::from("kubepods/memory.low"),
+            value: None,
+        }];
+        for (now, want) in [
+            ("", None),
+            ("twelve\n", None),
+            ("0\n", Some("kubepods/memory.low")),
+            ("73400320\n", Some("kubepods/memory.low")),
+        ] {
+            let got = first_drift(&pass, |_| Some(now.to_owned()));
+            assert_eq!(
+                got.map(|l| l.path.to_str().expect("utf-8")),
+                want,
+                "{now:?}"
+            );
+        }
+        assert_eq!(first_drift(&pass, |_| None), None, "gone");
     }
 }

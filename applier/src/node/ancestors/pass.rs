@@ -158,7 +158,8 @@ impl MemoryAncestors {
         report
     }
 
-    /// The files `report`'s pass left at the value it decided (none in a dry run).
+    /// The files `report`'s pass left at the value it decided, and those it read but could not
+    /// parse (none in a dry run): the check between passes watches both.
     fn left_by(&self, report: &AncestorsReport) -> Vec<Left> {
         if self.writer.dry_run {
             return Vec::new();
@@ -167,9 +168,14 @@ impl MemoryAncestors {
             .cgroups
             .iter()
             .filter(|c| !c.kept_kubelet_value)
-            .filter(|c| matches!(c.outcome, Outcome::Written | Outcome::Unchanged))
             .filter_map(|c| {
-                let value = Protection::parse(c.new.as_deref()?).ok()?;
+                let value = if matches!(c.outcome, Outcome::Written | Outcome::Unchanged) {
+                    Some(Protection::parse(c.new.as_deref()?).ok()?)
+                } else if c.new.is_none() && Protection::parse(c.old.as_deref()?).is_err() {
+                    None
+                } else {
+                    return None;
+                };
                 Some(Left {
                     path: c.path.clone(),
                     value,

@@ -190,17 +190,6 @@ pub fn cpu_measurement() -> std::sync::MutexGuard<'static, ()> {
     CPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Held by the tests whose bound is a time and that were seen to disturb each other in one
-/// process: `ancestors_run`'s repair within 5 s of a zeroed file failed in about one run of
-/// five of this binary while `proactive_reclaim`'s loop test ran beside it (never without it,
-/// never with the two alone); the cause is not found yet, so the two take turns.
-pub fn timing_alone() -> std::sync::MutexGuard<'static, ()> {
-    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ALONE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// The lines a kernel's `/proc/stat` has after the CPU lines (the parser requires them).
 pub const PROC_STAT_TAIL: &str =
     "intr 0\nctxt 0\nbtime 0\nprocesses 1\nprocs_running 1\nprocs_blocked 0\nsoftirq 0\n";
