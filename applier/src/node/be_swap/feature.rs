@@ -86,9 +86,9 @@ fn lacks(layout: &Layout) -> Option<&'static str> {
     if layout.version != CgroupVersion::V2 {
         return Some("memory.swap.max (cgroup v1)");
     }
-    let kubepods = layout
-        .dir(&layout.kubepods_dir(), Controller::Memory)
-        .ok()?;
+    let Ok(kubepods) = layout.dir(&layout.kubepods_dir(), Controller::Memory) else {
+        return Some("memory.swap.max (no kubepods cgroup under the cgroup root)");
+    };
     (!kubepods.join("memory.swap.max").exists())
         .then_some("memory.swap.max (a kernel built without CONFIG_SWAP, or swapaccount=0)")
 }
@@ -103,4 +103,23 @@ fn node_memory(proc_root: &Path) -> Option<NodeMemory> {
         mem_total: m.mem_total,
         swap_total: m.swap_total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use koord_translator::cgroup::CgroupDriver;
+
+    #[test]
+    fn the_grant_needs_memory_swap_max_in_kubepods() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let v2 = Layout::new(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+        let kubepods = tmp.path().join("kubepods");
+        std::fs::create_dir_all(&kubepods).expect("mkdir");
+        assert!(lacks(&v2).is_some_and(|l| l.contains("CONFIG_SWAP")));
+        std::fs::write(kubepods.join("memory.swap.max"), "max\n").expect("seed");
+        assert_eq!(lacks(&v2), None);
+        let v1 = Layout::new(tmp.path(), CgroupVersion::V1, CgroupDriver::Cgroupfs);
+        assert_eq!(lacks(&v1), Some("memory.swap.max (cgroup v1)"));
+    }
 }
