@@ -25,7 +25,7 @@ the LS working set than without, and the BE pod must have swapped beyond what th
 allows it.
 
 Whatever happens, the node is put back as it was: pods deleted, the applier's flag removed,
-swap off, the kubelet restarted without LimitedSwap.
+ack-slo-config as it was before, swap off, the kubelet restarted without LimitedSwap.
 """
 
 from __future__ import annotations
@@ -127,6 +127,9 @@ def run(h) -> None:
     image = h.env["WORKLOAD_IMAGE"]
     names = ("swap-a", "swap-b")
     h.namespace(NS)
+    # The C0 runs set the reference's `enable: true` (memory.min 0): the scenarios after this
+    # one (the uninstall's wait for the LS pod's sums) need the cluster's config back.
+    slo_before = h.kjson("-n", "kube-system", "get", "configmap", "ack-slo-config")["data"]
     try:
         # C0 with the anonymous flood, without swap: the comparison's first half.
         protection.run_config(h, "C0a")
@@ -144,8 +147,11 @@ def run(h) -> None:
         h.delete_pods(NS, *names)
         h.delete_pods(protection.NS, "be-flood", "redis-demo")
         h.applier_args(remove=BE_SWAP_FLAG)
+        h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "ack-slo-config", "namespace": "kube-system"},
+                     "data": slo_before})
         swap_off(h, config)
-        log("swap off; the kubelet restarted without LimitedSwap")
+        log("swap off; the kubelet restarted without LimitedSwap; ack-slo-config as before")
 
 
 def measure(h, pods: dict[str, dict], swap_total: int) -> tuple[dict, dict, int]:
