@@ -1,27 +1,13 @@
 //! What a BE container may swap: pure.
 
-use k8s_openapi::api::core::v1::Pod;
-use koord_api::keys::{LABEL_LEGACY_QOS_CLASS, LABEL_QOS_CLASS};
+use koord_api::knobs::PAGE_SIZE;
 use koord_translator::pod::spec_view::ContainerSpecView;
-
-const PAGE: u64 = 4096;
 
 /// The node's memory and swap, bytes (`/proc/meminfo` `MemTotal`, `SwapTotal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeMemory {
     pub mem_total: u64,
     pub swap_total: u64,
-}
-
-/// Whether the pod is BE by its `koordinator.sh/qosClass` label (else the legacy
-/// `alibabacloud.com/qosClass`), as the webhook resolves the class.
-pub fn is_be(pod: &Pod) -> bool {
-    let labels = pod.metadata.labels.as_ref();
-    let class = labels.and_then(|l| {
-        l.get(LABEL_QOS_CLASS)
-            .or_else(|| l.get(LABEL_LEGACY_QOS_CLASS))
-    });
-    class.is_some_and(|c| c == "BE")
 }
 
 /// The container's `memory.swap.max` grant: `percent` of its memory limit (`memory`, else
@@ -36,15 +22,8 @@ pub fn grant_bytes(percent: u32, c: &ContainerSpecView, node: NodeMemory) -> u64
     let bytes = u64::try_from(share)
         .unwrap_or(u64::MAX)
         .min(node.swap_total);
-    bytes / PAGE * PAGE
-}
-
-/// `memory.swap.max` as bytes: `max` is `u64::MAX`; `None` when it does not parse.
-pub fn parse_swap_max(text: &str) -> Option<u64> {
-    match text.trim() {
-        "max" => Some(u64::MAX),
-        v => v.parse().ok(),
-    }
+    let page = PAGE_SIZE.unsigned_abs();
+    bytes / page * page
 }
 
 #[cfg(test)]
@@ -94,36 +73,5 @@ mod tests {
             let got = grant_bytes(percent, &container(mem, batch), node);
             assert_eq!(got, want, "{percent}% of {mem:?}/{batch:?} on {node:?}");
         }
-    }
-
-    #[test]
-    fn be_is_the_label_the_webhook_reads() {
-        let pod = |labels: &[(&str, &str)]| {
-            let mut p = Pod::default();
-            p.metadata.labels = Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            );
-            p
-        };
-        assert!(is_be(&pod(&[(LABEL_QOS_CLASS, "BE")])));
-        assert!(is_be(&pod(&[(LABEL_LEGACY_QOS_CLASS, "BE")])));
-        assert!(!is_be(&pod(&[(LABEL_QOS_CLASS, "LS")])));
-        assert!(!is_be(&pod(&[
-            (LABEL_QOS_CLASS, "LS"),
-            (LABEL_LEGACY_QOS_CLASS, "BE")
-        ])));
-        assert!(!is_be(&pod(&[])));
-        assert!(!is_be(&Pod::default()));
-    }
-
-    #[test]
-    fn swap_max_reads_max_and_bytes() {
-        assert_eq!(parse_swap_max("max\n"), Some(u64::MAX));
-        assert_eq!(parse_swap_max("0"), Some(0));
-        assert_eq!(parse_swap_max("92274688"), Some(92_274_688));
-        assert_eq!(parse_swap_max("-1"), None);
     }
 }
