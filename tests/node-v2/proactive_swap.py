@@ -129,7 +129,9 @@ def run(h) -> None:
     h.namespace(NS)
     # The C0 runs set the reference's `enable: true` (memory.min 0): the scenarios after this
     # one (the uninstall's wait for the LS pod's sums) need the cluster's config back.
-    slo_before = h.kjson("-n", "kube-system", "get", "configmap", "ack-slo-config")["data"]
+    got = h.kubectl("-n", "kube-system", "get", "configmap", "ack-slo-config", "-o", "json",
+                    check_rc=False)
+    slo_before = json.loads(got.stdout).get("data") if got.returncode == 0 else None
     try:
         # C0 with the anonymous flood, without swap: the comparison's first half.
         protection.run_config(h, "C0a")
@@ -147,9 +149,13 @@ def run(h) -> None:
         h.delete_pods(NS, *names)
         h.delete_pods(protection.NS, "be-flood", "redis-demo")
         h.applier_args(remove=BE_SWAP_FLAG)
-        h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": "ack-slo-config", "namespace": "kube-system"},
-                     "data": slo_before})
+        if slo_before is None:
+            h.kubectl("-n", "kube-system", "delete", "configmap", "ack-slo-config",
+                      "--ignore-not-found")
+        else:
+            h.apply_obj({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "ack-slo-config", "namespace": "kube-system"},
+                         "data": slo_before})
         swap_off(h, config)
         log("swap off; the kubelet restarted without LimitedSwap; ack-slo-config as before")
 
@@ -211,6 +217,7 @@ class BeSwapWindow:
         self.cg = ""
         self.swap_max = 0
         self.swap = 0
+        self.after = ""
 
     def start(self, h, ls: dict) -> None:
         pass
@@ -228,6 +235,13 @@ class BeSwapWindow:
 
     def finish(self, h) -> None:
         self.swap = int(h.read(f"{self.cg}/memory.swap.current"))
+        # The flag removed: the applier that granted it exits and puts the value before back
+        # (the kubelet's LimitedSwap share, below the grant).
+        h.applier_args(remove=BE_SWAP_FLAG)
+        self.after = h.read(f"{self.cg}/memory.swap.max")
+        check(self.after.isdigit() and int(self.after) < BE_GRANT, "the BE container's "
+              f"memory.swap.max is {self.after} after the applier with the flag exited: the "
+              f"grant ({BE_GRANT}) was not put back")
 
 
 def protection_with_swap(h) -> dict:
@@ -236,14 +250,14 @@ def protection_with_swap(h) -> dict:
     h.applier_args(add=BE_SWAP_FLAG)
     window = BeSwapWindow()
     protection.run_config(h, "C0as", window)
-    h.applier_args(remove=BE_SWAP_FLAG)
     c0a, c0as = protection.RESULTS["C0a"], protection.RESULTS["C0as"]
     # What the kubelet alone would let the BE pod swap (LimitedSwap: its 64Mi request's share).
     kubelet_share = 64 * MIB * int(h.guest("awk '/^SwapTotal:/ {print $2}' /proc/meminfo")) // int(
         h.guest("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
     line = (f"protection C0, anonymous flood of {protection.BE_ANON_FLOOD_MIB} MiB, with swap (the "
             f"BE container granted {window.swap_max / MIB:.0f} MiB of swap, "
-            f"{window.swap / MIB:.0f} MiB used; BE-first reclaimed {c0as['be_first_mib']:.0f} MiB): "
+            f"{window.swap / MIB:.0f} MiB used, memory.swap.max {int(window.after) / MIB:.0f} MiB "
+            f"once the applier exited; BE-first reclaimed {c0as['be_first_mib']:.0f} MiB): "
             f"LS working set kept {c0as['kept']:.1f}% ({c0as['file_before']} -> "
             f"{c0as['file_after']} MiB) against {c0a['kept']:.1f}% ({c0a['file_before']} -> "
             f"{c0a['file_after']} MiB, BE-first {c0a['be_first_mib']:.0f} MiB) without swap; "
