@@ -8,13 +8,15 @@ run:
 	$(CARGO) run --release -p koord-webhook -- serve --standalone --listen 127.0.0.1:9443
 
 ## The contributor's loop: formatting, lints, the import graph (tests/lib/module_graph.py: no
-## module cycle in any crate, the webhook's layers) and `cargo test --workspace`. No root, no network
+## module cycle in any crate, the webhook's layers), the published tables' stamps
+## (tests/lib/stamps.py: none older than its scenario files) and `cargo test --workspace`. No root, no network
 ## (once the crates are fetched), no Go; the tests that need root, cgroups, kubectl or a control
 ## plane show as ignored (docs/testing.md has the figure and how it was checked unprivileged).
 check: style
 	python3 tests/lib/test_koordtest.py
 	python3 tests/lib/test_module_graph.py
 	python3 tests/lib/module_graph.py
+	python3 tests/lib/stamps.py
 	$(CARGO) test --workspace
 
 ## Every test: formatting, lints, unit + integration tests, the webhook's performance
@@ -53,6 +55,7 @@ unit:
 	python3 tests/lib/test_koordtest.py
 	python3 tests/lib/test_module_graph.py
 	python3 tests/lib/module_graph.py
+	python3 tests/lib/stamps.py
 	$(CARGO) test --workspace
 	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh

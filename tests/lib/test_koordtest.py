@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -373,6 +374,67 @@ class Published(unittest.TestCase):
                 with self.assertRaises(Check):
                     published.replace_between_markers(f, "t", "x")
                 self.assertEqual(f.read_text(), text)
+
+
+class Stamps(unittest.TestCase):
+    """The freshness check `make check` runs (tests/lib/stamps.py) on a planted tree."""
+
+    def tree(self, d: str) -> tuple[Path, dict]:
+        root = Path(d)
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        (root / "docs").mkdir()
+        (root / "s.py").write_text("assert 1 < 2\n")
+        (root / "docs" / "r.md").write_text("x\n<!-- t: begin -->\nold\n<!-- t: end -->\n")
+        (root / "README.md").write_text("<!-- certificates: begin -->\ntext\n<!-- certificates: end -->\n")
+        for args in (["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "t"]):
+            subprocess.run(["git", "-C", str(root), *args], check=True)
+        return root, {"t": (("s.py",), "run-t")}
+
+    def test_a_block_written_by_its_scenario_is_fresh_until_the_scenario_changes(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            root, scenarios = self.tree(d)
+            doc = root / "docs" / "r.md"
+            published.replace_between_markers(doc, "t", "| a |\n|---|\n| 1 |", root, scenarios)
+            head = subprocess.run(["git", "-C", d, "rev-parse", "--short=12", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip()
+            self.assertIn(f"<sub>Stamp: commit `{head}`, scenario `", doc.read_text())
+            self.assertIn("(s.py).</sub>\n<!-- t: end -->", doc.read_text())
+            self.assertEqual(published.stale_blocks(root, scenarios), [])
+            # The planted edit of the scenario: the block is stale, the command to rerun named.
+            (root / "s.py").write_text("assert 1 < 3\n")
+            problems = published.stale_blocks(root, scenarios)
+            self.assertEqual(len(problems), 1)
+            self.assertIn("docs/r.md: block 't' was written at", problems[0])
+            self.assertIn("rerun to publish: run-t", problems[0])
+            # Written again by the changed scenario: fresh.
+            published.replace_between_markers(doc, "t", "| a |\n|---|\n| 2 |", root, scenarios)
+            self.assertEqual(published.stale_blocks(root, scenarios), [])
+            # Run from a tree whose tracked files differ from its commit: said so.
+            self.assertIn(f"commit `{head}-dirty`", doc.read_text())
+            self.assertEqual(doc.read_text().count("Stamp:"), 1)
+
+    def test_unstamped_unknown_and_misnamed_blocks_are_refused(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            root, scenarios = self.tree(d)
+            doc = root / "docs" / "r.md"
+            self.assertIn("block 't' has 0 stamps", published.stale_blocks(root, scenarios)[0])
+            doc.write_text(doc.read_text() + "<!-- u: begin -->\n| 1 |\n<!-- u: end -->\n")
+            published.replace_between_markers(doc, "t", "fig", root, scenarios)
+            problems = published.stale_blocks(root, scenarios)
+            self.assertEqual(len(problems), 1)
+            self.assertIn("block 'u' is not in published.SCENARIOS", problems[0])
+            doc.write_text(doc.read_text().replace("<!-- u: begin -->\n| 1 |\n<!-- u: end -->\n", ""))
+            other = {"t": (("s.py", "other.py"), "run-t")}
+            self.assertIn("is stamped for s.py, its scenario is s.py, other.py",
+                          published.stale_blocks(root, other)[0])
+
+    def test_the_repository_registry_names_existing_files(self):
+        for name, (files, command) in published.SCENARIOS.items():
+            for f in files:
+                self.assertTrue((published.REPO / f).is_file(), f"{name}: {f}")
+            self.assertIn("tests/", command)
 
 
 class FakeApiserver:
