@@ -4,7 +4,8 @@
 #
 #   step NAME CMD...        run CMD as step NAME (foreground); returns its exit code
 #   lanes_failed            the names of the failed steps so far (one line)
-#   lanes_timeline          the table of steps: start offset, wall time, exit code
+#   lanes_timeline          the table of steps: start offset, wall time, CPU, exit code, and
+#                           how busy the machine's cores were over the run
 
 : "${LANES_LOG_DIR:?LANES_LOG_DIR must be set}"
 # Wall-clock seconds (not $SECONDS, which restarts in every script): a nested runner's steps
@@ -12,20 +13,38 @@
 LANES_T0=${LANES_T0:-$EPOCHSECONDS}
 export LANES_T0
 mkdir -p "$LANES_LOG_DIR"
+# The machine's busy and total CPU ticks at the outer runner's start (/proc/stat: all but idle and
+# iowait is busy): a cold run is bound by CPU on 2 cores, and the timeline says how much was used.
+lanes_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t }' /proc/stat; }
+[[ -s $LANES_LOG_DIR/ticks0 ]] || lanes_ticks >"$LANES_LOG_DIR/ticks0"
+
+# CPU seconds (user + system) of the children this shell has waited for, into variable $1: bash's
+# `times`, run in this shell (a command substitution would be a subshell with no children).
+lanes_cpu() {
+    local f=$LANES_LOG_DIR/.times.$BASHPID
+    times >"$f"
+    printf -v "$1" '%s' "$(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); s += a[1] * 60 + a[2] } printf "%d", s }' "$f")"
+    rm -f "$f"
+}
 
 step() { # NAME CMD...
-    local name=$1 t0=$EPOCHSECONDS rc
+    local name=$1 t0=$EPOCHSECONDS rc cpu0
     shift
+    lanes_cpu cpu0
     echo "[$(date -u +%H:%M:%S)] start $name" >&2
     "$@" >"$LANES_LOG_DIR/$name.log" 2>&1
     rc=$?
+    local cpu
+    lanes_cpu cpu
+    cpu=$((cpu - cpu0))
     {
-        echo "===== $name: exit $rc after $((EPOCHSECONDS - t0)) s ($*) ====="
+        echo "===== $name: exit $rc after $((EPOCHSECONDS - t0)) s, $cpu CPU s ($*) ====="
         cat "$LANES_LOG_DIR/$name.log"
         echo "===== end of $name ====="
     }
-    # The timeline row: start offset from the runner's start, wall time, exit code.
-    printf '%s %d %d %d\n' "$name" "$((t0 - LANES_T0))" "$((EPOCHSECONDS - t0))" "$rc" >>"$LANES_LOG_DIR/timeline"
+    # The timeline row: start offset from the runner's start, wall time, CPU seconds of what the
+    # step waited for (a daemon it left running is not counted), exit code.
+    printf '%s %d %d %d %d\n' "$name" "$((t0 - LANES_T0))" "$((EPOCHSECONDS - t0))" "$cpu" "$rc" >>"$LANES_LOG_DIR/timeline"
     [[ $rc -eq 0 ]] || echo "$name" >>"$LANES_LOG_DIR/failed"
     return $rc
 }
@@ -37,6 +56,12 @@ lanes_failed() {
 
 lanes_timeline() {
     [[ -f $LANES_LOG_DIR/timeline ]] || return 0
-    echo "timeline (seconds from the start; wall; exit):"
-    sort -k2 -n "$LANES_LOG_DIR/timeline" | awk '{ printf "  %-12s start %5d  wall %5d  exit %d\n", $1, $2, $3, $4 }'
+    echo "timeline (seconds from the start; wall; CPU seconds; exit):"
+    sort -k2 -n "$LANES_LOG_DIR/timeline" |
+        awk '{ printf "  %-16s start %5d  wall %5d  cpu %6d  exit %d\n", $1, $2, $3, $4, $5 }'
+    local busy0 total0 busy1 total1
+    read -r busy0 total0 <"$LANES_LOG_DIR/ticks0"
+    read -r busy1 total1 < <(lanes_ticks)
+    echo "  machine: $(nproc) cores, $(( (busy1 - busy0) / $(getconf CLK_TCK) )) CPU s busy over" \
+        "$((EPOCHSECONDS - LANES_T0)) s ($(( 100 * (busy1 - busy0) / (total1 - total0 + 1) ))% of every core's time)"
 }
