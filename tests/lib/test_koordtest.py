@@ -18,6 +18,7 @@ from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 from koordtest import prometheus as promlib  # noqa: E402
+from koordtest import coverage  # noqa: E402
 from koordtest import plot  # noqa: E402
 from koordtest import published  # noqa: E402
 from koordtest import watch as watchlib  # noqa: E402
@@ -544,6 +545,109 @@ class SamplerTest(unittest.TestCase):
         n = len(points)
         time.sleep(0.05)
         self.assertEqual(len(s.points), n, "stopped: no more reads")
+
+
+def ticks(t_end: float, gap_at: float | None = None, gap: float = 0.0, delay: float = 0.0,
+          accounted: float | None = None, late: float = 0.0, below: tuple = ()) -> list:
+    """A 10 Hz series from 0 to t_end whose evidence shows a guest running all along, but for
+    one gap of `gap` seconds after the sample at `gap_at`, across which the sampler's run delay
+    grows by `delay`, the guest accounts `accounted` seconds (all of them when None) and the
+    sampler wakes `late` seconds late. Samples at times in `below` read 0, the others 100."""
+    out, t, d, cpu = [], 0.0, 1.0, 500.0
+    while t <= t_end + 1e-9:
+        value = 0 if any(abs(t - b) < 1e-6 for b in below) else 100
+        out.append(coverage.Tick(round(t, 3), [value], 0.0, d, cpu))
+        if gap_at is not None and abs(t - gap_at) < 1e-6:
+            t, d = t + gap, d + delay
+            cpu += gap if accounted is None else accounted
+            out.append(coverage.Tick(round(t, 3), [0 if any(abs(t - b) < 1e-6 for b in below)
+                                                   else 100], late, d, cpu))
+        t, cpu = t + 0.1, cpu + 0.1
+    return out
+
+
+class Coverage(unittest.TestCase):
+    """A sampler's series held by its gaps: none over 0.3 s but stalls the evidence shows,
+    counted as unobserved and failing above 5% of the window."""
+
+    def test_parse_with_and_without_evidence(self):
+        text = ('[0.000,5,"max",{"late":0.001,"delay":0.25,"cpu":812.5}]\n\n'
+                '[0.100,null,7]\n'
+                '[0.200,5,6,{"late":0.0,"delay":null,"cpu":null}]\n')
+        got = coverage.parse(text, 2)
+        self.assertEqual(got[0], coverage.Tick(0.0, [5, "max"], 0.001, 0.25, 812.5))
+        self.assertEqual(got[1], coverage.Tick(0.1, [None, 7]))
+        self.assertEqual(got[2], coverage.Tick(0.2, [5, 6], 0.0, None, None))
+        with self.assertRaises(ValueError):
+            coverage.parse("[0.0,5,6,7]", 2)
+        with self.assertRaises(ValueError):
+            coverage.parse("[0.0,5]", 2)
+
+    def test_gaps_sorted_by_their_evidence(self):
+        # (what, the series, unobserved spans, unexplained gaps, fails)
+        cases = [
+            ("10 Hz all along", ticks(20), 0, 0, False),
+            ("0.3 s apart is not a gap", ticks(20, gap_at=5, gap=0.3), 0, 0, False),
+            ("0.35 s apart without evidence is", ticks(20, gap_at=5, gap=0.35), 0, 1, True),
+            ("0.5 s, the guest ran and the sampler was not kept waiting",
+             ticks(20, gap_at=5, gap=0.5), 0, 1, True),
+            ("0.5 s, the sampler waited 0.45 s on the run queue",
+             ticks(20, gap_at=5, gap=0.5, delay=0.45), 1, 0, False),
+            ("0.5 s, the guest accounted 0.05 s of it (ticks lost: the host descheduled it)",
+             ticks(20, gap_at=5, gap=0.5, accounted=0.05), 1, 0, False),
+            ("0.5 s, the sampler's timer fired 0.4 s late (an idle guest stalled)",
+             ticks(20, gap_at=5, gap=0.5, late=0.4), 1, 0, False),
+            ("1.0 s, 0.5 s of run delay leaves 0.5 s unexplained",
+             ticks(20, gap_at=5, gap=1.0, delay=0.5), 0, 1, True),
+            ("a stall of 0.8 s in a 10-s window: 8% unobserved",
+             ticks(10, gap_at=5, gap=0.8, accounted=0.0), 1, 0, True),
+            ("the same stall in a 20-s window: 4%",
+             ticks(20, gap_at=5, gap=0.8, accounted=0.0), 1, 0, False),
+            ("no evidence recorded: a 0.5 s gap cannot be a stall",
+             [coverage.Tick(t / 10, [100]) for t in range(51)]
+             + [coverage.Tick(5.5 + t / 10, [100]) for t in range(50)], 0, 1, True),
+            ("one sample", ticks(0), 0, 0, True),
+        ]
+        for what, series, unobserved, unexplained, fails in cases:
+            cov = coverage.coverage(series)
+            self.assertEqual((len(cov.unobserved), len(cov.unexplained), bool(cov.failures())),
+                             (unobserved, unexplained, fails), f"{what}: {cov.failures()}")
+
+    def test_what_the_figure_and_the_failure_say(self):
+        cov = coverage.coverage(ticks(20, gap_at=5, gap=0.5))
+        self.assertEqual(cov.failures(), [
+            "1 gap over 0.3 s between samples without the sampler shown unable to run: at 5.0 s "
+            "for 0.50 s (run delay 0.00 s, the guest accounted 0.50 s, woke 0.00 s late)"])
+        cov = coverage.coverage(ticks(10, gap_at=5, gap=0.8, accounted=0.0))
+        self.assertAlmostEqual(cov.total, 0.8)
+        self.assertAlmostEqual(cov.longest, 0.8)
+        self.assertAlmostEqual(cov.share, 0.8 / cov.window)
+        self.assertIn("1 guest stall counted as unobserved: 0.8 s in all, longest 0.8 s, 8.0% "
+                      "of the window", cov.text())
+        self.assertIn("above 5%", cov.failures()[0])
+        self.assertEqual(coverage.coverage(ticks(3)).text(),
+                         "31 samples over 3 s, no gap over 0.3 s and none unobserved")
+
+    def test_a_run_below_beside_an_unobserved_gap_is_reported_with_what_it_may_have_lasted(self):
+        # A stall from 5.0 s to 5.8 s, the first sample after it below, the next one back.
+        series = ticks(20, gap_at=5, gap=0.8, delay=0.8, below=(5.8,))
+        cov = coverage.coverage(series)
+        self.assertEqual(len(cov.unobserved), 1)
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series], cov.unobserved)
+        self.assertEqual(len(runs), 1)
+        self.assertAlmostEqual(runs[0].seconds, 0.1)
+        self.assertAlmostEqual(runs[0].up_to, 0.9)
+        self.assertIn("up to 0.9 s: 0.8 s unobserved before it", str(runs[0]))
+        # The same run where nothing was unobserved: what was seen is all it may have lasted.
+        series = ticks(20, below=(5.8, 5.9))
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series])
+        self.assertEqual([(r.start, round(r.seconds, 3), round(r.up_to, 3)) for r in runs],
+                         [(5.8, 0.2, 0.2)])
+        self.assertEqual(str(runs[0]), "at 6 s for 0.2 s")
+        # Still below at the last sample: the run lasts to it.
+        series = ticks(2, below=(1.9, 2.0))
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series])
+        self.assertEqual([(r.start, round(r.seconds, 3)) for r in runs], [(1.9, 0.1)])
 
 
 class ColocationStep(unittest.TestCase):

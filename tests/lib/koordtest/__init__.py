@@ -14,6 +14,8 @@ imports what it needs:
 - `watch.ApiWatch`: the one watch of a collection (pods, Events) the suites time things by
 - `sampler.Sampler`: a value read every N seconds in a thread, with its time (the suites'
   in-process samplers: BE's CPUs, NGINX's CPU, a working set, a process's peak RSS)
+- `coverage`: what a koord-sample series (tests/lib/sample.c) saw of its window: its gaps,
+  the guest's stalls counted as unobserved, the runs below a wanted value
 - `runner.Suite`: the scenario registry, the run loop with KOORD_*_ONLY filtering, the
   PASS/FAIL/"N passed, M failed" output and the signal handling
 """
