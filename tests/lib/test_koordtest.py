@@ -19,6 +19,7 @@ from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kube
 from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
 from koordtest import prometheus as promlib  # noqa: E402
 from koordtest import coverage  # noqa: E402
+from koordtest import monitoring  # noqa: E402
 from koordtest import plot  # noqa: E402
 from koordtest import published  # noqa: E402
 from koordtest import watch as watchlib  # noqa: E402
@@ -356,6 +357,56 @@ class PromQL(unittest.TestCase):
         self.assertEqual(promlib.dashboard_queries(board, 900),
                          [("panel 't' A", 'rate(m{node=~".*",p="avg10"}[1m])'),
                           ("variable $node", "m")])
+
+
+class FamiliesWithSeries(unittest.TestCase):
+    """The cgroup v2 node's monitoring check: every protection, NRI and proactive reclaim metric
+    the shipped alerts and dashboards name must have had series under one of its selectors."""
+
+    FAMILIES = ("koord_applier_qos_memory_protection", "koord_applier_nri_",
+                "koord_applier_proactive_reclaim")
+
+    def shipped(self) -> set:
+        rules = promlib.RULES.read_text()
+        exprs = [m.group(1) for m in
+                 __import__("re").finditer(r"expr: \|\n((?:\s{10}.*\n)+)", rules)]
+        for f in sorted(promlib.MONITORING.glob("grafana-dashboard-*.json")):
+            exprs += [e for _, e in promlib.dashboard_queries(json.loads(f.read_text()), 900)]
+        return {sel for e in exprs for sel in promlib.selectors(e)}
+
+    def test_every_family_with_series_passes_and_a_fault_only_value_does_not_fail(self):
+        named = self.shipped()
+        lost = ("koord_applier_nri_connections_total", '{result="lost"}')
+        self.assertIn(lost, named, "the shipped NRI alert names lost connections")
+        required = {m for m, _ in named if m.startswith(self.FAMILIES)}
+        self.assertGreaterEqual(len(required), 8, sorted(required))
+        # No connection was lost in the run: that selector has no series, the metric has.
+        self.assertEqual(monitoring.families_without_series(named, named - {lost},
+                                                            self.FAMILIES), [])
+
+    def test_a_family_named_but_without_series_fails_naming_it(self):
+        named = self.shipped()
+        gone = "koord_applier_nri_requests_total"
+        with_series = {(m, sel) for m, sel in named if m != gone}
+        failures = monitoring.families_without_series(named, with_series, self.FAMILIES)
+        self.assertEqual(len(failures), 1, failures)
+        self.assertTrue(failures[0].startswith(f"{gone}: no series"), failures)
+        self.assertIn(f'{gone}{{cluster=~".*",instance=~".*"}}', failures[0])
+        # A metric outside the families (the v1 node's check covers it) is not this check's.
+        self.assertIn("koord_applier_pod_qos_info", {m for m, _ in named})
+        other = {(m, sel) for m, sel in named if m != "koord_applier_pod_qos_info"}
+        self.assertEqual(monitoring.families_without_series(named, other, self.FAMILIES), [])
+
+    def test_a_planted_metric_without_series_fails(self):
+        named = self.shipped() | {("koord_applier_planted_missing", "")}
+        failures = monitoring.families_without_series(
+            named, self.shipped(), self.FAMILIES, ("koord_applier_planted_missing",))
+        self.assertEqual(failures, ["koord_applier_planted_missing: no series (planted: a "
+                                    "metric that must have series here)"])
+        # Planted but present (the operator named a real metric): nothing to report.
+        present = self.shipped() | {("koord_applier_planted_missing", "")}
+        self.assertEqual(monitoring.families_without_series(
+            named, present, self.FAMILIES, ("koord_applier_planted_missing",)), [])
 
 
 class Published(unittest.TestCase):
