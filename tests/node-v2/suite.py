@@ -644,7 +644,8 @@ def s_batch(h: Harness) -> None:
 
 @scenario("batch capacity while LS usage swings (an LS pod holding 450 MiB 30 s on, 30 s off): BE "
           "pods placed before and during the swing all run, the kubelet rejects none for batch "
-          "capacity, and the Node's batch-memory never falls below the batch requests bound to it")
+          "capacity, and the Node's batch-memory never falls below the batch requests bound to it "
+          "and sits at that floor at least once")
 def s_batch_swing(h: Harness) -> None:
     batch_on(h)
     # Three pods take three fifths of what the Node lends, placed before the swing; the swing
@@ -703,6 +704,10 @@ def s_batch_swing(h: Harness) -> None:
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     check(not rejected, f"the kubelet rejected BE pods for batch capacity: {rejected}")
     check(not below, f"batch-memory below the bound requests (t, advertised, bound): {below[:5]}")
+    # Not below the floor proves the floor only if the formula went under it at least once.
+    check(at_floor >= 1, "the swing never took the formula below the bound requests, so the "
+          "floor was never exercised; samples (t, advertised MiB, bound MiB): "
+          + ", ".join(f"({t:.0f}, {a / 2**20:.0f}, {b / 2**20:.0f})" for t, a, b in samples[:40]))
 
 
 @scenario("container crash: the kubelet restarts it (new container ID, new cgroup), the applier "
