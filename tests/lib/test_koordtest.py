@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import koordtest  # noqa: E402
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
-from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
+from koordtest.metrics import (histogram_quantile, metric_sum, paired_ratio_median,  # noqa: E402
+                               parse_metrics, percentile)
 from koordtest import prometheus as promlib  # noqa: E402
 from koordtest import coverage  # noqa: E402
 from koordtest import monitoring  # noqa: E402
@@ -308,6 +309,47 @@ class Metrics(unittest.TestCase):
                 self.assertIsNone(got, case)
             else:
                 self.assertAlmostEqual(got, want, places=9, msg=case)
+
+
+class PairedRatio(unittest.TestCase):
+    """The proactive reclaim scenario's latency bound: the median of B/A over interleaved pairs
+    of rounds, held at a fixed 1.10."""
+
+    def test_pairs_within_and_over_the_bound(self):
+        # (what, A's rounds, B's rounds, the median of B/A, within 1.10)
+        cases = [
+            ("B as fast as A, each pair a little apart",
+             [30.0, 31.0, 29.0, 32.0, 30.0, 31.0, 30.0], [31.0, 30.0, 30.0, 33.0, 29.0, 32.0, 30.5],
+             1.0312, True),
+            ("B 20% slower in most pairs",
+             [30.0, 31.0, 29.0, 32.0, 30.0, 31.0, 30.0], [36.0, 37.0, 35.0, 38.0, 31.0, 37.5, 36.0],
+             1.2, False),
+            # The guest's load doubled both rounds of two pairs: A's own max/min is 2.0, which the
+            # old rule allowed as B's bound; each pair's ratio sees no difference.
+            ("a noisy guest: A spreads 2x, every pair within",
+             [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0], [21.0, 41.0, 21.5, 22.0, 40.0, 20.0, 22.0],
+             1.025, True),
+            # The same noise with B 40% slower: max/min 2.0 would have let it through.
+            ("a noisy guest, B 40% slower",
+             [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0], [28.0, 56.0, 29.4, 30.8, 53.2, 28.7, 29.4],
+             1.4, False),
+            ("one burst in B alone does not move the median",
+             [30.0, 30.0, 30.0, 30.0, 30.0], [30.0, 90.0, 31.0, 29.0, 30.0], 1.0, True),
+            ("an even count: the middle two averaged", [10.0, 10.0, 10.0, 10.0],
+             [10.0, 11.0, 12.0, 20.0], 1.15, False),
+        ]
+        for what, a, b, want, within in cases:
+            got, ratios = paired_ratio_median(a, b)
+            self.assertAlmostEqual(got, want, 3, what)
+            self.assertEqual(len(ratios), len(a), what)
+            self.assertEqual(got <= 1.10, within, what)
+        a = [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0]
+        self.assertAlmostEqual(max(a) / min(a), 2.0)
+
+    def test_uneven_or_empty_rounds_are_an_error(self):
+        for a, b in [([], []), ([1.0], [1.0, 2.0]), ([0.0], [1.0])]:
+            with self.assertRaises(ValueError):
+                paired_ratio_median(a, b)
 
 
 class PromQL(unittest.TestCase):

@@ -10,7 +10,8 @@ imports what it needs:
   (a guest) overrides
 - `node.NodeHarness`: a Harness for a node started by a node.sh (node_sh, the product's images,
   the applier pod and its metrics, the kubelet's cgroup paths)
-- `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts)
+- `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts), the
+  median of paired ratios
 - `watch.ApiWatch`: the one watch of a collection (pods, Events) the suites time things by
 - `sampler.Sampler`: a value read every N seconds in a thread, with its time (the suites'
   in-process samplers: BE's CPUs, NGINX's CPU, a working set, a process's peak RSS)
