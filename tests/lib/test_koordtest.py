@@ -17,8 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import koordtest  # noqa: E402
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
-from koordtest.metrics import histogram_quantile, metric_sum, parse_metrics, percentile  # noqa: E402
+from koordtest.metrics import (histogram_quantile, metric_sum, paired_ratio_median,  # noqa: E402
+                               parse_metrics, percentile)
 from koordtest import prometheus as promlib  # noqa: E402
+from koordtest import coverage  # noqa: E402
+from koordtest import monitoring  # noqa: E402
 from koordtest import plot  # noqa: E402
 from koordtest import published  # noqa: E402
 from koordtest import watch as watchlib  # noqa: E402
@@ -309,6 +312,47 @@ class Metrics(unittest.TestCase):
                 self.assertAlmostEqual(got, want, places=9, msg=case)
 
 
+class PairedRatio(unittest.TestCase):
+    """The proactive reclaim scenario's latency bound: the median of B/A over interleaved pairs
+    of rounds, held at a fixed 1.10."""
+
+    def test_pairs_within_and_over_the_bound(self):
+        # (what, A's rounds, B's rounds, the median of B/A, within 1.10)
+        cases = [
+            ("B as fast as A, each pair a little apart",
+             [30.0, 31.0, 29.0, 32.0, 30.0, 31.0, 30.0], [31.0, 30.0, 30.0, 33.0, 29.0, 32.0, 30.5],
+             1.0312, True),
+            ("B 20% slower in most pairs",
+             [30.0, 31.0, 29.0, 32.0, 30.0, 31.0, 30.0], [36.0, 37.0, 35.0, 38.0, 31.0, 37.5, 36.0],
+             1.2, False),
+            # The guest's load doubled both rounds of two pairs: A's own max/min is 2.0, which the
+            # old rule allowed as B's bound; each pair's ratio sees no difference.
+            ("a noisy guest: A spreads 2x, every pair within",
+             [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0], [21.0, 41.0, 21.5, 22.0, 40.0, 20.0, 22.0],
+             1.025, True),
+            # The same noise with B 40% slower: max/min 2.0 would have let it through.
+            ("a noisy guest, B 40% slower",
+             [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0], [28.0, 56.0, 29.4, 30.8, 53.2, 28.7, 29.4],
+             1.4, False),
+            ("one burst in B alone does not move the median",
+             [30.0, 30.0, 30.0, 30.0, 30.0], [30.0, 90.0, 31.0, 29.0, 30.0], 1.0, True),
+            ("an even count: the middle two averaged", [10.0, 10.0, 10.0, 10.0],
+             [10.0, 11.0, 12.0, 20.0], 1.15, False),
+        ]
+        for what, a, b, want, within in cases:
+            got, ratios = paired_ratio_median(a, b)
+            self.assertAlmostEqual(got, want, 3, what)
+            self.assertEqual(len(ratios), len(a), what)
+            self.assertEqual(got <= 1.10, within, what)
+        a = [20.0, 40.0, 21.0, 22.0, 38.0, 20.5, 21.0]
+        self.assertAlmostEqual(max(a) / min(a), 2.0)
+
+    def test_uneven_or_empty_rounds_are_an_error(self):
+        for a, b in [([], []), ([1.0], [1.0, 2.0]), ([0.0], [1.0])]:
+            with self.assertRaises(ValueError):
+                paired_ratio_median(a, b)
+
+
 class PromQL(unittest.TestCase):
     """What the node suite's monitoring checks rest on: selectors, the rules' test copy, the
     dashboards' variables."""
@@ -356,6 +400,56 @@ class PromQL(unittest.TestCase):
         self.assertEqual(promlib.dashboard_queries(board, 900),
                          [("panel 't' A", 'rate(m{node=~".*",p="avg10"}[1m])'),
                           ("variable $node", "m")])
+
+
+class FamiliesWithSeries(unittest.TestCase):
+    """The cgroup v2 node's monitoring check: every protection, NRI and proactive reclaim metric
+    the shipped alerts and dashboards name must have had series under one of its selectors."""
+
+    FAMILIES = ("koord_applier_qos_memory_protection", "koord_applier_nri_",
+                "koord_applier_proactive_reclaim")
+
+    def shipped(self) -> set:
+        rules = promlib.RULES.read_text()
+        exprs = [m.group(1) for m in
+                 __import__("re").finditer(r"expr: \|\n((?:\s{10}.*\n)+)", rules)]
+        for f in sorted(promlib.MONITORING.glob("grafana-dashboard-*.json")):
+            exprs += [e for _, e in promlib.dashboard_queries(json.loads(f.read_text()), 900)]
+        return {sel for e in exprs for sel in promlib.selectors(e)}
+
+    def test_every_family_with_series_passes_and_a_fault_only_value_does_not_fail(self):
+        named = self.shipped()
+        lost = ("koord_applier_nri_connections_total", '{result="lost"}')
+        self.assertIn(lost, named, "the shipped NRI alert names lost connections")
+        required = {m for m, _ in named if m.startswith(self.FAMILIES)}
+        self.assertGreaterEqual(len(required), 8, sorted(required))
+        # No connection was lost in the run: that selector has no series, the metric has.
+        self.assertEqual(monitoring.families_without_series(named, named - {lost},
+                                                            self.FAMILIES), [])
+
+    def test_a_family_named_but_without_series_fails_naming_it(self):
+        named = self.shipped()
+        gone = "koord_applier_nri_requests_total"
+        with_series = {(m, sel) for m, sel in named if m != gone}
+        failures = monitoring.families_without_series(named, with_series, self.FAMILIES)
+        self.assertEqual(len(failures), 1, failures)
+        self.assertTrue(failures[0].startswith(f"{gone}: no series"), failures)
+        self.assertIn(f'{gone}{{cluster=~".*",instance=~".*"}}', failures[0])
+        # A metric outside the families (the v1 node's check covers it) is not this check's.
+        self.assertIn("koord_applier_pod_qos_info", {m for m, _ in named})
+        other = {(m, sel) for m, sel in named if m != "koord_applier_pod_qos_info"}
+        self.assertEqual(monitoring.families_without_series(named, other, self.FAMILIES), [])
+
+    def test_a_planted_metric_without_series_fails(self):
+        named = self.shipped() | {("koord_applier_planted_missing", "")}
+        failures = monitoring.families_without_series(
+            named, self.shipped(), self.FAMILIES, ("koord_applier_planted_missing",))
+        self.assertEqual(failures, ["koord_applier_planted_missing: no series (planted: a "
+                                    "metric that must have series here)"])
+        # Planted but present (the operator named a real metric): nothing to report.
+        present = self.shipped() | {("koord_applier_planted_missing", "")}
+        self.assertEqual(monitoring.families_without_series(
+            named, present, self.FAMILIES, ("koord_applier_planted_missing",)), [])
 
 
 class Published(unittest.TestCase):
@@ -606,6 +700,109 @@ class SamplerTest(unittest.TestCase):
         n = len(points)
         time.sleep(0.05)
         self.assertEqual(len(s.points), n, "stopped: no more reads")
+
+
+def ticks(t_end: float, gap_at: float | None = None, gap: float = 0.0, delay: float = 0.0,
+          accounted: float | None = None, late: float = 0.0, below: tuple = ()) -> list:
+    """A 10 Hz series from 0 to t_end whose evidence shows a guest running all along, but for
+    one gap of `gap` seconds after the sample at `gap_at`, across which the sampler's run delay
+    grows by `delay`, the guest accounts `accounted` seconds (all of them when None) and the
+    sampler wakes `late` seconds late. Samples at times in `below` read 0, the others 100."""
+    out, t, d, cpu = [], 0.0, 1.0, 500.0
+    while t <= t_end + 1e-9:
+        value = 0 if any(abs(t - b) < 1e-6 for b in below) else 100
+        out.append(coverage.Tick(round(t, 3), [value], 0.0, d, cpu))
+        if gap_at is not None and abs(t - gap_at) < 1e-6:
+            t, d = t + gap, d + delay
+            cpu += gap if accounted is None else accounted
+            out.append(coverage.Tick(round(t, 3), [0 if any(abs(t - b) < 1e-6 for b in below)
+                                                   else 100], late, d, cpu))
+        t, cpu = t + 0.1, cpu + 0.1
+    return out
+
+
+class Coverage(unittest.TestCase):
+    """A sampler's series held by its gaps: none over 0.3 s but stalls the evidence shows,
+    counted as unobserved and failing above 5% of the window."""
+
+    def test_parse_with_and_without_evidence(self):
+        text = ('[0.000,5,"max",{"late":0.001,"delay":0.25,"cpu":812.5}]\n\n'
+                '[0.100,null,7]\n'
+                '[0.200,5,6,{"late":0.0,"delay":null,"cpu":null}]\n')
+        got = coverage.parse(text, 2)
+        self.assertEqual(got[0], coverage.Tick(0.0, [5, "max"], 0.001, 0.25, 812.5))
+        self.assertEqual(got[1], coverage.Tick(0.1, [None, 7]))
+        self.assertEqual(got[2], coverage.Tick(0.2, [5, 6], 0.0, None, None))
+        with self.assertRaises(ValueError):
+            coverage.parse("[0.0,5,6,7]", 2)
+        with self.assertRaises(ValueError):
+            coverage.parse("[0.0,5]", 2)
+
+    def test_gaps_sorted_by_their_evidence(self):
+        # (what, the series, unobserved spans, unexplained gaps, fails)
+        cases = [
+            ("10 Hz all along", ticks(20), 0, 0, False),
+            ("0.3 s apart is not a gap", ticks(20, gap_at=5, gap=0.3), 0, 0, False),
+            ("0.35 s apart without evidence is", ticks(20, gap_at=5, gap=0.35), 0, 1, True),
+            ("0.5 s, the guest ran and the sampler was not kept waiting",
+             ticks(20, gap_at=5, gap=0.5), 0, 1, True),
+            ("0.5 s, the sampler waited 0.45 s on the run queue",
+             ticks(20, gap_at=5, gap=0.5, delay=0.45), 1, 0, False),
+            ("0.5 s, the guest accounted 0.05 s of it (ticks lost: the host descheduled it)",
+             ticks(20, gap_at=5, gap=0.5, accounted=0.05), 1, 0, False),
+            ("0.5 s, the sampler's timer fired 0.4 s late (an idle guest stalled)",
+             ticks(20, gap_at=5, gap=0.5, late=0.4), 1, 0, False),
+            ("1.0 s, 0.5 s of run delay leaves 0.5 s unexplained",
+             ticks(20, gap_at=5, gap=1.0, delay=0.5), 0, 1, True),
+            ("a stall of 0.8 s in a 10-s window: 8% unobserved",
+             ticks(10, gap_at=5, gap=0.8, accounted=0.0), 1, 0, True),
+            ("the same stall in a 20-s window: 4%",
+             ticks(20, gap_at=5, gap=0.8, accounted=0.0), 1, 0, False),
+            ("no evidence recorded: a 0.5 s gap cannot be a stall",
+             [coverage.Tick(t / 10, [100]) for t in range(51)]
+             + [coverage.Tick(5.5 + t / 10, [100]) for t in range(50)], 0, 1, True),
+            ("one sample", ticks(0), 0, 0, True),
+        ]
+        for what, series, unobserved, unexplained, fails in cases:
+            cov = coverage.coverage(series)
+            self.assertEqual((len(cov.unobserved), len(cov.unexplained), bool(cov.failures())),
+                             (unobserved, unexplained, fails), f"{what}: {cov.failures()}")
+
+    def test_what_the_figure_and_the_failure_say(self):
+        cov = coverage.coverage(ticks(20, gap_at=5, gap=0.5))
+        self.assertEqual(cov.failures(), [
+            "1 gap over 0.3 s between samples without the sampler shown unable to run: at 5.0 s "
+            "for 0.50 s (run delay 0.00 s, the guest accounted 0.50 s, woke 0.00 s late)"])
+        cov = coverage.coverage(ticks(10, gap_at=5, gap=0.8, accounted=0.0))
+        self.assertAlmostEqual(cov.total, 0.8)
+        self.assertAlmostEqual(cov.longest, 0.8)
+        self.assertAlmostEqual(cov.share, 0.8 / cov.window)
+        self.assertIn("1 guest stall counted as unobserved: 0.8 s in all, longest 0.8 s, 8.0% "
+                      "of the window", cov.text())
+        self.assertIn("above 5%", cov.failures()[0])
+        self.assertEqual(coverage.coverage(ticks(3)).text(),
+                         "31 samples over 3 s, no gap over 0.3 s and none unobserved")
+
+    def test_a_run_below_beside_an_unobserved_gap_is_reported_with_what_it_may_have_lasted(self):
+        # A stall from 5.0 s to 5.8 s, the first sample after it below, the next one back.
+        series = ticks(20, gap_at=5, gap=0.8, delay=0.8, below=(5.8,))
+        cov = coverage.coverage(series)
+        self.assertEqual(len(cov.unobserved), 1)
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series], cov.unobserved)
+        self.assertEqual(len(runs), 1)
+        self.assertAlmostEqual(runs[0].seconds, 0.1)
+        self.assertAlmostEqual(runs[0].up_to, 0.9)
+        self.assertIn("up to 0.9 s: 0.8 s unobserved before it", str(runs[0]))
+        # The same run where nothing was unobserved: what was seen is all it may have lasted.
+        series = ticks(20, below=(5.8, 5.9))
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series])
+        self.assertEqual([(r.start, round(r.seconds, 3), round(r.up_to, 3)) for r in runs],
+                         [(5.8, 0.2, 0.2)])
+        self.assertEqual(str(runs[0]), "at 6 s for 0.2 s")
+        # Still below at the last sample: the run lasts to it.
+        series = ticks(2, below=(1.9, 2.0))
+        runs = coverage.below_runs(series, [t.values[0] > 0 for t in series])
+        self.assertEqual([(r.start, round(r.seconds, 3)) for r in runs], [(1.9, 0.1)])
 
 
 class ColocationStep(unittest.TestCase):

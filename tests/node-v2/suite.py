@@ -644,7 +644,8 @@ def s_batch(h: Harness) -> None:
 
 @scenario("batch capacity while LS usage swings (an LS pod holding 450 MiB 30 s on, 30 s off): BE "
           "pods placed before and during the swing all run, the kubelet rejects none for batch "
-          "capacity, and the Node's batch-memory never falls below the batch requests bound to it")
+          "capacity, and the Node's batch-memory never falls below the batch requests bound to it "
+          "and sits at that floor at least once")
 def s_batch_swing(h: Harness) -> None:
     batch_on(h)
     # Three pods take three fifths of what the Node lends, placed before the swing; the swing
@@ -703,6 +704,10 @@ def s_batch_swing(h: Harness) -> None:
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     check(not rejected, f"the kubelet rejected BE pods for batch capacity: {rejected}")
     check(not below, f"batch-memory below the bound requests (t, advertised, bound): {below[:5]}")
+    # Not below the floor proves the floor only if the formula went under it at least once.
+    check(at_floor >= 1, "the swing never took the formula below the bound requests, so the "
+          "floor was never exercised; samples (t, advertised MiB, bound MiB): "
+          + ", ".join(f"({t:.0f}, {a / 2**20:.0f}, {b / 2**20:.0f})" for t, a, b in samples[:40]))
 
 
 @scenario("container crash: the kubelet restarts it (new container ID, new cgroup), the applier "
@@ -1091,12 +1096,16 @@ NEEDS_V2 = {
     "koord_applier_cpi_collector_supported": "the CPICollector gate, which the suite leaves off "
     "(no PMU: CPI would stay idle)",
 }
+# The metric families only this node can give (the v1 node excuses them): every metric of them
+# that an alert or a dashboard names must have had series here under one of its selectors.
+V2_FAMILIES = ("koord_applier_qos_memory_protection", "koord_applier_nri_",
+               "koord_applier_proactive_reclaim")
 
 
 @scenario("monitoring on cgroup v2: every alert expression and dashboard query of the installed "
-          "monitoring kustomization evaluated against a real Prometheus scraping this node; the "
-          "memory protection and NRI selectors have series, excused only what this node lacks "
-          "(no PMU) and values that appear with an event")
+          "monitoring kustomization evaluated against a real Prometheus scraping this node; every "
+          "memory protection, NRI and proactive reclaim metric they name has series, excused "
+          "only what this node lacks (no PMU) and values that appear with an event")
 def s_monitoring(h: Harness) -> None:
     ls_protected(h)
     # A container made through NRI and a protected LS pod, so those series exist even when the
@@ -1120,14 +1129,26 @@ def s_monitoring(h: Harness) -> None:
         prom = h.carry["prom"]
         wait_until("Prometheus to scrape the proactive reclaim loop's stall (ls-prom)",
                    lambda: prom.query("count(koord_applier_proactive_reclaim_stall_seconds)"), 90, 1)
-        excused = monitoring.queries(h, needs)
-        node_only = sorted(s for s in excused if s.startswith(
-            ("koord_applier_qos_memory_protection", "koord_applier_nri_",
-             "koord_applier_proactive_reclaim")) and "not on this node" in excused[s])
-        check(not node_only, f"protection/NRI selectors without series on cgroup v2: {node_only}")
-        lacking = sorted(s for s, why in excused.items() if why.startswith("not on this node"))
-        h.figures.append(f"figure monitoring on cgroup v2: {len(excused)} selectors excused, "
-                         f"{len(lacking)} for what this node lacks ({', '.join(lacking) or 'none'})")
+        found = monitoring.queries(h, needs)
+        # KOORD_V2_MONITORING_PLANT: a metric that must have series too (one that does not
+        # exist shows this check failing on purpose).
+        plant = os.environ.get("KOORD_V2_MONITORING_PLANT", "").strip()
+        planted = (plant,) if plant else ()
+        for metric in planted:
+            found.named.add((metric, ""))
+            if monitoring.has_series(prom, metric, ""):
+                found.with_series.add((metric, ""))
+        missing = monitoring.families_without_series(found.named, found.with_series,
+                                                     V2_FAMILIES, planted)
+        required = sorted({m for m, _ in found.named if m.startswith(V2_FAMILIES)} | set(planted))
+        lacking = sorted(s for s, why in found.excused.items() if why.startswith("not on this node"))
+        h.figures.append(f"figure monitoring on cgroup v2: {len(required) - len(missing)} of the "
+                         f"{len(required)} protection, NRI and proactive reclaim metrics the "
+                         f"alerts and dashboards name had series"
+                         + (f" (planted: {', '.join(planted)})" if planted else "")
+                         + f"; {len(found.excused)} selectors excused, {len(lacking)} for what "
+                         f"this node lacks ({', '.join(lacking) or 'none'})")
+        check(not missing, "metrics this node must give without series: " + "; ".join(missing))
     finally:
         monitoring.stop(h)
         h.carry.pop("prometheus started", None)

@@ -41,7 +41,7 @@ import proactive  # noqa: E402
 import proactive_swap  # noqa: E402
 import protection  # noqa: E402
 import suite as v2  # noqa: E402  (the cgroupfs node's harness, install and helpers)
-from koordtest import Suite, set_log_tag  # noqa: E402
+from koordtest import Suite, coverage, set_log_tag  # noqa: E402
 from koordtest.checks import Check, check, wait_until  # noqa: E402
 from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path, log  # noqa: E402
 from koordtest.metrics import metric_sum  # noqa: E402
@@ -322,12 +322,12 @@ def s_batch(h: Harness) -> None:
 
 # The one sampler of cgroup files inside the guest: tests/lib/sample.c, built static with the
 # node's images (no interpreter between two samples). Each `every` seconds a JSON line
-# [seconds since start, first word of each file: a number, "max", or None when unreadable], into
-# `out`, until `until` (a number of seconds, or a path whose existence stops it).
+# [seconds since start, first word of each file: a number, "max", or None when unreadable,
+# the evidence of a stall], into `out`, until `until` (a number of seconds, or a path whose
+# existence stops it). Its series is held by coverage.py: no gap over coverage.MAX_GAP (0.3 s)
+# between two samples but the guest's stalls, counted as unobserved and failing above
+# coverage.MAX_UNOBSERVED_SHARE (5%) of the window.
 SAMPLE_HZ = 10
-# The samples the window must hold, as a share of SAMPLE_HZ: 9.4-9.7 Hz measured in loaded runs;
-# a stalled guest loses samples, and a run below a sum is still placed to the gaps around it.
-MIN_RATE_SHARE = 0.5
 
 
 def sampler(h: "Harness", files: list[str], every: float, out: str, until: float | str) -> str:
@@ -346,12 +346,28 @@ def load_note(h: "Harness") -> str:
     return f"host load {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores; {inside}"
 
 
-def at_least(text: str, wants: list[int]) -> list[list]:
-    """The sampler's lines as rows of [t, file 1 >= its want, ...] (unreadable counts as below,
-    max as above)."""
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    return [[r[0]] + [v == "max" or (isinstance(v, int) and v >= w) for v, w in zip(r[1:], wants)]
-            for r in rows]
+def sampled(text: str, nfiles: int) -> tuple[list[coverage.Tick], coverage.Coverage]:
+    """The sampler's lines and what they covered of their window."""
+    ticks = coverage.parse(text, nfiles)
+    return ticks, coverage.coverage(ticks)
+
+
+def covered(h: "Harness", cov: coverage.Coverage, what: str) -> None:
+    """Fails when the samples cannot hold a bound: a gap over 0.3 s with no stall to explain
+    it, or guest stalls over 5% of the window."""
+    failures = cov.failures()
+    if failures:
+        raise Check(f"{what} sampled at {SAMPLE_HZ} Hz: {'; '.join(failures)}; {load_note(h)}")
+
+
+def at_least(ticks: list[coverage.Tick], wants: list[int]) -> list[list[bool]]:
+    """Per sample, each file >= its want (unreadable counts as below, max as above)."""
+    return [[v == "max" or (isinstance(v, int) and v >= w) for v, w in zip(t.values, wants)]
+            for t in ticks]
+
+
+def column(oks: list[list[bool]], i: int) -> list[bool]:
+    return [row[i] for row in oks]
 
 
 class DisruptedWindow:
@@ -418,24 +434,25 @@ class DisruptedWindow:
             time.sleep(max(0.0, end - time.monotonic()))
         out = h.guest(f"touch {self.STOP}; sleep 1; cat {self.OUT}")
         files = list(self.files)
-        rows = at_least(out, list(self.files.values()))
-        span = rows[-1][0] if rows else 0.0
-        below = below_runs([[r[0], all(r[1:])] for r in rows], 1) if rows else []
-        total = sum(d for _, d in below)
-        longest = max([0.0] + [d for _, d in below])
+        ticks, cov = sampled(out, len(files))
+        oks = at_least(ticks, list(self.files.values()))
+        span = ticks[-1].t if ticks else 0.0
+        below = coverage.below_runs(ticks, [all(o) for o in oks], cov.unobserved)
+        total = sum(r.seconds for r in below)
+        longest = max([0.0] + [r.seconds for r in below])
         per_file = []
-        for i, f in enumerate(files, start=1):
-            runs = below_runs(rows, i)
+        for i, f in enumerate(files):
+            runs = coverage.below_runs(ticks, column(oks, i), cov.unobserved)
             if runs:
-                per_file.append(f"{'/'.join(f.rsplit('/', 2)[-2:])[-48:]} at "
-                                + ", ".join(f"{t:.0f} s for {d:.1f} s" for t, d in runs))
+                per_file.append(f"{'/'.join(f.rsplit('/', 2)[-2:])[-48:]} "
+                                + ", ".join(map(str, runs)))
         events = ", ".join(f"{what} at {at:.0f} s" + (" FAILED" if err else "")
                            for what, at, _, err in self.done)
-        self.text = (f"{len(rows)} samples at {SAMPLE_HZ} Hz over {span:.0f} s of {len(files)} protection "
-                     f"files (the QoS slices, the LS pod's slice and its two scopes) through "
-                     f"{events} and {KUBELET_MINUTES} kubelet minute updates after the restart: "
-                     f"below the sums {total:.1f} s ({100 * total / max(span, 1):.1f}% of the "
-                     f"time), longest {longest:.1f} s")
+        self.text = (f"{len(files)} protection files (the QoS slices, the LS pod's slice and its "
+                     f"two scopes) sampled at {SAMPLE_HZ} Hz through {events} and "
+                     f"{KUBELET_MINUTES} kubelet minute updates after the restart, "
+                     f"{cov.text()}: below the sums {total:.1f} s "
+                     f"({100 * total / max(span, 1):.1f}% of the time), longest {longest:.1f} s")
         if per_file:
             self.text += f" ({'; '.join(per_file)})"
         log(f"window: {self.text}")
@@ -445,9 +462,8 @@ class DisruptedWindow:
             (restart is not None and span >= restart + KUBELET_MINUTES * 60,
              f"the window ({span:.0f}s) does not cover {KUBELET_MINUTES} kubelet minutes after "
              f"its restart"),
-            (len(rows) >= span * SAMPLE_HZ * MIN_RATE_SHARE,
-             f"{len(rows)} samples over {span:.0f}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
-             f"{load_note(h) if len(rows) < span * SAMPLE_HZ * MIN_RATE_SHARE else ''}"),
+            (not cov.failures(), f"the window sampled at {SAMPLE_HZ} Hz: "
+             f"{'; '.join(cov.failures())}; {load_note(h) if cov.failures() else ''}"),
             (longest <= LONGEST_BELOW, f"a protection file stayed below its sum {longest:.1f}s "
              f"(bound {LONGEST_BELOW} s): {self.text}; {load_note(h) if longest > LONGEST_BELOW else ''}"),
         ]
@@ -455,22 +471,6 @@ class DisruptedWindow:
     def verdict(self) -> None:
         for ok, why in self.checks:
             check(ok, why)
-
-
-def below_runs(rows: list[list], col: int) -> list[tuple[float, float]]:
-    """(start, seconds) of each run of samples where column `col` was below the wanted value;
-    a run still open at the end lasts to the last sample."""
-    runs, start = [], None
-    for row in rows:
-        t, ok = row[0], row[col]
-        if not ok and start is None:
-            start = t
-        elif ok and start is not None:
-            runs.append((start, t - start))
-            start = None
-    if start is not None:
-        runs.append((start, rows[-1][0] - start))
-    return runs
 
 
 @scenario("systemd keeps the sums with the applier's default resync (60 s): the same sampling "
@@ -495,20 +495,21 @@ def sample_rewrites(h: Harness, resync: int, seconds: int) -> None:
         int(v) >= 128 * 2**20 for v in h.read_many(files).values()), resync + SLACK, 0.5)
     out = h.guest(f"{sampler(h, files, 1 / SAMPLE_HZ, '/tmp/koord-rewrites.jsonl', seconds)}; "
                   "cat /tmp/koord-rewrites.jsonl", timeout=seconds + 30)
-    rows = at_least(out, [128 * 2**20] * len(files))
-    if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
-        raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
-                    f"{load_note(h)}")
-    lines, worst = [], 0.0
-    for i, a in enumerate(anc, start=1):
-        runs = below_runs(rows, i)
-        below = sum(d for _, d in runs)
-        worst = max([worst] + [d for _, d in runs])
+    ticks, cov = sampled(out, len(files))
+    oks = at_least(ticks, [128 * 2**20] * len(files))
+    lines, worst, hidden = [], 0.0, []
+    for i, a in enumerate(anc):
+        runs = coverage.below_runs(ticks, column(oks, i), cov.unobserved)
+        below = sum(r.seconds for r in runs)
+        worst = max([worst] + [r.seconds for r in runs])
+        hidden += [f"{a.rsplit('/', 1)[1]} {r}" for r in runs if r.up_to > r.seconds]
         lines.append(f"{a.rsplit('/', 1)[1]}: {len(runs)} resets, below the pod's {below:.1f}s "
-                     f"({100 * below / rows[-1][0]:.0f}%), longest {max([0] + [d for _, d in runs]):.1f}s")
-    log("; ".join(lines))
+                     f"({100 * below / max(cov.window, 1):.0f}%), longest "
+                     f"{max([0] + [r.seconds for r in runs]):.1f}s")
+    log("; ".join(lines + hidden))
     h.figures.append(f"figure systemd re-applying the kubelet's QoS slices (applier resync "
-                     f"{resync}s, {len(rows)} samples over {rows[-1][0]:.0f}s): " + "; ".join(lines))
+                     f"{resync}s, sampled at {SAMPLE_HZ} Hz, {cov.text()}): " + "; ".join(lines + hidden))
+    covered(h, cov, "the QoS slices' memory.min")
     check(worst == 0, f"an ancestor was below the pod's value (longest {worst:.1f}s; "
           f"resync {resync}s): {lines}")
 
@@ -592,20 +593,21 @@ def s_be_suppress(h: Harness) -> None:
               f"systemd stores no quota for {unit} (CPUQuotaPerSecUSec={stored!r})")
         out = h.guest(f"{sampler(h, [parent], 1 / SAMPLE_HZ, '/tmp/koord-quota.jsonl', seconds)}; "
                       "cat /tmp/koord-quota.jsonl", timeout=seconds + 30)
-        samples = [json.loads(line) for line in out.splitlines() if line.strip()]
-        rows = [[r[0], isinstance(r[1], int)] for r in samples]
-        if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
-            raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} "
-                        f"Hz; {load_note(h)}")
-        runs = below_runs(rows, 1)
-        longest = max([0.0] + [d for _, d in runs])
-        quotas = sorted({str(r[1]) for r in samples})
-        line = (f"{len(rows)} samples over {rows[-1][0]:.0f}s: {len(runs)} resets to max, "
-                f"longest {longest:.1f}s; systemd's CPUQuotaPerSecUSec {stored}; "
+        ticks, cov = sampled(out, 1)
+        # A quota is a number (cpu.max's first word); "max" is the quota lifted.
+        runs = coverage.below_runs(ticks, [isinstance(t.values[0], int) for t in ticks],
+                                   cov.unobserved)
+        longest = max([0.0] + [r.seconds for r in runs])
+        quotas = sorted({str(t.values[0]) for t in ticks})
+        hidden = [str(r) for r in runs if r.up_to > r.seconds]
+        line = (f"sampled at {SAMPLE_HZ} Hz, {cov.text()}: {len(runs)} resets to max, "
+                f"longest {longest:.1f}s{' (' + '; '.join(hidden) + ')' if hidden else ''}; "
+                f"systemd's CPUQuotaPerSecUSec {stored}; "
                 f"quotas seen {', '.join(quotas[:4])}{' ...' if len(quotas) > 4 else ''}")
         log(line)
         h.figures.append(f"figure BE suppression through the kubelet's minute on the systemd "
                          f"node: {line}")
+        covered(h, cov, "the BestEffort slice's cpu.max")
         if longest > 1.0:
             raise Check(f"the BestEffort slice's quota was lifted for {longest:.1f}s: {line}; "
                         f"{load_note(h)}")
@@ -640,23 +642,24 @@ def s_kubelet_restart(h: Harness) -> None:
         f"systemctl set-property --runtime {kubepods_unit} MemoryMin=0 MemoryLow=0; "
         f"systemctl set-property --runtime {burstable_unit} MemoryLow=0; "
         f"wait; cat /tmp/koord-restart.jsonl", timeout=seconds + 40)
-    rows = at_least(out, [want] * len(files))
-    if len(rows) < seconds * SAMPLE_HZ * MIN_RATE_SHARE:
-        raise Check(f"{len(rows)} samples in {seconds}s: below {MIN_RATE_SHARE} x {SAMPLE_HZ} Hz; "
-                    f"{load_note(h)}")
+    ticks, cov = sampled(out, len(files))
+    oks = at_least(ticks, [want] * len(files))
     lines, worst, zeroed = [], 0.0, 0
-    for i, f in enumerate(files, start=1):
-        runs = below_runs(rows, i)
+    for i, f in enumerate(files):
+        runs = coverage.below_runs(ticks, column(oks, i), cov.unobserved)
         zeroed += len(runs)
-        worst = max([worst] + [d for _, d in runs])
+        worst = max([worst] + [r.seconds for r in runs])
         name = "/".join(f.rsplit("/", 2)[-2:])
-        lines.append(f"{name}: {len(runs)} below, longest {max([0] + [d for _, d in runs]):.1f}s")
+        hidden = [str(r) for r in runs if r.up_to > r.seconds]
+        lines.append(f"{name}: {len(runs)} below, longest {max([0] + [r.seconds for r in runs]):.1f}s"
+                     + (f" ({'; '.join(hidden)})" if hidden else ""))
     r1 = metric_sum(h.applier_metrics(), "koord_applier_qos_memory_protection_repairs_total")
     log("; ".join(lines) + f"; repairs {r1 - r0:.0f}")
     h.figures.append(f"figure a kubelet restart and its QoS zeroing through systemd on the "
-                     f"systemd node ({len(rows)} samples at {SAMPLE_HZ} Hz over {rows[-1][0]:.0f}s): "
+                     f"systemd node (sampled at {SAMPLE_HZ} Hz, {cov.text()}): "
                      + "; ".join(lines) + f"; the applier's repairs {r1 - r0:.0f} (resync "
                      f"{RESYNC}s, ancestors check 0.25 s)")
+    covered(h, cov, "the QoS slices' memory.min and memory.low")
     check(zeroed > 0 and r1 > r0, f"the zeroing through systemd was never seen: {lines}, "
           f"repairs {r1 - r0:.0f}")
     if worst > LONGEST_BELOW:

@@ -10,10 +10,13 @@ imports what it needs:
   (a guest) overrides
 - `node.NodeHarness`: a Harness for a node started by a node.sh (node_sh, the product's images,
   the applier pod and its metrics, the kubelet's cgroup paths)
-- `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts)
+- `metrics`: Prometheus text parsing, sums and percentiles (of samples, of exact counts), the
+  median of paired ratios
 - `watch.ApiWatch`: the one watch of a collection (pods, Events) the suites time things by
 - `sampler.Sampler`: a value read every N seconds in a thread, with its time (the suites'
   in-process samplers: BE's CPUs, NGINX's CPU, a working set, a process's peak RSS)
+- `coverage`: what a koord-sample series (tests/lib/sample.c) saw of its window: its gaps,
+  the guest's stalls counted as unobserved, the runs below a wanted value
 - `runner.Suite`: the scenario registry, the run loop with KOORD_*_ONLY filtering, the
   PASS/FAIL/"N passed, M failed" output and the signal handling
 """

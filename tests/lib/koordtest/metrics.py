@@ -79,3 +79,19 @@ def histogram_quantile(after: Metrics, before: Metrics, metric: str, q: float,
             return lower + (b - lower) * ((rank - below) / inside if inside else 1.0)
         lower, below = b, buckets[b]
     return lower
+
+
+def paired_ratio_median(a: list[float], b: list[float]) -> tuple[float, list[float]]:
+    """The median of b[i] / a[i] and the ratios, for measurements taken in pairs (round i of A
+    and round i of B back to back, the order alternating from pair to pair). A guest's load
+    moves both rounds of a pair together, so each ratio cancels what the pair shared, and the
+    median drops the pairs one side's burst still reached: a bound held on it stays fixed
+    instead of widening with the noise."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"pairs need as many rounds on each side, at least one: {a} {b}")
+    if min(a) <= 0:
+        raise ValueError(f"a round of A measured {min(a)}: no ratio to it")
+    ratios = [y / x for x, y in zip(a, b)]
+    s = sorted(ratios)
+    n = len(s)
+    return (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2), ratios

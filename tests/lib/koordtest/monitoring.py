@@ -27,8 +27,10 @@ v2 node's, each with the metrics its node cannot have (`needs`).
   and variable query of every dashboard ConfigMap it holds is evaluated; each metric selector
   must return series, except those listed in NEEDS (hardware or a runtime this node lacks) and
   those whose only empty matcher is a value that appears with an event (FAULT_LABELS: the
-  metric and its label names must then exist). Then the alerts driven to firing above must be
-  silent. Prometheus is paused during the figures (`paused`).
+  metric and its label names must then exist). Returns every selector named and those that
+  had series, so a node can require series of the metric families it must have
+  (`families_without_series`). Then the alerts driven to firing above must be silent.
+  Prometheus is paused during the figures (`paused`).
 
 Used from tests/node/suite.py and tests/node-v2/suite.py.
 """
@@ -40,6 +42,7 @@ import os
 import re
 import signal
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from koordtest import prometheus as promlib
@@ -272,12 +275,18 @@ def refused(h, image: str, node: str) -> None:
                   "--wait=false", check_rc=False)
 
 
+def has_series(prom: promlib.Prometheus, metric: str, matchers: str) -> bool:
+    """The selector returned series in this run. Over the run, not only now: a counter has
+    series once it counted, and an applier a scenario just replaced (the doctor's) has counted
+    nothing yet, rightly."""
+    return bool(prom.query(f"count(last_over_time({metric}{matchers}[1h]))"))
+
+
 def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str,
                     needs: dict[str, str]) -> str | None:
-    """None when the selector returned series in this run; else why that is acceptable, or a
-    Check. Over the run, not only now: a counter has series once it counted, and an applier a
-    scenario just replaced (the doctor's) has counted nothing yet, rightly."""
-    if prom.query(f"count(last_over_time({metric}{matchers}[1h]))"):
+    """None when the selector returned series in this run (has_series); else why that is
+    acceptable, or a Check."""
+    if has_series(prom, metric, matchers):
         return None
     if metric in needs:
         return f"not on this node: {needs[metric]}"
@@ -294,9 +303,37 @@ def _check_selector(prom: promlib.Prometheus, metric: str, matchers: str,
             f"it counts); {metric} and the label exist")
 
 
-def queries(h, needs: dict[str, str] = NEEDS_V1) -> dict[str, str]:
+@dataclass
+class Selectors:
+    """What `queries` found: every (metric, matchers) the alerts and dashboards name, those that
+    had series in this run, and the others' texts with why that is acceptable."""
+    named: set[tuple[str, str]] = field(default_factory=set)
+    with_series: set[tuple[str, str]] = field(default_factory=set)
+    excused: dict[str, str] = field(default_factory=dict)
+
+
+def families_without_series(named: set[tuple[str, str]], with_series: set[tuple[str, str]],
+                            prefixes: tuple[str, ...], planted: tuple[str, ...] = ()) -> list[str]:
+    """One failure per metric that must have series on this node and had none under any of its
+    selectors: each metric named (in `named`) whose name starts with one of `prefixes`, and each
+    `planted` one (a metric added on purpose to show the check failing). A selector excused for
+    a fault-only label value does not fail here as long as another selector of its metric had
+    series: the metric exists, the fault did not happen."""
+    required = {m for m, _ in named if m.startswith(prefixes)} | set(planted)
+    seen = {m for m, _ in with_series}
+    out = []
+    for metric in sorted(required - seen):
+        as_named = sorted(f"{m}{sel}" for m, sel in named if m == metric) or [metric]
+        out.append(f"{metric}: no series under any selector the alerts and dashboards name "
+                   f"({', '.join(as_named)})" if metric not in planted else
+                   f"{metric}: no series (planted: a metric that must have series here)")
+    return out
+
+
+def queries(h, needs: dict[str, str] = NEEDS_V1) -> Selectors:
     """Every alert expression and every dashboard query, as the cluster holds them; returns the
-    selectors without series and why that is acceptable (each also logged)."""
+    selectors named, those with series, and those without and why that is acceptable (each
+    also logged)."""
     prom = _prom(h)
     targets_up(prom)  # an applier or webhook replaced just before has a new target
     # A new applier exposes PSI after its first collector round (every 10 s here).
@@ -316,7 +353,8 @@ def queries(h, needs: dict[str, str] = NEEDS_V1) -> dict[str, str]:
     check(len(boards) == 4, f"{len(boards)} dashboards installed")
     for name, board in boards:
         exprs += [(f"{name}: {where}", e) for where, e in promlib.dashboard_queries(board, 900)]
-    seen, excused, failures = set(), {}, []
+    found = Selectors()
+    seen, excused, failures = found.named, found.excused, []
     for where, expr in exprs:
         try:
             prom.query(expr)  # the whole expression is valid PromQL for this Prometheus
@@ -327,6 +365,8 @@ def queries(h, needs: dict[str, str] = NEEDS_V1) -> dict[str, str]:
                 why = _check_selector(prom, metric, matchers, needs)
                 if why:
                     excused[f"{metric}{matchers}"] = why
+                else:
+                    found.with_series.add((metric, matchers))
         except (Check, RuntimeError) as e:
             failures.append(f"{where}: {e}")
     for sel, why in sorted(excused.items()):
@@ -337,7 +377,7 @@ def queries(h, needs: dict[str, str] = NEEDS_V1) -> dict[str, str]:
              f"{len(seen)} distinct selectors, {len(seen) - len(excused)} with series, "
              f"{len(excused)} excused (fault-only values or hardware this node lacks)")
     log(h.figures[-1])
-    return excused
+    return found
 
 
 def driven_alerts(h) -> None:
