@@ -47,7 +47,9 @@ lint: style
 ## Unit and integration tests; then the applier's machine tests (root, real cgroups, NUMA,
 ## perf) and the manifest render and Helm chart tests (kubectl; helm, built from its Go module
 ## and cached like the test control plane), which plain `cargo test` reports as ignored:
-## see applier/scripts/machine-tests.sh. First the alerting rules and dashboards, offline:
+## see applier/scripts/machine-tests.sh. Every cargo command here and in `perf` selects the
+## whole workspace (and filters by test name): a narrower selection resolves the dependencies'
+## features differently and compiles them again. First the alerting rules and dashboards, offline:
 ## generated files up to date, `promtool check rules` and `promtool test rules`
 ## (tests/monitoring/check.sh; promtool is Debian's prometheus package, required under CI).
 unit:
@@ -57,7 +59,7 @@ unit:
 	python3 tests/lib/module_graph.py
 	python3 tests/lib/stamps.py
 	$(CARGO) test --workspace
-	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test -p koord-webhook --test it -- manifests:: --ignored
+	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test --workspace --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
 ## The webhook's short performance checks (~3 min): instructions per admission against the
@@ -73,7 +75,7 @@ perf:
 	$(CARGO) build --release -q -p koord-webhook -p koord-applier
 	ulimit -n 4096 && KOORD_WEBHOOK_BIN=$${CARGO_TARGET_DIR:-$(CURDIR)/target}/release/koord-webhook \
 	  ABUSE_H2_ATTACKS=$(H2_ATTACKS_FULL) ABUSE_H2_SECONDS=20 \
-	  $(CARGO) test -q -p koord-webhook --test attack -- --ignored --exact --nocapture \
+	  $(CARGO) test -q --workspace --test attack -- --ignored --exact --nocapture \
 	  server_abuse_h2::http2_attackers_stay_under_64_mib
 	webhook/benches/soak.sh 60
 

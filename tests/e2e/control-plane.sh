@@ -80,15 +80,20 @@ trap 'echo "$PROG: error: \"$BASH_COMMAND\" failed (exit $?) at line $LINENO" >&
 # Build
 # ---------------------------------------------------------------------------------------
 
-# go build flags shared by both binaries: static (upstream ships kube-apiserver static),
-# reproducible paths, stripped. -buildvcs=false because the wrapper dirs are not repos.
+# go build flags shared by every binary: static (upstream ships kube-apiserver static),
+# reproducible paths, stripped. -buildvcs=false because the wrapper dirs are not repos. The
+# linker's -w drops DWARF, but the compiler still makes it for every package unless told:
+# -dwarf=false takes 20% off the CPU of a cold build (etcd: 90 -> 72 CPU s), for the same
+# stripped binary. Every Go build of the tests uses GO_GCFLAGS, so Go's build cache still serves
+# the packages they share (kwok and helm compile against the Kubernetes build's packages).
+GO_GCFLAGS=all=-dwarf=false
 go_build() { # OUT PKG [LDFLAGS]
     local out=$1 pkg=$2 ldflags=${3:-}
     # Temp name + mv: an interrupted build never leaves a half-written binary in place.
     local tmp
     tmp="$(dirname "$out")/.$(basename "$out").tmp.$$"
     rm -f "$(dirname "$out")/.$(basename "$out").tmp."* # leftovers of killed builds (we hold the lock)
-    if ! CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath \
+    if ! CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath -gcflags="$GO_GCFLAGS" \
             -ldflags "-s -w $ldflags" -o "$tmp" "$pkg"; then
         rm -f "$tmp"
         die "go build of $pkg failed (see the go output above)"

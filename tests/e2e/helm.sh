@@ -30,7 +30,8 @@ build() {
     tmp=$(mktemp -d "$DIR/.gobin.XXXXXX")
     # `go install pkg@version` builds the module as published (its own go.mod and go.sum).
     # The version stamp is what `helm version` prints and what chart kubeVersion checks read.
-    if ! GOBIN=$tmp CGO_ENABLED=0 nice -n 10 go install -trimpath \
+    # -dwarf=false: the binary is stripped (-w) anyway; see control-plane.sh's GO_GCFLAGS.
+    if ! GOBIN=$tmp CGO_ENABLED=0 nice -n 10 go install -trimpath -gcflags=all=-dwarf=false \
             -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" \
             "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"; then
         rm -rf "$tmp"

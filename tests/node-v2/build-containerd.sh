@@ -47,7 +47,9 @@ build() {
         tags="urfave_cli_no_docs osusergo netgo static_build"
         [[ $c != containerd-shim-runc-v2 ]] || tags+=" no_grpc"
         tmp=$DIR/bin/.$c.tmp.$$
-        CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath -tags "$tags" -ldflags "$ld" \
+        # -dwarf=false: stripped (-w) anyway; see tests/e2e/control-plane.sh's GO_GCFLAGS.
+        CGO_ENABLED=0 nice -n 10 go build -buildvcs=false -trimpath -gcflags=all=-dwarf=false \
+            -tags "$tags" -ldflags "$ld" \
             -o "$tmp" "$MOD/cmd/$c" || { rm -f "$tmp"; die "go build of $MOD/cmd/$c failed"; }
         mv -f "$tmp" "$DIR/bin/$c"
     done
