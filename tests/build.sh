@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every tool the tests build from source, once per version, cached outside the repo (Go modules
 # under ${KOORD_E2E_CACHE:-~/.cache/koord-qos-e2e}, cargo tools by tests/rust-tools.sh); a no-op
-# when all are cached. Helm first (`make unit`'s chart tests wait for it), the cargo tools of
-# `make lint`, then Kubernetes and etcd (every cluster) and kwok (the scale suite), then
+# when all are cached. Helm first (`make unit`'s chart tests wait for it; built in the Kubernetes
+# wrapper module, so the Kubernetes build after it finds the k8s.io packages they share compiled),
+# the cargo tools of `make lint`, then Kubernetes and etcd (every cluster) and kwok (the scale suite), then
 # containerd 2 and the User-Mode Linux kernel (the cgroup v2 node; KOORD_BUILD_KERNEL=0 leaves
 # it out: tests/all.sh builds it beside the suites). Each builder takes its own lock, so a
 # suite that needs a binary while this runs waits for it instead of building it twice.

@@ -14,12 +14,16 @@
 #   control-plane.sh restart-apiserver DIR  restart only kube-apiserver, same flags, wait until ready
 #   control-plane.sh client-cert DIR CN ORG OUT  (node mode) a client cert from DIR's cluster CA
 #   control-plane.sh kubectl                print the kubectl binary to use (version-matched if present)
+#   control-plane.sh build-helm             build helm if missing (tests/e2e/helm.sh); print its path
+#   control-plane.sh helm-path              print the path helm has once built
 #
 # Extra CMDs (kubelet, kube-proxy, kube-scheduler, kube-controller-manager, kubectl) come from the same
-# wrapper module, so every binary is the same k8s.io/kubernetes version. `kwok` (sigs.k8s.io/kwok,
-# the kubelet simulator of tests/scale) is built in a copy of that wrapper module: it links the
-# same k8s.io packages at the same versions, so Go's build cache shares them with the k8s build;
-# its Stage files are copied next to it (DIR/stages/*.yaml).
+# wrapper module, so every binary is the same k8s.io/kubernetes version. helm (the chart tests
+# and installs; helm.sh) and `kwok` (sigs.k8s.io/kwok, the kubelet simulator of tests/scale) are
+# built in that wrapper module too: every build of it asks for the same modules (wrapper_pkgs),
+# so each resolves the very same versions and Go's build cache compiles a package they share
+# (k8s.io/api, client-go, kubectl's libraries: most of helm) once for all of them. kwok's Stage
+# files are copied next to it (DIR/stages/*.yaml).
 #
 # Node mode (KOORD_E2E_NODE_MODE=1, used by tests/node): the apiserver binds and advertises
 # KOORD_E2E_BIND_ADDRESS (pods cannot reach loopback, and Endpoints refuse it), keeps the
@@ -40,6 +44,7 @@
 #   KOORD_E2E_SERVICE_CIDR     Service range           (default 10.0.0.0/24)
 #   KOORD_E2E_NODE_MODE        1: node mode, see above (default 0)
 #   KOORD_E2E_KWOK_VERSION     kwok version for `build kwok` (default below)
+#   KOORD_E2E_HELM_VERSION     helm version for `build-helm` (default below)
 #   KOORD_E2E_APISERVER_EXTRA_ARGS  more kube-apiserver flags, one per line (tests/scale)
 #   KOORD_E2E_EXTRA_TOKENS     more lines of the static token file (token,user,uid,"groups")
 #   KUBECTL                    kubectl binary to use   (default: see find_kubectl)
@@ -51,10 +56,15 @@ set -Eeuo pipefail
 # is within skew of 1.37). etcd 3.6: kubeadm pairs 1.37 with 3.6; 3.6.16 is the newest 3.6
 # patch served. The previous pin stays a tested option:
 # KOORD_E2E_K8S_VERSION=1.33.13 KOORD_E2E_ETCD_VERSION=3.5.35 (kubectl.1.33 is within skew).
-K8S_VERSION=${KOORD_E2E_K8S_VERSION:-1.37.2}
+K8S_DEFAULT=1.37.2
+K8S_VERSION=${KOORD_E2E_K8S_VERSION:-$K8S_DEFAULT}
 ETCD_VERSION=${KOORD_E2E_ETCD_VERSION:-3.6.16}
 # kwok 0.8.0 (requires k8s.io 0.36) builds against the 1.37 libraries unchanged.
 KWOK_VERSION=${KOORD_E2E_KWOK_VERSION:-0.8.0}
+# Helm 3.22.0: the newest v3 the Go proxy serves that builds with this machine's Go (its own
+# requirements are k8s.io v0.37.0: built against the default pin's packages, v0.37.2). A client:
+# built with the default Kubernetes pin whatever cluster version a suite starts.
+HELM_VERSION=${KOORD_E2E_HELM_VERSION:-3.22.0}
 
 CACHE=${KOORD_E2E_CACHE:-$HOME/.cache/koord-qos-e2e}
 APISERVER_BIN=$CACHE/k8s-$K8S_VERSION/bin/kube-apiserver
@@ -110,7 +120,45 @@ go_mod_init() { # MODULE
 # Binaries of k8s.io/kubernetes/cmd/* built (or to build) into the version's bin/; kwok into its
 # own directory, keyed by both versions (it links this Kubernetes version's libraries).
 k8s_bin() {
-    if [[ $1 == kwok ]]; then echo "$(kwok_dir)/bin/kwok"; else echo "$CACHE/k8s-$K8S_VERSION/bin/$1"; fi
+    case $1 in
+    kwok) echo "$(kwok_dir)/bin/kwok" ;;
+    helm) echo "$CACHE/k8s-$K8S_VERSION/bin/helm-$HELM_VERSION" ;;
+    *) echo "$CACHE/k8s-$K8S_VERSION/bin/$1" ;;
+    esac
+}
+
+# What every build of the wrapper module asks `go get` for, whatever it compiles: the same
+# modules, so minimal version selection picks the same versions each time (helm's and kwok's
+# requirements raise a few of Kubernetes' by a patch or minor release, for all of them alike)
+# and Go's build cache serves what one build compiled to the others.
+wrapper_pkgs() {
+    local c
+    for c in kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl; do
+        echo "k8s.io/kubernetes/cmd/$c@v$K8S_VERSION"
+    done
+    # The other pins' (tests/e2e's 1.33 option) are Kubernetes alone: helm needs v0.37 packages,
+    # and kwok's Stages are checked against the default pin.
+    if [[ $K8S_VERSION == "$K8S_DEFAULT" ]]; then
+        echo "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+        echo "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION"
+    fi
+}
+
+# A command's package, and the version stamps upstream's own build gives it.
+cmd_pkg() {
+    case $1 in
+    helm) echo helm.sh/helm/v3/cmd/helm ;;
+    kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    *) echo "k8s.io/kubernetes/cmd/$1" ;;
+    esac
+}
+cmd_ldflags() {
+    case $1 in
+    # What `helm version` prints and what charts' kubeVersion checks read.
+    helm) echo "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION" ;;
+    kwok) echo "" ;;
+    *) k8s_version_ldflags ;;
+    esac
 }
 kwok_dir() { echo "$CACHE/kwok-$KWOK_VERSION-k8s-$K8S_VERSION"; }
 
@@ -163,40 +211,33 @@ build_k8s() { # CMD...   (the missing ones; all from one wrapper module)
     mkdir -p "$dir/src" "$dir/bin"
     cd "$dir/src"
     local t0=$SECONDS
-    log "building $* v$K8S_VERSION in $dir/src (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
+    log "building $* in $dir/src, Kubernetes v$K8S_VERSION (cold on 2 cores: kube-apiserver 6-16 min, the node binaries 2-8 min more, depending on load)"
     k8s_wrapper_module koord-qos-e2e/kube-apiserver >/dev/null
 
     local cmd pkgs=()
-    for cmd in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd@v$K8S_VERSION"); done
+    mapfile -t pkgs < <(wrapper_pkgs)
     go get "${pkgs[@]}" ||
         die "go get ${pkgs[*]} failed (a module not served by the proxy, or a Go toolchain too old?)"
 
-    local ld
-    ld=$(k8s_version_ldflags)
     for cmd in "$@"; do
         local t1=$SECONDS
-        go_build "$dir/bin/$cmd" "k8s.io/kubernetes/cmd/$cmd" "$ld"
-        log "built $dir/bin/$cmd in $((SECONDS - t1))s"
+        go_build "$(k8s_bin "$cmd")" "$(cmd_pkg "$cmd")" "$(cmd_ldflags "$cmd")"
+        log "built $(k8s_bin "$cmd") in $((SECONDS - t1))s"
     done
     log "k8s binaries done in $((SECONDS - t0))s"
 }
 
-# kwok in the Kubernetes wrapper module: k8s's requirements are the base (kwok's own, older
-# k8s.io and third-party requirements are raised to them by minimal version selection), so kwok
-# compiles against the very packages the k8s binaries were built from and Go's build cache
-# serves them (measured: 27 s of CPU after the k8s build, tests/scale/README.md). The Stage
-# files kwok needs (nodes Ready with a Lease, pods Running, deletions honoured) come from its
-# module.
+# kwok in the Kubernetes wrapper module (wrapper_pkgs): kwok's own, older k8s.io and third-party
+# requirements are raised to Kubernetes' by minimal version selection, so kwok compiles against
+# the very packages the k8s binaries were built from and Go's build cache serves them (measured:
+# 27 s of CPU after the k8s build, tests/scale/README.md). The Stage files kwok needs (nodes Ready
+# with a Lease, pods Running, deletions honoured) come from its module.
 build_kwok() {
+    [[ $K8S_VERSION == "$K8S_DEFAULT" ]] || die "kwok is built with the default Kubernetes pin ($K8S_DEFAULT) only"
     local dir
     dir=$(kwok_dir)
-    mkdir -p "$dir/src" "$dir/bin" "$dir/stages"
-    cd "$dir/src"
-    local t0=$SECONDS
-    log "building kwok v$KWOK_VERSION against Kubernetes v$K8S_VERSION in $dir/src (~30 s of CPU once Kubernetes is built)"
-    k8s_wrapper_module koord-qos-e2e/kwok >/dev/null
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" ||
-        die "go get sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION failed"
+    mkdir -p "$dir/bin" "$dir/stages"
+    build_k8s kwok
     local src
     src=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) || die "sigs.k8s.io/kwok is not in the module cache"
     local stage
@@ -205,8 +246,6 @@ build_kwok() {
         [[ -f $src/kustomize/stage/$stage.yaml ]] || die "kwok v$KWOK_VERSION has no stage $stage"
         install -m 0644 "$src/kustomize/stage/$stage.yaml" "$dir/stages/${stage##*/}.yaml"
     done
-    go_build "$dir/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
-    log "built $dir/bin/kwok in $((SECONDS - t0))s"
 }
 
 build_etcd() {
@@ -225,7 +264,7 @@ build_etcd() {
     log "built $dir/bin/etcd in $((SECONDS - t0))s"
 }
 
-KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kwok "
+KNOWN_CMDS=" kube-apiserver kubelet kube-proxy kube-scheduler kube-controller-manager kubectl kwok helm "
 
 ensure_built() { # [EXTRA CMD...]
     local cmd missing=()
@@ -432,6 +471,24 @@ cmd_build() { # [CMD...]
     for cmd in "$@"; do k8s_bin "$cmd"; done
 }
 
+# helm, for tests/e2e/helm.sh: built in the default pin's wrapper module, under the same lock as
+# the Kubernetes build (one wrapper directory), without waiting for etcd.
+cmd_build_helm() {
+    [[ $K8S_VERSION == "$K8S_DEFAULT" ]] || die "helm is built with the default Kubernetes pin ($K8S_DEFAULT): unset KOORD_E2E_K8S_VERSION"
+    local bin lockfd
+    bin=$(k8s_bin helm)
+    if [[ ! -x $bin ]]; then
+        command -v go >/dev/null || die "go is not on PATH; it is needed to build helm"
+        mkdir -p "$CACHE"
+        exec {lockfd}>"$CACHE/.build-k8s-$K8S_VERSION-etcd-$ETCD_VERSION.lock"
+        flock "$lockfd"
+        [[ -x $bin ]] || (build_k8s helm)
+        exec {lockfd}>&-
+        [[ -x $bin ]] || die "build finished but $bin is missing"
+    fi
+    echo "$bin"
+}
+
 cmd_start() {
     local dir=$1
     mkdir -p "$dir"
@@ -578,7 +635,7 @@ cmd_client_cert() { # DIR CN ORG OUT
 }
 
 usage() {
-    sed -n '7,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '7,19p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -589,5 +646,7 @@ stop) [[ $# -eq 2 ]] || usage; cmd_stop "$2" ;;
 restart-apiserver) [[ $# -eq 2 ]] || usage; cmd_restart_apiserver "$2" ;;
 client-cert) [[ $# -eq 5 ]] || usage; cmd_client_cert "$2" "$3" "$4" "$5" ;;
 kubectl) find_kubectl ;;
+build-helm) cmd_build_helm ;;
+helm-path) k8s_bin helm ;;
 *) usage ;;
 esac
