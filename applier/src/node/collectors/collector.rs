@@ -22,7 +22,7 @@ use super::exposition::{CpiSeries, Identity, PsiSeries};
 use super::gates::CollectorConfig;
 use super::metrics::CollectorMetrics;
 use super::perf_sys::{Event, PerfError};
-use super::psi::{self, PsiReadError, Resource};
+use crate::node::shared::psi::{self, PsiReadError, Resource};
 
 /// Whether the CPI collector can count.
 #[derive(Debug, Clone, PartialEq, Eq)]

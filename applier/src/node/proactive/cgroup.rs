@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
-use crate::node::collectors::psi;
+use crate::node::shared::psi;
 
 /// What the node lacks for the loop, as the Event says it and the refusal metric counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,7 @@
+//! What several node features read, written once: any feature may call it, and it imports no
+//! feature, so the features never import each other (`tests/lib/module_graph.py` refuses an
+//! import from one feature into another, and one from here into a feature).
+//!
+//! - [`psi`]: the pressure files (`memory.pressure`, ...): their parser and reader.
+
+pub mod psi;
