@@ -3,5 +3,7 @@
 //! import from one feature into another, and one from here into a feature).
 //!
 //! - [`psi`]: the pressure files (`memory.pressure`, ...): their parser and reader.
+//! - [`reclaim_slice`]: how one `memory.reclaim` write is cut.
 
 pub mod psi;
+pub mod reclaim_slice;
