@@ -2,8 +2,10 @@
 //! feature, so the features never import each other (`tests/lib/module_graph.py` refuses an
 //! import from one feature into another, and one from here into a feature).
 //!
+//! - [`limit`]: a limit file's text (`memory.max`, `memory.swap.max`, ...) as bytes.
 //! - [`psi`]: the pressure files (`memory.pressure`, ...): their parser and reader.
 //! - [`reclaim_slice`]: how one `memory.reclaim` write is cut.
 
+pub mod limit;
 pub mod psi;
 pub mod reclaim_slice;
