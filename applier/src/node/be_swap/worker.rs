@@ -13,9 +13,9 @@ use koord_translator::pod::spec_view::PodSpecView;
 
 use super::grant::{NodeMemory, grant_bytes};
 use super::metrics::BeSwapMetrics;
-use crate::node::colocation::pod_facts::label_is_be;
 use crate::node::proactive::select::container_dir;
 use crate::node::shared::limit::limit_bytes;
+use crate::node::shared::qos_label::label_is_be;
 
 const SWAP_MAX: &str = "memory.swap.max";
 

@@ -4,8 +4,10 @@
 //!
 //! - [`limit`]: a limit file's text (`memory.max`, `memory.swap.max`, ...) as bytes.
 //! - [`psi`]: the pressure files (`memory.pressure`, ...): their parser and reader.
+//! - [`qos_label`]: whether a pod is BE by its QoS-class label.
 //! - [`reclaim_slice`]: how one `memory.reclaim` write is cut.
 
 pub mod limit;
 pub mod psi;
+pub mod qos_label;
 pub mod reclaim_slice;
