@@ -13,7 +13,7 @@ use koord_translator::pod::spec_view::PodSpecView;
 
 use super::grant::{NodeMemory, grant_bytes};
 use super::metrics::BeSwapMetrics;
-use crate::node::proactive::select::container_dir;
+use crate::node::shared::container_dir::container_memory_dir;
 use crate::node::shared::limit::limit_bytes;
 use crate::node::shared::qos_label::label_is_be;
 
@@ -81,7 +81,7 @@ impl SwapGrants {
                 let Some(dir) = c
                     .container_id
                     .as_deref()
-                    .and_then(|id| container_dir(&self.layout, &view, id))
+                    .and_then(|id| container_memory_dir(&self.layout, &view, id))
                 else {
                     continue;
                 };

@@ -1,12 +1,9 @@
-//! What several node features read, written once: any feature may call it, and it imports no
-//! feature, so the features never import each other (`tests/lib/module_graph.py` refuses an
-//! import from one feature into another, and one from here into a feature).
-//!
-//! - [`limit`]: a limit file's text (`memory.max`, `memory.swap.max`, ...) as bytes.
-//! - [`psi`]: the pressure files (`memory.pressure`, ...): their parser and reader.
-//! - [`qos_label`]: whether a pod is BE by its QoS-class label.
-//! - [`reclaim_slice`]: how one `memory.reclaim` write is cut.
+//! What several node features read, written once: a pod's BE label ([`qos_label`]), a
+//! container's cgroup ([`container_dir`]), limit files ([`limit`]), pressure files ([`psi`]) and
+//! how a `memory.reclaim` write is cut ([`reclaim_slice`]). Any feature may call it; it imports
+//! no feature, so features never import each other (`tests/lib/module_graph.py` checks both).
 
+pub mod container_dir;
 pub mod limit;
 pub mod psi;
 pub mod qos_label;
