@@ -34,7 +34,7 @@ fn tree(root: &Path) -> Arc<AsyncReclaim> {
         interval: Duration::from_millis(100),
         cpu_percent: 5,
         proc_root: "/proc".into(),
-        write_slice: koord_applier::node::reclaim::pace::WRITE_SLICE,
+        write_slice: koord_applier::node::shared::reclaim_slice::WRITE_SLICE,
     };
     let reclaim = AsyncReclaim::detect(&layout, settings, None).expect("memory.reclaim");
     for i in 0..CONTAINERS {

@@ -1,4 +1,5 @@
-"""No import cycle in any crate, and the webhook's layers point one way (run by `make check`).
+"""No import cycle in any crate, the webhook's layers point one way, and no node feature of the
+applier imports another (run by `make check`).
 
     python3 tests/lib/module_graph.py [-v] [TREE [CRATE ...]]
 
@@ -24,14 +25,21 @@ the rooms its layer rule names, is also checked on the graph cut to one level (a
 rooms, e.g. `certs::self_managed -> server::tls` while `server -> certs`) and against the layer
 rule of docs/architecture.md (WEBHOOK_LAYERS below): an import from a lower layer to a higher one
 fails. The translator's top-level folders (cgroup/, pod/) and the applier's (pod/, node/,
-cmd/) group features, not layers: their check is the two-level one. That the translator
-imports no node feature is not this script's business: it is another crate, and the compiler
-refuses a path into the applier.
+cmd/) group features, not layers: their check is the two-level one.
 
-Every failure prints the path, `a -> b -> a`, with the file and line of each edge (the first one;
-"+N more" counts the others), and the exit code is 1. ALLOWED lists the imports known and
-tolerated for now, each with its reason; an entry that no longer matches an import fails too, so
-the list only shrinks.
+The applier's node features (NODE_FEATURES: every child of `node`, a folder under
+applier/src/node/ or a file there, names the feature it belongs to) may not import each other:
+an edge from a module inside one feature to a module inside another fails, and so does one
+from the shared module (NODE_SHARED, what several features read) or from a writer (WRITERS,
+what every feature writes through) into a feature. A child of `node` in neither list fails
+until it is classified. `cmd`, `pod` and the other top-level modules are no feature: they may
+call any. The translator's writer could only name a feature through `koord_applier::`, which
+the compiler refuses as well (another crate); the script checks that path anyway.
+
+Every failure prints the path, `a -> b -> a` (or the one edge, with the rule it breaks), with the
+file and line of each edge (the first one; "+N more" counts the others), and the exit code is 1.
+ALLOWED lists the imports known and tolerated for now, each with its reason; an entry that no
+longer matches an import fails too, so the list only shrinks.
 """
 
 from __future__ import annotations
@@ -64,8 +72,47 @@ WEBHOOK_LAYERS: list[set[str]] = [
 ]
 LAYERS: dict[str, list[set[str]]] = {"webhook": WEBHOOK_LAYERS}
 
+# docs/architecture.md, "Node features do not import each other": each child of the applier's
+# `node` module (a folder under applier/src/node/, or a file there) and the feature it belongs
+# to. A module inside one feature may not import a module inside another. A new child fails
+# until it is placed here or in NODE_SHARED.
+NODE_FEATURES: dict[str, str] = {
+    "ancestors": "ancestors",
+    "be_swap": "be_swap",
+    "collectors": "collectors",
+    "colocation": "colocation",
+    "nri": "nri",
+    "numa": "numa",
+    "proactive": "proactive",
+    "qos_parents": "qos_parents",
+    "reclaim": "reclaim",
+    # resctrl/ is the IO of the `Resctrl` feature, which qos_parents.rs declares and whose
+    # class groups the QoS-class parents' pass reconciles: one feature in two places.
+    "resctrl": "qos_parents",
+}
+# Children of `node` that are no feature: what several features read; they import no feature.
+NODE_SHARED = {"shared"}
+# The writers every feature writes through, as (crate, two-level node): they import no feature.
+# The applier has no writer of its own: it writes through the translator's.
+WRITERS = {("translator", "cgroup::writer")}
+
+
+@dataclass(frozen=True)
+class FeatureRule:
+    """Which modules of which crate are node features, shared or writers."""
+
+    crate: str  # the crate holding the features
+    lib: str  # its library's name in the paths of another crate
+    parent: str  # the module whose children are the features
+    features: dict[str, str]  # child of parent -> the feature it belongs to
+    shared: set[str]
+    writers: set[tuple[str, str]]
+
+
+FEATURE_RULE = FeatureRule("applier", "koord_applier", "node", NODE_FEATURES, NODE_SHARED, WRITERS)
+
 # Imports tolerated for now, as (crate, importing node, imported node): reason. The edge is left
-# out of the graph (both granularities and the layer rule).
+# out of the graph (both granularities, the layer rule and the node features' rule).
 ALLOWED: dict[tuple[str, str, str], str] = {}
 
 DEPTH = 2
@@ -592,7 +639,73 @@ def collapse(edges: dict[tuple[str, str], list]) -> dict[tuple[str, str], list]:
     return out
 
 
-def check_crate(crate: Crate, layers: list[set[str]] | None, allowed: dict) -> list[str]:
+def feature_of(name: str, rule: FeatureRule) -> str | None:
+    """The node feature a two-level node belongs to, if any."""
+    parts = name.split("::")
+    if len(parts) < 2 or parts[0] != rule.parent:
+        return None
+    return rule.features.get(parts[1])
+
+
+def check_features(crate: Crate, edges: dict, rule: FeatureRule) -> list[str]:
+    """The node features' rule: no import from one feature, the shared module or a writer into
+    a feature; every child of the features' parent classified."""
+    failures: list[str] = []
+    script = shown(Path(__file__).resolve())
+    shared = {f"{rule.parent}::{s}" for s in rule.shared}
+    writers = {w for c, w in rule.writers if c == crate.name}
+    if crate.name == rule.crate:
+        parent = crate.modules.get((rule.parent,))
+        for child in sorted(parent.children if parent else ()):
+            if child not in rule.features and child not in rule.shared:
+                failures.append(
+                    f"{crate.name}: {rule.parent}::{child} is neither a node feature nor shared:"
+                    f" classify it in NODE_FEATURES or NODE_SHARED ({script}) and in"
+                    " docs/architecture.md"
+                )
+        for (a, b), places in sorted(edges.items()):
+            fa, fb = feature_of(a, rule), feature_of(b, rule)
+            if fb is None or fa == fb:
+                continue
+            if fa is not None:
+                what = f"node feature {fa} imports node feature {fb}"
+                why = (
+                    "a module inside one node feature imports no module inside another"
+                    f" (what several read goes to {', '.join(sorted(shared))})"
+                )
+            elif a in shared:
+                what = f"shared module {a} imports node feature {fb}"
+                why = f"{a} imports no node feature (every feature may import it)"
+            elif a in writers:
+                what = f"the writer {a} imports node feature {fb}"
+                why = "the writer imports no node feature (every feature writes through it)"
+            else:
+                continue
+            failures.append(f"{crate.name}: {what}: {where(places)} ({a} -> {b})\n    rule: {why}")
+        return failures
+    # A writer of another crate names a feature only through the features' library.
+    found: dict[tuple[str, str], list[tuple[Path, int]]] = defaultdict(list)
+    for ref in crate.refs:
+        a = node(ref.module)
+        if a in writers and ref.segs[0] == rule.lib:
+            b = node(ref.segs[1:])
+            if feature_of(b, rule) is not None:
+                found[(a, b)].append((ref.file, ref.line))
+    for (a, b), places in sorted(found.items()):
+        failures.append(
+            f"{crate.name}: the writer {a} imports node feature {feature_of(b, rule)}:"
+            f" {where(places)} ({a} -> {rule.lib}::{b})\n    rule: the writer imports no node"
+            " feature (every feature writes through it)"
+        )
+    return failures
+
+
+def check_crate(
+    crate: Crate,
+    layers: list[set[str]] | None,
+    allowed: dict,
+    features: FeatureRule | None = None,
+) -> list[str]:
     """The failures of one crate, each a printable block."""
     failures: list[str] = []
     edges = crate.edges()
@@ -645,6 +758,8 @@ def check_crate(crate: Crate, layers: list[set[str]] | None, allowed: dict) -> l
                     f"{crate.name}: upward import (layer {ra + 1} imports layer {rb + 1}):"
                     f" {a} -> {b}\n    {a} -> {b}  {where(places)}\n    layers: {chain}"
                 )
+    if features is not None:
+        failures += check_features(crate, edges, features)
     return failures
 
 
@@ -677,13 +792,13 @@ def main(argv: list[str]) -> int:
                 print(f"  {name}: {a} -> {b}  {where(places)}")
         nodes = {a for e in edges for a in e}
         print(f"{name}: {len(crate.modules)} modules, {len(nodes)} nodes, {len(edges)} imports")
-        failures += check_crate(crate, LAYERS.get(name), ALLOWED)
+        failures += check_crate(crate, LAYERS.get(name), ALLOWED, FEATURE_RULE)
     for f in failures:
         print(f, file=sys.stderr)
     if failures:
         print(f"module_graph: {len(failures)} failure(s)", file=sys.stderr)
         return 1
-    print("module_graph: no import cycle, no upward import")
+    print("module_graph: no import cycle, no upward import, no node feature imports another")
     return 0
 
 

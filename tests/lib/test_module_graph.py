@@ -208,5 +208,173 @@ class RuleTest(unittest.TestCase):
             self.assertIn("allowed import util -> high::inner no longer exists", failures[0])
 
 
+# A crate with two node features (b in two modules), the shared module, a writer and a command
+# layer that calls the features: clean as it is.
+FEATURES = {
+    "lib.rs": """
+        pub mod cmd;
+        pub mod node;
+        pub mod writer;
+    """,
+    "cmd.rs": """
+        use crate::node::a::A;
+        use crate::node::b::B;
+        pub fn run(_: A, _: B) {}
+    """,
+    "writer.rs": "pub fn write() {}\n",
+    "node/mod.rs": """
+        pub mod a;
+        pub mod b;
+        pub mod b_io;
+        pub mod shared;
+    """,
+    "node/a/mod.rs": "pub mod worker;\npub struct A;\n",
+    "node/a/worker.rs": "use crate::node::shared::helper;\npub fn f() { helper() }\n",
+    "node/b/mod.rs": "use crate::node::b_io::Io;\npub struct B(pub Io);\n",
+    "node/b_io.rs": "pub struct Io;\n",
+    "node/shared/mod.rs": "pub fn helper() { crate::writer::write() }\n",
+}
+
+FAKE_RULE = module_graph.FeatureRule(
+    crate="fake",
+    lib="fake_crate",
+    parent="node",
+    features={"a": "a", "b": "b", "b_io": "b"},
+    shared={"shared"},
+    writers={("fake", "writer"), ("other", "writer")},
+)
+
+ACROSS = "rule: a module inside one node feature imports no module inside another"
+
+
+class FeatureRuleTest(unittest.TestCase):
+    """check_crate with the node features' rule, on FEATURES with one file changed."""
+
+    def failures(self, changed: dict[str, str], allowed: dict | None = None) -> list[str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = Path(tmp)
+            plant(tree, "fake", {**FEATURES, **changed})
+            crate = module_graph.load_crate(tree / "fake", "fake")
+            failures = module_graph.check_crate(crate, None, allowed or {}, FAKE_RULE)
+            return [f.replace(f"{tree}/", "") for f in failures]
+
+    def test_the_rule_table(self) -> None:
+        # (what, files changed, what each failure says; [] = passes)
+        cases: list[tuple[str, dict[str, str], list[list[str]]]] = [
+            ("clean: features call shared, a feature its own parts, cmd every feature", {}, []),
+            (
+                "a feature imports another",
+                {"node/a/worker.rs": "use crate::node::b::B;\n"},
+                [
+                    [
+                        "fake: node feature a imports node feature b:",
+                        "fake/src/node/a/worker.rs:1 (node::a -> node::b)",
+                        ACROSS,
+                    ]
+                ],
+            ),
+            (
+                "through super::super, into the feature's second module",
+                {"node/a/worker.rs": "use super::super::b_io::Io;\n"},
+                [["node feature a imports node feature b:", "node/a/worker.rs:1", ACROSS]],
+            ),
+            (
+                "a path in code",
+                {"node/a/mod.rs": "pub mod worker;\npub struct A(crate::node::b::B);\n"},
+                [["node feature a imports node feature b:", "node/a/mod.rs:2", ACROSS]],
+            ),
+            (
+                "the shared module imports a feature",
+                {"node/shared/mod.rs": "pub fn helper() {}\npub fn g(_: crate::node::b::B) {}\n"},
+                [
+                    [
+                        "shared module node::shared imports node feature b:",
+                        "node/shared/mod.rs:2",
+                        "rule: node::shared imports no node feature",
+                    ]
+                ],
+            ),
+            (
+                "the writer imports a feature",
+                {"writer.rs": "use crate::node::b::B;\npub fn write() {}\n"},
+                [
+                    [
+                        "the writer writer imports node feature b:",
+                        "fake/src/writer.rs:1 (writer -> node::b)",
+                        "rule: the writer imports no node feature",
+                    ]
+                ],
+            ),
+            (
+                "a new folder under node/ in no list",
+                {
+                    "node/mod.rs": FEATURES["node/mod.rs"] + "pub mod c;\n",
+                    "node/c/mod.rs": "pub struct C;\n",
+                },
+                [["node::c is neither a node feature nor shared", "NODE_FEATURES or NODE_SHARED"]],
+            ),
+        ]
+        for what, changed, want in cases:
+            with self.subTest(what):
+                got = self.failures(changed)
+                self.assertEqual(len(got), len(want), got)
+                for failure, parts in zip(got, want):
+                    for part in parts:
+                        self.assertIn(part, failure)
+
+    def test_an_allowed_import_between_features_passes(self) -> None:
+        changed = {"node/a/worker.rs": "use crate::node::b::B;\n"}
+        allowed = {("fake", "node::a", "node::b"): "until the larger redesign"}
+        self.assertEqual(self.failures(changed, allowed), [])
+
+    def test_a_writer_of_another_crate_names_a_feature_through_the_library(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = Path(tmp)
+            plant(
+                tree,
+                "other",
+                {
+                    "lib.rs": "pub mod writer;\n",
+                    "writer.rs": "use fake_crate::node::a::worker::f;\npub fn write() { f() }\n",
+                },
+            )
+            crate = module_graph.load_crate(tree / "other", "other")
+            failures = module_graph.check_crate(crate, None, {}, FAKE_RULE)
+            self.assertEqual(len(failures), 1, failures)
+            self.assertIn("other: the writer writer imports node feature a:", failures[0])
+            self.assertIn("(writer -> fake_crate::node::a)", failures[0])
+
+    def test_a_planted_import_between_applier_features_fails_the_script(self) -> None:
+        # The real feature list, on a small applier: BE swap reads the BE label through shared
+        # (passes), then from colocation (fails, naming the file, the feature and the rule).
+        files = {
+            "lib.rs": "pub mod node;\n",
+            "node/mod.rs": "pub mod be_swap;\npub mod colocation;\npub mod shared;\n",
+            "node/shared/mod.rs": "pub fn label_is_be() -> bool { true }\n",
+            "node/colocation/mod.rs": "pub mod pod_facts;\n",
+            "node/colocation/pod_facts.rs": "pub fn label_is_be() -> bool { true }\n",
+            "node/be_swap/mod.rs": "pub mod worker;\n",
+            "node/be_swap/worker.rs": "use crate::node::shared::label_is_be;\n",
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            tree = Path(tmp)
+            plant(tree, "applier", files)
+            got = run(tree, "applier")
+            self.assertEqual(got.returncode, 0, got.stdout + got.stderr)
+            plant(
+                tree,
+                "applier",
+                {"node/be_swap/worker.rs": "use crate::node::colocation::pod_facts::*;\n"},
+            )
+            got = run(tree, "applier")
+            self.assertEqual(got.returncode, 1, got.stdout + got.stderr)
+            self.assertIn(
+                "applier: node feature be_swap imports node feature colocation:"
+                " applier/src/node/be_swap/worker.rs:1 (node::be_swap -> node::colocation)",
+                got.stderr,
+            )
+            self.assertIn(ACROSS, got.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,7 +5,8 @@
 //! BE-first reclaim ([`reclaim`]), proactive reclaim ([`proactive`]), swap for BE containers
 //! ([`be_swap`]), colocation (batch capacity, BE CPU suppression:
 //! [`colocation`]), memory locality ([`numa`]), the PSI and CPI collectors ([`collectors`]) and
-//! resctrl ([`resctrl`]).
+//! resctrl ([`resctrl`]). What several of them read is in [`shared`]: no feature imports
+//! another.
 
 pub mod ancestors;
 pub mod be_swap;
@@ -17,3 +18,4 @@ pub mod proactive;
 pub mod qos_parents;
 pub mod reclaim;
 pub mod resctrl;
+pub mod shared;

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use koord_translator::cgroup::file;
 use koord_translator::cgroup::knob_map::{CPU_BVT_WARP_NS, CPU_IDLE};
-use koord_translator::cgroup::layout::{ContainerId, KubeQos, Layout};
+use koord_translator::cgroup::layout::{KubeQos, Layout};
 use koord_translator::cgroup::readback::Expect;
 use koord_translator::cgroup::writer::{CgroupDir, CgroupWriter};
 use koord_translator::cgroup::{CgroupVersion, Controller, Outcome};
@@ -28,6 +28,7 @@ use koord_translator::pod::spec_view::PodSpecView;
 use crate::feature::{FeatureError, Give, Handover, NodeFeature, RunContext, Running};
 use crate::metrics::Metrics;
 use crate::node::resctrl::{self, PodResctrl, ResctrlReport, ResctrlSupport};
+use crate::node::shared::container_dir::container_rel;
 
 /// Detects group identity: `cpu.bvt_warp_ns` in the `kubepods` cpu cgroup or, before the
 /// kubelet made it, in the cpu hierarchy's root (as Koordinator, by file existence), and
@@ -312,16 +313,11 @@ impl NodeQos {
     }
 
     fn container_threads(&self, view: &PodSpecView) -> Vec<u32> {
-        let Ok(pod_rel) = self.layout.pod_dir(&view.uid, view.kube_qos) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
-        for c in &view.containers {
-            let Some(Ok(id)) = c.container_id.as_deref().map(ContainerId::parse) else {
-                continue;
-            };
-            let rel = pod_rel.join(self.layout.container_leaf(&id));
-            let Ok(dir) = self.layout.dir(&rel, Controller::Cpu) else {
+        for id in view.containers.iter().flat_map(|c| &c.container_id) {
+            let Ok(dir) = container_rel(&self.layout, view, id)
+                .and_then(|rel| self.layout.dir(&rel, Controller::Cpu))
+            else {
                 continue;
             };
             // Absent: the container is gone or not started; unreadable: reported.

@@ -13,8 +13,8 @@ use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
 
 /// What `/metrics` would say: the registry (health gauges) and the per-cgroup families.
-use koord_applier::node::collectors::psi::{self, Resource};
 use koord_applier::node::collectors::{Collector, CollectorConfig};
+use koord_applier::node::shared::psi::{self, Resource};
 use prometheus::Registry;
 
 const UID: &str = "5f2a6b1e-0c1d-4e2f-8a9b-0123456789ab";

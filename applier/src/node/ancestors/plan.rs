@@ -12,6 +12,8 @@ use koord_translator::cgroup::CgroupVersion;
 use koord_translator::cgroup::layout::KubeQos;
 use koord_translator::cgroup::readback::{Expect, V1_UNLIMITED_READBACK};
 
+use crate::node::shared::limit::{NotALimit, parse_limit};
+
 /// A protection value as a `memory.min`/`memory.low` file shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Protection {
@@ -20,24 +22,12 @@ pub enum Protection {
     Max,
 }
 
-/// What a child's or an ancestor's file held that is not a protection value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a byte count or max")]
-pub struct ParseProtectionError(pub String);
-
 impl Protection {
     pub const ZERO: Protection = Protection::Bytes(0);
 
     /// Parses a file's content: a byte count, `max`, or v1's unlimited.
-    pub fn parse(text: &str) -> Result<Self, ParseProtectionError> {
-        let t = text.trim();
-        if t == "max" {
-            return Ok(Protection::Max);
-        }
-        match t.parse::<u64>() {
-            Ok(v) => Ok(Protection::from_bytes(v)),
-            Err(_) => Err(ParseProtectionError(t.to_owned())),
-        }
+    pub fn parse(text: &str) -> Result<Self, NotALimit> {
+        Ok(parse_limit(text)?.map_or(Protection::Max, Protection::from_bytes))
     }
 
     fn from_bytes(v: u64) -> Self {

@@ -13,9 +13,9 @@ use koord_translator::pod::spec_view::PodSpecView;
 
 use super::grant::{NodeMemory, grant_bytes};
 use super::metrics::BeSwapMetrics;
-use crate::node::colocation::pod_facts::label_is_be;
-use crate::node::proactive::select::container_dir;
-use crate::node::reclaim::watermarks::parse_limit;
+use crate::node::shared::container_dir::container_memory_dir;
+use crate::node::shared::limit::limit_bytes;
+use crate::node::shared::qos_label::label_is_be;
 
 const SWAP_MAX: &str = "memory.swap.max";
 
@@ -81,7 +81,7 @@ impl SwapGrants {
                 let Some(dir) = c
                     .container_id
                     .as_deref()
-                    .and_then(|id| container_dir(&self.layout, &view, id))
+                    .and_then(|id| container_memory_dir(&self.layout, &view, id))
                 else {
                     continue;
                 };
@@ -100,7 +100,7 @@ impl SwapGrants {
                     }
                 };
                 // A value at or above the grant stands (ours, or a larger one the kubelet gave).
-                if swap_max(&text).is_some_and(|v| v >= want) {
+                if limit_bytes(&text).is_some_and(|v| v >= want) {
                     if self.grants.contains_key(&dir) {
                         seen.push(dir);
                     }
@@ -173,15 +173,10 @@ impl SwapGrants {
 fn put_back(dir: &Path, g: &Granted) -> std::io::Result<()> {
     let path = dir.join(SWAP_MAX);
     match file::read(&path)? {
-        Some(now) if swap_max(&now) == Some(g.bytes) => match file::write(&path, &g.before) {
+        Some(now) if limit_bytes(&now) == Some(g.bytes) => match file::write(&path, &g.before) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             r => r,
         },
         _ => Ok(()),
     }
-}
-
-/// `memory.swap.max` as bytes, `max` as `u64::MAX`; `None` when it does not parse.
-fn swap_max(text: &str) -> Option<u64> {
-    parse_limit(text).ok().map(|v| v.unwrap_or(u64::MAX))
 }

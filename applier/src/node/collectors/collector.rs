@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 
 use koord_translator::cgroup::file as cgroup_file;
-use koord_translator::cgroup::layout::{ContainerId, Layout, LayoutError};
+use koord_translator::cgroup::layout::{Layout, LayoutError};
 use koord_translator::cgroup::{CgroupVersion, Controller};
 use koord_translator::pod::phase;
 use koord_translator::pod::spec_view::PodSpecView;
@@ -22,7 +22,8 @@ use super::exposition::{CpiSeries, Identity, PsiSeries};
 use super::gates::CollectorConfig;
 use super::metrics::CollectorMetrics;
 use super::perf_sys::{Event, PerfError};
-use super::psi::{self, PsiReadError, Resource};
+use crate::node::shared::container_dir::container_rel;
+use crate::node::shared::psi::{self, PsiReadError, Resource};
 
 /// Whether the CPI collector can count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -343,11 +344,10 @@ impl Collector {
             let Some(raw) = c.container_id.as_deref() else {
                 continue;
             };
-            let Ok(id) = ContainerId::parse(raw) else {
+            let Ok(rel) = container_rel(&self.layout, view, raw) else {
                 tracing::debug!(container = %c.name, "collectors: container ID refused");
                 continue;
             };
-            let rel = pod_rel.join(self.layout.container_leaf(&id));
             out.push((
                 Identity {
                     container: Some((raw.to_owned(), c.name.clone())),

@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 
-use super::psi::{PRECISIONS, Psi, Resource};
+use crate::node::shared::psi::{PRECISIONS, Psi, Resource};
 
 pub const CONTAINER_PSI: &str = "koordlet_container_psi";
 pub const POD_PSI: &str = "koordlet_pod_psi";
@@ -242,7 +242,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::collectors::psi::PsiLine;
+    use crate::node::shared::psi::PsiLine;
 
     #[test]
     fn text_format_and_escaping() {

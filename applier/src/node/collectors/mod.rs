@@ -3,7 +3,6 @@
 //! (`koordlet_container_psi`, `koordlet_pod_psi`, `koordlet_container_cpi`).
 //!
 //! - [`gates`]: the settings and `--feature-gates` (pure).
-//! - [`psi`]: the pressure-file parser and reader (pure parser, one read per file).
 //! - [`perf_sys`]: `perf_event_open(2)` counter groups (a syscall module with `unsafe`).
 //! - [`cpi`]: per-container counter groups over a window, multiplexing scale, sum over CPUs.
 //! - [`exposition`]: the per-cgroup series and their text; [`metrics`]: the health gauges.
@@ -19,7 +18,6 @@ pub mod loops;
 pub mod metrics;
 pub mod one_round;
 pub mod perf_sys;
-pub mod psi;
 
 use std::sync::{Arc, Mutex};
 

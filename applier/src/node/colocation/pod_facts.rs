@@ -10,6 +10,7 @@ use koord_translator::pod::phase;
 use koord_translator::pod::spec_view::PodSpecView;
 
 use super::capacity::Resources;
+use crate::node::shared::qos_label::label_is_be;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
@@ -25,17 +26,6 @@ pub struct PodFacts {
     /// `kubernetes.io/batch-cpu` (milli-cores, the resource's own unit) / `batch-memory`
     /// (bytes) requests, summed the same way (extended resources have no overhead).
     pub batch_request: Resources,
-}
-
-/// Whether the pod is BE by its `koordinator.sh/qosClass` label (else the legacy
-/// `alibabacloud.com/qosClass`), as the webhook resolves the class.
-pub fn label_is_be(pod: &Pod) -> bool {
-    let labels = pod.metadata.labels.as_ref();
-    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-    match get(keys::LABEL_QOS_CLASS) {
-        Some(v) => v == "BE",
-        None => get(keys::LABEL_LEGACY_QOS_CLASS) == Some("BE"),
-    }
 }
 
 fn request_of(c: &Container, key: &str, milli: bool) -> i64 {
@@ -126,31 +116,5 @@ impl PodFacts {
                 sum(keys::RESOURCE_BATCH_MEMORY, false),
             ),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn be_is_the_label_the_webhook_reads() {
-        let pod = |labels: &[(&str, &str)]| {
-            let mut p = Pod::default();
-            p.metadata.labels = Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            );
-            p
-        };
-        let (label, legacy) = (keys::LABEL_QOS_CLASS, keys::LABEL_LEGACY_QOS_CLASS);
-        assert!(label_is_be(&pod(&[(label, "BE")])));
-        assert!(label_is_be(&pod(&[(legacy, "BE")])));
-        assert!(!label_is_be(&pod(&[(label, "LS")])));
-        assert!(!label_is_be(&pod(&[(label, "LS"), (legacy, "BE")])));
-        assert!(!label_is_be(&pod(&[])));
-        assert!(!label_is_be(&Pod::default()));
     }
 }

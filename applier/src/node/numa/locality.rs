@@ -19,7 +19,7 @@ use rustix::io::Errno;
 use koord_translator::cgroup::CgroupVersion;
 use koord_translator::cgroup::Controller;
 use koord_translator::cgroup::file;
-use koord_translator::cgroup::layout::{ContainerId, Layout, LayoutError};
+use koord_translator::cgroup::layout::{Layout, LayoutError};
 use koord_translator::pod::spec_view::PodSpecView;
 
 use super::LocalityConfig;
@@ -30,6 +30,7 @@ use super::target::{NO_TARGET_NUMA, Target, select};
 use super::timings::{ContainerTimings, PassTimings, micros, micros_since};
 use super::topology::{IdSet, Topology, TopologyError};
 use crate::cpu_list::{format_list, parse_list};
+use crate::node::shared::container_dir::container_rel;
 
 /// Pages queried per `move_pages(nodes = NULL)` call.
 const QUERY_CHUNK: usize = 4096;
@@ -54,10 +55,7 @@ pub fn container_cgroup(
     pod: &PodSpecView,
     container_id: &str,
 ) -> Result<ContainerCgroup, LayoutError> {
-    let id = ContainerId::parse(container_id)?;
-    let rel = layout
-        .pod_dir(&pod.uid, pod.kube_qos)?
-        .join(layout.container_leaf(&id));
+    let rel = container_rel(layout, pod, container_id)?;
     // Layout::dir validates `rel`; the cpuset directory is its sibling under the root.
     let memory = layout.dir(&rel, Controller::Memory)?;
     Ok(match layout.version {

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
-use crate::node::collectors::psi;
+use crate::node::shared::psi;
+use crate::node::shared::reclaim_slice::{SLICE_GAP, WRITE_SLICE};
 
 /// What the node lacks for the loop, as the Event says it and the refusal metric counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,19 +82,18 @@ pub trait ReclaimTarget {
 /// Bounds of one reclaim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slices {
-    /// The most one write asks for (the async reclaim's slice, 2 MiB): the kernel reclaims in
-    /// the writer's context, so a small write keeps each call short, and `memory.current` is
-    /// re-read before the next one.
+    /// The most one write asks for (why: [`crate::node::shared::reclaim_slice`]);
+    /// `memory.current` is re-read before the next one.
     pub slice: u64,
-    /// Asleep between two slices: a task of the container that woke meanwhile runs at once.
+    /// Asleep between two slices.
     pub gap: Duration,
 }
 
 impl Default for Slices {
     fn default() -> Self {
         Self {
-            slice: crate::node::reclaim::pace::WRITE_SLICE,
-            gap: Duration::from_micros(100),
+            slice: WRITE_SLICE,
+            gap: SLICE_GAP,
         }
     }
 }

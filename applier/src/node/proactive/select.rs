@@ -12,13 +12,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use koord_api::{ProactiveReclaimParams, ResolvedQos, proactive_reclaim_floor};
-use koord_translator::cgroup::Controller;
-use koord_translator::cgroup::layout::{ContainerId, Layout};
+use koord_translator::cgroup::layout::Layout;
 use koord_translator::pod::event::{EventKind, PodEvent, truncate_note};
 use koord_translator::pod::plan;
 use koord_translator::pod::spec_view::PodSpecView;
 
 use super::cgroup::Lack;
+use crate::node::shared::container_dir::container_memory_dir;
 
 /// Warning: the annotation's section does not hold against the spec; no reclaim for the pod.
 pub const REASON_REFUSED: &str = "ProactiveReclaimRefused";
@@ -159,7 +159,7 @@ pub fn verdict(pod: &PodSpecView, layout: &Layout, support: Result<(), Lack>) ->
         let Some(dir) = c
             .container_id
             .as_deref()
-            .and_then(|id| container_dir(layout, pod, id))
+            .and_then(|id| container_memory_dir(layout, pod, id))
         else {
             continue;
         };
@@ -173,21 +173,6 @@ pub fn verdict(pod: &PodSpecView, layout: &Layout, support: Result<(), Lack>) ->
         params: pr.params,
         containers,
     }
-}
-
-/// The container's memory cgroup, from the pod UID, the QoS class and the runtime's ID, under
-/// the cgroup root ([`Layout::dir`] refuses anything else).
-pub(crate) fn container_dir(
-    layout: &Layout,
-    pod: &PodSpecView,
-    container_id: &str,
-) -> Option<Arc<Path>> {
-    let id = ContainerId::parse(container_id).ok()?;
-    let rel = layout
-        .pod_dir(&pod.uid, pod.kube_qos)
-        .ok()?
-        .join(layout.container_leaf(&id));
-    layout.dir(&rel, Controller::Memory).ok().map(Arc::from)
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::XattrFlags;
 
+use crate::node::shared::limit::parse_limit;
+
 /// The attribute's name; its value is `memory.high` as the file held it (`max` or bytes).
 pub const XATTR: &str = "user.koord-qos.memory.high.before";
 
@@ -24,7 +26,7 @@ pub fn recorded(dir: &Path) -> Option<String> {
     let n = rustix::fs::getxattr(dir, XATTR, &mut buf[..]).ok()?;
     let v = std::str::from_utf8(buf.get(..n)?).ok()?.trim();
     // Only what `memory.high` can hold is put back.
-    (v == "max" || v.parse::<u64>().is_ok()).then(|| v.to_owned())
+    parse_limit(v).is_ok().then(|| v.to_owned())
 }
 
 /// Puts the kept value back into `memory.high` and drops the record; returns the value

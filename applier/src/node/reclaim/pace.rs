@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use super::watermarks::Watermarks;
+use crate::node::shared::reclaim_slice::{SLICE_GAP, WRITE_SLICE};
 
 /// Bounds of one container's reclaim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,12 +24,8 @@ pub struct Bounds {
     pub backoff: Duration,
     pub max_backoff: Duration,
     /// One reclaim is written in slices of at most this many bytes, with [`Bounds::slice_gap`]
-    /// asleep between them: the kernel reclaims in the writer's context, and a CPU the
-    /// container shares with the worker would otherwise wait out a whole reclaim (17 MiB held a
-    /// one-CPU guest's CPU for 2 ms; the reads' p99 paid for it).
+    /// asleep between them ([`crate::node::shared::reclaim_slice`] says why).
     pub write_slice: u64,
-    /// The sleep between two slices: the worker leaves the run queue, so a task of the
-    /// container that woke meanwhile runs at once.
     pub slice_gap: Duration,
 }
 
@@ -39,13 +36,10 @@ impl Default for Bounds {
             backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(30),
             write_slice: WRITE_SLICE,
-            slice_gap: Duration::from_micros(100),
+            slice_gap: SLICE_GAP,
         }
     }
 }
-
-/// The slice of one `memory.reclaim` write ([`Bounds::write_slice`]).
-pub const WRITE_SLICE: u64 = 2 << 20;
 
 /// `bytes` cut into writes of at most `slice` (the last one the rest; none for 0).
 pub fn slices(bytes: u64, slice: u64) -> impl Iterator<Item = u64> {

@@ -32,7 +32,7 @@ impl Default for Settings {
             interval: Duration::from_millis(100),
             cpu_percent: 5,
             proc_root: PathBuf::from("/proc"),
-            write_slice: super::pace::WRITE_SLICE,
+            write_slice: crate::node::shared::reclaim_slice::WRITE_SLICE,
         }
     }
 }

@@ -49,17 +49,6 @@ impl Watermarks {
     }
 }
 
-/// A cgroup v2 limit file's text: bytes, or `None` for `max`; `Err` for anything else.
-pub fn parse_limit(text: &str) -> Result<Option<u64>, String> {
-    match text.trim() {
-        "max" => Ok(None),
-        t => t
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| format!("{t:?} is neither bytes nor \"max\"")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,13 +165,5 @@ mod tests {
                 c.max, c.high, c.ratio, c.scale
             );
         }
-    }
-
-    #[test]
-    fn limit_files_read_as_bytes_or_max() {
-        assert_eq!(parse_limit("max\n"), Ok(None));
-        assert_eq!(parse_limit("268435456\n"), Ok(Some(268_435_456)));
-        assert!(parse_limit("12k").is_err());
-        assert!(parse_limit("").is_err());
     }
 }

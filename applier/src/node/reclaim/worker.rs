@@ -19,10 +19,11 @@ use std::sync::atomic::Ordering;
 use super::be_first::{BeFirst, share};
 use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step, slices};
 use super::throttle::{self, Decision, Pressure, Seen};
-use super::watermarks::{Watermarks, parse_limit};
+use super::watermarks::Watermarks;
 use super::zoneinfo::parse_zoneinfo;
 use super::{AsyncReclaim, Key, Registration, held};
 use crate::node::reclaim::metrics::ReclaimMetrics;
+use crate::node::shared::limit::{limit_bytes, parse_limit};
 
 /// The limits are re-read this often.
 const LIMITS_EVERY: Duration = Duration::from_secs(1);
@@ -321,7 +322,7 @@ impl Tracked {
     /// `memory.high` (what a throttle would restore) and `memory.min` now.
     fn limits_now(&self) -> Option<(u64, u64)> {
         let read = |file: &str| std::fs::read_to_string(self.reg.dir.join(file)).ok();
-        let prior = high_bytes(&read("memory.high")?)?;
+        let prior = limit_bytes(&read("memory.high")?)?;
         let min = read("memory.min")
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
@@ -381,7 +382,7 @@ impl Tracked {
         };
         let now = std::fs::read_to_string(self.reg.dir.join("memory.high"))
             .ok()
-            .and_then(|t| high_bytes(&t));
+            .and_then(|t| limit_bytes(&t));
         let Some(now) = now.filter(|v| *v != th.value) else {
             return;
         };
@@ -526,11 +527,6 @@ impl Tracked {
         }
         (Ok(()), spent)
     }
-}
-
-/// `memory.high` in bytes (`max` -> `u64::MAX`).
-fn high_bytes(text: &str) -> Option<u64> {
-    parse_limit(text).ok().map(|v| v.unwrap_or(u64::MAX))
 }
 
 /// This thread's CPU time (user and system: the kernel's reclaim runs in this thread).
