@@ -506,6 +506,10 @@ class Stamps(unittest.TestCase):
             self.assertEqual(published.stale_blocks(root, scenarios), [])
             # Run from a tree whose tracked files differ from its commit: said so.
             self.assertIn(f"commit `{head}-dirty`", doc.read_text())
+            # A table written by the run (docs/) is not a change of its code.
+            subprocess.run(["git", "-C", d, "checkout", "-q", "s.py"], check=True)
+            published.replace_between_markers(doc, "t", "| a |\n|---|\n| 3 |", root, scenarios)
+            self.assertIn(f"commit `{head}`,", doc.read_text())
             self.assertEqual(doc.read_text().count("Stamp:"), 1)
 
     def test_unstamped_unknown_and_misnamed_blocks_are_refused(self):

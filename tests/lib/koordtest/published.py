@@ -66,11 +66,14 @@ def scenario_hash(files: tuple[str, ...], root: Path = REPO) -> str:
 
 
 def run_commit(root: Path = REPO) -> str:
-    """The commit the run was made from, `-dirty` when tracked files differ from it."""
+    """The commit the run was made from, `-dirty` when tracked files outside docs/ differ from it
+    (what the runs write, the tables and plots, is under docs/: a run that publishes several
+    blocks would otherwise call its own earlier tables a change of code)."""
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
     head = git("rev-parse", "--short=12", "HEAD").stdout.strip() or "0" * 12
-    return head + ("-dirty" if git("diff", "--quiet", "HEAD").returncode else "")
+    changed = git("diff", "--quiet", "HEAD", "--", ".", ":(exclude)docs").returncode
+    return head + ("-dirty" if changed else "")
 
 
 def stamp(name: str, root: Path = REPO, scenarios=None) -> str:
