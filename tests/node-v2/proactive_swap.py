@@ -17,9 +17,9 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
 
 Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
 ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
-with an anonymous flood: the BE pod allocates BE_ANON_FLOOD_MIB of anonymous memory, past what
-the node has free. First before swap is on (the BE-first reclaim finds nothing it can take:
-`EAGAIN`), then with swap on, a larger flood (BE_ANON_FLOOD_SWAP_MIB) and the applier's
+with an anonymous flood: the BE pod allocates anonymous memory past what the node has free
+(its MemAvailable and FLOOD_PAST_FREE_MIB). First before swap is on (the BE-first reclaim finds
+nothing it can take: `EAGAIN`), then with swap on, a larger flood (BE_ANON_FLOOD_SWAP_MIB) and the applier's
 `--be-swap-percent BE_SWAP_PERCENT` (the BE container's `memory.swap.max` = that share of its
 1600Mi limit): C0 with swap must keep more of
 the LS working set than without, and the BE pod must have swapped beyond what the kubelet alone
@@ -57,14 +57,26 @@ BE_SWAP_FLAG = f"--be-swap-percent={BE_SWAP_PERCENT}"
 # The protection proof's BE flood container: its limit, and the grant the flag gives it.
 BE_LIMIT = 1600 * MIB
 BE_GRANT = BE_LIMIT * BE_SWAP_PERCENT // 100 // 4096 * 4096
-# C0 with swap floods with more than C0a's BE_ANON_FLOOD_MIB: with swap on, the kernel first
-# swaps the node's other cold anonymous memory (the kubelet's, containerd's, the guest's), and a
-# flood of C0a's size can then fit in memory without touching the BE pod's (a run saw 0 MiB of
-# the BE pod in swap, BE-first never woken: nothing of the grant exercised). This much cannot
-# fit beside the LS pod in the 1536 MiB node, so the BE pod's own memory must go somewhere; it
-# is within the BE container's 1600Mi limit. The comparison with C0a is the less flattering for
-# it: a larger flood with swap than without.
-BE_ANON_FLOOD_SWAP_MIB = 1400
+# The floods are sized from the node, not fixed: what a flood does depends on what the node has
+# free when it starts, and that depends on the scenarios before it (after the protection
+# scenarios 1000 MiB pressed the LS pod; on a fresh node it fitted, and C0a kept everything).
+# C0a, without swap: the node's MemAvailable and FLOOD_PAST_FREE_MIB more, so the kernel must take
+# the LS pod's page cache (up to FLOOD_MAX_MIB, within the BE container's limit).
+FLOOD_PAST_FREE_MIB = 300
+FLOOD_MAX_MIB = 1500
+# C0 with swap: more than the 1536 MiB node can hold beside the LS pod, just within the BE
+# container's 1600Mi limit (past it, the flood could meet the limit before the applier's grant
+# lands and be OOM-killed). With swap on the kernel first swaps the node's other cold anonymous
+# memory, so a flood sized from MemAvailable could fit without the BE pod's being touched (a run
+# saw 0 MiB of it in swap, BE-first never woken); this one cannot. The comparison with C0a is the
+# less flattering for C0 with swap: the larger flood.
+BE_ANON_FLOOD_SWAP_MIB = 1550
+
+
+def flood_past_free(h) -> int:
+    """C0a's flood, MiB: the guest's MemAvailable and FLOOD_PAST_FREE_MIB, at most FLOOD_MAX_MIB."""
+    avail = int(h.guest("awk '/^MemAvailable:/ {print $2}' /proc/meminfo")) // 1024
+    return min(FLOOD_MAX_MIB, avail + FLOOD_PAST_FREE_MIB)
 
 
 def anon_pod(name: str, image: str, opted_in: bool) -> dict:
@@ -141,8 +153,12 @@ def run(h) -> None:
     got = h.kubectl("-n", "kube-system", "get", "configmap", "ack-slo-config", "-o", "json",
                     check_rc=False)
     slo_before = json.loads(got.stdout).get("data") if got.returncode == 0 else None
+    fixed_flood = protection.BE_ANON_FLOOD_MIB
     try:
         # C0 with the anonymous flood, without swap: the comparison's first half.
+        protection.BE_ANON_FLOOD_MIB = flood_past_free(h)  # read by protection.be_pod
+        log(f"C0a: a flood of {protection.BE_ANON_FLOOD_MIB} MiB (MemAvailable + "
+            f"{FLOOD_PAST_FREE_MIB}, at most {FLOOD_MAX_MIB})")
         protection.run_config(h, "C0a")
         protection.set_slo(h, slo_with_class_params())
         total = swap_on(h, config)
@@ -155,6 +171,7 @@ def run(h) -> None:
         be_swap = protection_with_swap(h)
         publish(*idle, total, be_swap)
     finally:
+        protection.BE_ANON_FLOOD_MIB = fixed_flood
         h.delete_pods(NS, *names)
         h.delete_pods(protection.NS, "be-flood", "redis-demo")
         h.applier_args(remove=BE_SWAP_FLAG)
