@@ -373,7 +373,7 @@ def published_head(node: str) -> str:
         f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {node}, interval "
         f"{INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; `KOORD_V2_KUBELET_CGROUP_ROOT=/ "
         f"KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-        f"KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run`):", 100,
+        f"KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' tests/node-v2/run`):", 100,
         break_on_hyphens=False, break_long_words=False)
 
 

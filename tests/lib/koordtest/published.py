@@ -25,15 +25,16 @@ REPO = Path(__file__).resolve().parents[3]
 SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "protection": (("tests/node-v2/protection.py", "tests/node-v2/systemd.py", "tests/lib/sample.c"),
                    "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-                   "KOORD_NODE_V2_ONLY='^(node:|install:|protection)' tests/node-v2/run"),
+                   "KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' tests/node-v2/run"),
     "colocation": (("tests/node/colocation.py",),
                    "KOORD_NODE_FULL=1 KOORD_NODE_ONLY='^colocation' tests/node/run"),
     "proactive-reclaim": (("tests/node-v2/proactive.py",),
                           "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-                          "KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run"),
+                          "KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' "
+                          "tests/node-v2/run"),
     "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py",),
                                "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd "
-                               "KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' "
+                               "KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' "
                                "tests/node-v2/run"),
     "async-reclaim": (("tests/node-v2/reclaim.py",),
                       "KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run"),
