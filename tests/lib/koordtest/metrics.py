@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 Metrics = dict[tuple[str, frozenset], float]
 
@@ -92,6 +93,4 @@ def paired_ratio_median(a: list[float], b: list[float]) -> tuple[float, list[flo
     if min(a) <= 0:
         raise ValueError(f"a round of A measured {min(a)}: no ratio to it")
     ratios = [y / x for x, y in zip(a, b)]
-    s = sorted(ratios)
-    n = len(s)
-    return (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2), ratios
+    return statistics.median(ratios), ratios
