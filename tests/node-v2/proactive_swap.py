@@ -17,8 +17,9 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
 
 Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
 ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
-with an anonymous flood: the BE pod allocates anonymous memory past what the node has free
-(protection.BE_ANON_FLOOD_MIB). First before swap is on (the BE-first reclaim finds nothing it
+with an anonymous flood: the BE pod allocates anonymous memory up to what the node has available
+less a margin (protection.anon_flood_mib: sized on the first run, the same on the second), so that
+without swap the node's page cache must go. First before swap is on (the BE-first reclaim finds nothing it
 can take: `EAGAIN`), then with swap on and the applier's `--be-swap-percent BE_SWAP_PERCENT`
 (the BE container's `memory.swap.max` = that share of its 1600Mi limit, asserted in place through
 the flood and put back after): C0 with swap must keep more of the LS working set than without;
@@ -52,6 +53,9 @@ REQUEST_MIB = 64
 WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SWAP_SECONDS", "120"))
 SWAP_CONFIG = "memorySwap:\n  swapBehavior: LimitedSwap\n"
 BE_SWAP_PERCENT = 50
+# C0 without swap under the anonymous flood kept less than this share of the LS working set: the
+# flood pressed the node (a flood that fits in free memory takes nothing: no comparison).
+PRESSED_BELOW = 90
 BE_SWAP_FLAG = f"--be-swap-percent={BE_SWAP_PERCENT}"
 # The protection proof's BE flood container: its limit, and the grant the flag gives it.
 BE_LIMIT = 1600 * MIB
@@ -260,7 +264,9 @@ def protection_with_swap(h) -> dict:
     # What the kubelet alone would let the BE pod swap (LimitedSwap: its 64Mi request's share).
     kubelet_share = 64 * MIB * int(h.guest("awk '/^SwapTotal:/ {print $2}' /proc/meminfo")) // int(
         h.guest("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
-    line = (f"protection C0, anonymous flood of {protection.BE_ANON_FLOOD_MIB} MiB, with swap (the "
+    flood = protection.ANON_FLOOD
+    line = (f"protection C0, anonymous flood of {flood['mib']} MiB (the node had "
+            f"{flood['available']} MiB available), with swap (the "
             f"BE container granted {window.swap_max / MIB:.0f} MiB of swap, "
             f"{window.swap / MIB:.0f} MiB used, memory.swap.max {int(window.after) / MIB:.0f} MiB "
             f"once the applier exited; BE-first reclaimed {c0as['be_first_mib']:.0f} MiB): "
@@ -279,6 +285,9 @@ def protection_with_swap(h) -> dict:
     log(f"the BE pod swapped {window.swap / MIB:.0f} MiB (the kubelet's own share "
         f"{kubelet_share / MIB:.0f} MiB)")
     held = [
+        # Without swap the flood must have taken from the LS pod, or there is nothing to compare.
+        (c0a["kept"] < PRESSED_BELOW, f"C0 without swap kept {c0a['kept']:.1f}% (at least "
+         f"{PRESSED_BELOW}%): the flood did not press the node"),
         (c0as["kept"] > c0a["kept"], f"C0 with swap kept no more than without: {line}"),
         (not c0as["oom"], f"{c0as['oom']} OOM kills in C0 with swap"),
         (c0as["released"] is not False, "C0 with swap: the BE throttle was not released with "
@@ -305,7 +314,8 @@ def publish(s0, s1, floor: int, swap_total: int, be_swap: dict, failed: list[str
                     f"{a['swap'] / MIB:.0f} | {b['swap_max'] / MIB:.0f} | {fl} |")
     c0, c0s = be_swap["c0"], be_swap["c0s"]
     rows += ["", "The protection proof's C0 (the reference's `enable: true`, `memory.min` 0) with\n"
-             f"a BE pod allocating {protection.BE_ANON_FLOOD_MIB} MiB of anonymous memory, before "
+             f"a BE pod allocating {protection.ANON_FLOOD.get('mib', 0)} MiB of anonymous memory, "
+             f"the node's available memory less {protection.ANON_FLOOD_MARGIN_MIB} MiB, before "
              f"swap is on\nand with swap on and `--be-swap-percent {BE_SWAP_PERCENT}`:", "",
              "| C0, anonymous flood | LS working set kept | refaults on the LS re-read | BE "
              "`memory.swap.max` | BE in swap | BE-first reclaimed | OOM kills |",
