@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# `make test`: everything CI runs, in lanes, so that a cold run (empty caches) fits CI's budget
-# on 2 cores. The Go builds are long and partly single-threaded, the Rust steps leave cores idle
-# while their tests wait on sockets, timers and valgrind: run side by side, each fills the
-# other's gaps.
+# `make test`: everything CI runs, in lanes ordered by what each needs, so that a cold run (empty
+# caches) fits CI's budget on 2 cores. The cgroup v2 nodes are the long pole and spend most of
+# their time waiting on their guests: they start as soon as their inputs are built, and the rest
+# (the Rust tests, the host suites, the performance counts) fills the cores beside them.
 #
-#   builds (background, from the start): helm, cargo-deny and cargo-shear, Kubernetes
-#          (kube-apiserver, kubelet, kube-proxy, kube-scheduler, kube-controller-manager,
-#          kubectl), etcd and containerd 2, each built once per version and cached
-#          (tests/build.sh)
-#   rust   (foreground): make unit (its chart tests wait for helm), make perf, make images (the
-#          release binaries the suites install), make lint (its cargo tools come from builds)
-#   kernel (background, from the start): the cgroup v2 node's User-Mode Linux kernel (11
-#          CPU-minutes cold, nothing warm), beside the builds so that it is ready when the
-#          suites start; the v2 lanes wait for it on its builder's lock, the host lane does not
-#          need it
-#   suites (once builds and rust are done): tests/suites.sh
+#   1. what the v2 nodes need, and only that: Kubernetes, etcd and containerd 2 (tests/build.sh
+#      nodes) and the User-Mode Linux kernel (tests/node-v2/uml/kernel.sh), niced, beside
+#      `make images` (the release binaries and the images every node suite installs);
+#   2. tests/suites.sh v2 (three guests) in the background; beside it the host: helm, the cargo
+#      tools and kwok (tests/build.sh tools), then two lanes: rust (`make unit`, its compile
+#      niced first, `make lint` and `make perf-counts` niced: instruction counts and CPU seconds,
+#      which a busy machine does not change) and tests/suites.sh host (e2e, v1 node, NUMA
+#      guest, scale);
+#   3. alone, on a quiet machine: tests/suites.sh quiet (colocation, a latency figure) and
+#      `make perf-latency` (the HTTP/2 attack's normal-client p99 and the soak).
 #
 # Usage: tests/all.sh (as `make test`; `make suites` runs tests/suites.sh alone). Each step's
 # log is printed when the step ends; a timeline closes the run. Exits non-zero if any step failed.
@@ -28,33 +27,47 @@ export LANES_LOG_DIR=${KOORD_TEST_LOG_DIR:-$(mktemp -d /tmp/koord-test.XXXXXX)}
 source "$here/lib/lanes.sh"
 MAKE=${MAKE:-make}
 
-# Niced: the Rust lane runs tests that hold servers to latency bounds (tests/attack) and the
-# soak; the builds take the cycles those leave.
-step builds nice -n 10 env KOORD_BUILD_KERNEL=0 "$here/build.sh" &
+ok() { ! grep -qxE "$1" "$LANES_LOG_DIR/failed" 2>/dev/null; }
+
+# 1. The v2 nodes' inputs. The Go builds and the kernel niced: the release build beside them is
+# the one of these that also feeds the host lanes.
+step builds-nodes nice -n 10 env KOORD_BUILD_KERNEL=0 "$here/build.sh" nodes &
 builds=$!
-# The v2 lanes need the kernel only when the suites start, after the builds: built beside them
-# (at the builds' priority), it is ready by then on a cold run instead of holding the v2 lanes
-# back by its own build time.
 step kernel nice -n 10 "$here/node-v2/uml/kernel.sh" build &
 kernel=$!
-
-step unit "$MAKE" --no-print-directory unit
-step perf "$MAKE" --no-print-directory perf
-# The release binaries and the images every node suite installs, built once here rather than
-# by the first suite that needs them while the others wait on cargo's lock.
 step images "$MAKE" --no-print-directory images
-# Last: its cargo-deny and cargo-shear come from the builds lane.
-step lint "$MAKE" --no-print-directory lint
-wait "$builds"
+wait "$builds" "$kernel"
 
-# The suites run even after a failed lint, unit or perf step (one CI run then shows every
-# failure); they cannot run without their binaries.
-if grep -qxE 'builds|images' "$LANES_LOG_DIR/failed" 2>/dev/null; then
-    echo "all: not running the suites: $(lanes_failed)failed" >&2
+# 2. The v2 lanes, then the host's two lanes beside them. A lane whose inputs failed to build
+# does not run (the failed build is the run's failure).
+v2=
+if ok 'builds-nodes|kernel|images'; then
+    "$here/suites.sh" v2 &
+    v2=$!
 else
-    KOORD_BUILD_KERNEL=0 step suites "$here/suites.sh"
+    echo "all: not running the v2 suites: $(lanes_failed)failed" >&2
 fi
-wait "$kernel"
+step builds-tools nice -n 10 "$here/build.sh" tools
+rust_lane() {
+    step unit-build nice -n 10 "${CARGO:-cargo}" test --workspace --no-run -q
+    step unit "$MAKE" --no-print-directory unit
+    step lint nice -n 10 "$MAKE" --no-print-directory lint
+    step perf-counts nice -n 10 "$MAKE" --no-print-directory perf-counts
+}
+rust_lane &
+rust=$!
+if ok 'builds-nodes|builds-tools|images'; then
+    "$here/suites.sh" host
+else
+    echo "all: not running the host suites: $(lanes_failed)failed" >&2
+fi
+wait "$rust" ${v2:+"$v2"}
+
+# 3. Alone.
+if ok 'builds-nodes|images'; then
+    "$here/suites.sh" quiet
+fi
+step perf-latency "$MAKE" --no-print-directory perf-latency
 lanes_timeline
 failed=$(lanes_failed)
 if [[ -n $failed ]]; then

@@ -18,7 +18,7 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
 Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
 ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
 with an anonymous flood: the BE pod allocates anonymous memory up to what the node has available
-less a margin (protection.anon_flood_mib: sized on the first run, the same on the second), so that
+less a margin (anon_flood_mib: sized on the first run, the same on the second), so that
 without swap the node's page cache must go. First before swap is on (the BE-first reclaim finds nothing it
 can take: `EAGAIN`), then with swap on and the applier's `--be-swap-percent BE_SWAP_PERCENT`
 (the BE container's `memory.swap.max` = that share of its 1600Mi limit, asserted in place through
@@ -53,6 +53,13 @@ REQUEST_MIB = 64
 WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SWAP_SECONDS", "120"))
 SWAP_CONFIG = "memorySwap:\n  swapBehavior: LimitedSwap\n"
 BE_SWAP_PERCENT = 50
+# The anonymous flood: what the node has available less this margin, so that without swap the
+# kernel must drop page cache (the LS pod's among it) and never needs to OOM-kill. Sized on the
+# first run and the same on the second: a fixed size fitted in free memory on one node (nothing
+# to compare) and not on another, by how much the node happened to hold.
+ANON_FLOOD_MARGIN_MIB = 64
+ANON_FLOOD_MAX_MIB = 1500  # under the BE container's 1600Mi limit
+ANON_FLOOD: dict[str, int] = {}
 # C0 without swap under the anonymous flood kept less than this share of the LS working set: the
 # flood pressed the node (a flood that fits in free memory takes nothing: no comparison).
 PRESSED_BELOW = 90
@@ -125,6 +132,27 @@ class Anon:
         return out
 
 
+def meminfo(h) -> dict[str, int]:
+    """The guest's /proc/meminfo, MiB."""
+    out = {}
+    for line in h.guest("cat /proc/meminfo").splitlines():
+        k, _, v = line.partition(":")
+        out[k] = int(v.split()[0]) >> 10
+    return out
+
+
+def anon_flood_mib(h) -> int:
+    """The anonymous flood's size, MiB: MemAvailable less the margin, measured the first time."""
+    m = meminfo(h)
+    log(f"before the anonymous flood: free {m['MemFree']} MiB, available {m['MemAvailable']} MiB, "
+        f"file active {m['Active(file)']} inactive {m['Inactive(file)']} MiB, anon "
+        f"{m['AnonPages']} MiB, shmem {m['Shmem']} MiB")
+    if "mib" not in ANON_FLOOD:
+        ANON_FLOOD["mib"] = min(ANON_FLOOD_MAX_MIB, m["MemAvailable"] - ANON_FLOOD_MARGIN_MIB)
+        ANON_FLOOD["available"] = m["MemAvailable"]
+    return ANON_FLOOD["mib"]
+
+
 def run(h) -> None:
     config = (h.node_dir / "guest" / "kubelet.yaml").read_text()
     check("memorySwap" not in config, "the node's kubelet already has a memorySwap setting")
@@ -138,7 +166,7 @@ def run(h) -> None:
     slo_before = json.loads(got.stdout).get("data") if got.returncode == 0 else None
     try:
         # C0 with the anonymous flood, without swap: the comparison's first half.
-        protection.run_config(h, "C0a")
+        protection.run_config(h, "C0a", anonymous=anon_flood_mib)
         protection.set_slo(h, slo_with_class_params())
         total = swap_on(h, config)
         log(f"swap on: {total / MIB:.0f} MiB on {SWAP_DEV}; the kubelet restarted with "
@@ -259,12 +287,12 @@ def protection_with_swap(h) -> dict:
     swap was on)."""
     h.applier_args(add=BE_SWAP_FLAG)
     window = BeSwapWindow()
-    protection.run_config(h, "C0as", window)
+    protection.run_config(h, "C0as", window, anonymous=anon_flood_mib)
     c0a, c0as = protection.RESULTS["C0a"], protection.RESULTS["C0as"]
     # What the kubelet alone would let the BE pod swap (LimitedSwap: its 64Mi request's share).
     kubelet_share = 64 * MIB * int(h.guest("awk '/^SwapTotal:/ {print $2}' /proc/meminfo")) // int(
         h.guest("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
-    flood = protection.ANON_FLOOD
+    flood = ANON_FLOOD
     line = (f"protection C0, anonymous flood of {flood['mib']} MiB (the node had "
             f"{flood['available']} MiB available), with swap (the "
             f"BE container granted {window.swap_max / MIB:.0f} MiB of swap, "
@@ -314,8 +342,8 @@ def publish(s0, s1, floor: int, swap_total: int, be_swap: dict, failed: list[str
                     f"{a['swap'] / MIB:.0f} | {b['swap_max'] / MIB:.0f} | {fl} |")
     c0, c0s = be_swap["c0"], be_swap["c0s"]
     rows += ["", "The protection proof's C0 (the reference's `enable: true`, `memory.min` 0) with\n"
-             f"a BE pod allocating {protection.ANON_FLOOD.get('mib', 0)} MiB of anonymous memory, "
-             f"the node's available memory less {protection.ANON_FLOOD_MARGIN_MIB} MiB, before "
+             f"a BE pod allocating {ANON_FLOOD.get('mib', 0)} MiB of anonymous memory, "
+             f"the node's available memory less {ANON_FLOOD_MARGIN_MIB} MiB, before "
              f"swap is on\nand with swap on and `--be-swap-percent {BE_SWAP_PERCENT}`:", "",
              "| C0, anonymous flood | LS working set kept | refaults on the LS re-read | BE "
              "`memory.swap.max` | BE in swap | BE-first reclaimed | OOM kills |",

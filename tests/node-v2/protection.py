@@ -89,28 +89,10 @@ def ls_pod(image: str) -> dict:
                                         "limits": {"cpu": "1", "memory": "400Mi"}}}]}}
 
 
-# The anonymous flood (C0 with swap, proactive_swap.py): no file, anonymous memory up to what
-# the node has available less this margin, so that without swap the kernel must drop the page
-# cache (the LS pod's among it) and never needs to OOM-kill; done once it is all allocated (in
-# memory or in swap) or after a minute. Sized once, on the first run, and the same for the
-# second: a fixed size either fitted in free memory (nothing to compare) or did not, by how much
-# the node happened to hold.
-ANON_FLOOD_MARGIN_MIB = 64
-ANON_FLOOD_MAX_MIB = 1500  # under the BE container's 1600Mi limit
-ANON_FLOOD: dict[str, int] = {}
-
-
-def anon_flood_mib(h) -> int:
-    """The anonymous flood's size, MiB: MemAvailable less the margin, measured the first time."""
-    if "mib" not in ANON_FLOOD:
-        avail = int(h.guest("awk '/^MemAvailable:/ {print $2}' /proc/meminfo")) >> 10
-        ANON_FLOOD["mib"] = min(ANON_FLOOD_MAX_MIB, avail - ANON_FLOOD_MARGIN_MIB)
-        ANON_FLOOD["available"] = avail
-    return ANON_FLOOD["mib"]
-
-
 def be_pod(image: str, anonymous: int = 0) -> dict:
-    """The BE flood pod: anonymous 0 for the file flood, else the anonymous flood's MiB."""
+    """The BE flood pod: anonymous 0 for the file flood, else the MiB of an anonymous flood (C0
+    with swap, proactive_swap.py: no file, done once it is all allocated, in memory or in swap,
+    or after a minute)."""
     flood = (f"koord-stress --vm 1 --vm-bytes {BE_ANON} --vm-hang 100000 & sleep 3; "
              f"dd if=/dev/zero of=/data/be bs=1M count={BE_FILE_MIB} 2>/dev/null; "
              f"cat /data/be >/dev/null; touch /data/done; "
@@ -204,11 +186,12 @@ def emptydir(pod: dict) -> str:
     return f"/var/lib/kubelet/pods/{pod['metadata']['uid']}/volumes/kubernetes.io~empty-dir/data"
 
 
-def run_config(h, name: str, window=None) -> None:
+def run_config(h, name: str, window=None, anonymous=None) -> None:
     """One configuration, measured. `window` (configuration C on the systemd node): an object
     whose start(h, ls_pod) is called once the LS pod is protected, flood(h) when the BE pod
     starts and finish(h) after the re-read; the verdict reads its `text` and calls its
-    verdict()."""
+    verdict(). `anonymous(h)`: the MiB of an anonymous flood instead of the file flood, asked
+    once the LS pod holds its working set."""
     image = h.env["REDIS_IMAGE"]
     if name == "A":
         check(not h.installed, "configuration A must run before the product is installed")
@@ -254,8 +237,7 @@ def run_config(h, name: str, window=None) -> None:
 
     # The LS pod's file pages (its working set), MiB, once a second: the plot's line.
     sampler = Sampler(lambda: memstat(h, ls_cg)["file"] / 2**20, 1.0)
-    anonymous = anon_flood_mib(h) if name.startswith("C0a") else 0
-    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"], anonymous), NS)
+    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"], anonymous(h) if anonymous else 0), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
     if window:

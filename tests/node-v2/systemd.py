@@ -141,15 +141,16 @@ def s_node(h: Harness) -> None:
 
 
 def applier_it_binary() -> str:
-    """The applier's integration-test binary (`cargo test -p koord-applier --test it`), built
-    on the host; the guest runs it from the host's filesystem."""
-    out = subprocess.run(["cargo", "test", "-q", "-p", "koord-applier", "--test", "it", "--no-run",
+    """The applier's integration-test binary (`cargo test --test it`), built on the host; the
+    guest runs it from the host's filesystem. The workspace selected, as `make unit` selects it:
+    the same features, so the binary `make unit` built is found, not compiled again."""
+    out = subprocess.run(["cargo", "test", "-q", "--workspace", "--test", "it", "--no-run",
                           "--message-format=json"], cwd=HERE.parents[1], capture_output=True,
                          text=True, timeout=1800)
     check(out.returncode == 0, f"building the applier's tests failed: {out.stderr[-800:]}")
     exes = [m["executable"] for m in map(json.loads, out.stdout.splitlines())
             if m.get("reason") == "compiler-artifact" and m.get("executable")
-            and m["target"]["name"] == "it"]
+            and m["target"]["name"] == "it" and "koord-applier" in m["package_id"]]
     check(len(exes) == 1, f"no single `it` test binary in cargo's answer: {exes}")
     return exes[0]
 

@@ -22,20 +22,20 @@ REPO = Path(__file__).resolve().parents[3]
 
 # Each published block, the files whose assertions it reports (relative to the repository) and
 # the command that writes it again. A changed file makes the block stale until that command runs.
+SYSTEMD_NODE = "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd"
 SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "protection": (("tests/node-v2/protection.py", "tests/node-v2/systemd.py", "tests/lib/sample.c"),
-                   "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-                   "KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' tests/node-v2/run"),
+                   f"{SYSTEMD_NODE} KOORD_V2_SLOT=1 "
+                   "KOORD_NODE_V2_ONLY='^(node:|install:|protection)' tests/node-v2/run"),
     "colocation": (("tests/node/colocation.py",),
                    "KOORD_NODE_FULL=1 KOORD_NODE_ONLY='^colocation' tests/node/run"),
     "proactive-reclaim": (("tests/node-v2/proactive.py",),
-                          "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-                          "KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' "
-                          "tests/node-v2/run"),
-    "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py",),
-                               "KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_NODE_V2_PART=systemd "
-                               "KOORD_V2_SLOT=1 KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' "
-                               "tests/node-v2/run"),
+                          f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 "
+                          "KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run"),
+    # C0 with and without swap is the protection proof's run_config (protection.py).
+    "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py", "tests/node-v2/protection.py"),
+                               f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 "
+                               "KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run"),
     "async-reclaim": (("tests/node-v2/reclaim.py",),
                       "KOORD_NODE_V2_ONLY='^(node:|images:|install:|async reclaim)' tests/node-v2/run"),
 }
