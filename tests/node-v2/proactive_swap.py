@@ -17,9 +17,9 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
 
 Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
 ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
-with an anonymous flood: the BE pod allocates anonymous memory up to what the node has available
-less a margin (anon_flood_mib: sized on the first run, the same on the second), so that
-without swap the node's page cache must go. First before swap is on (the BE-first reclaim finds nothing it
+with an anonymous flood: the BE pod allocates the node's free memory and page cache but 96 MiB
+(anon_flood_mib: sized on the first run, the same on the second), so that without swap the LS
+pod's 160 MiB of cache cannot all stay. First before swap is on (the BE-first reclaim finds nothing it
 can take: `EAGAIN`), then with swap on and the applier's `--be-swap-percent BE_SWAP_PERCENT`
 (the BE container's `memory.swap.max` = that share of its 1600Mi limit, asserted in place through
 the flood and put back after): C0 with swap must keep more of the LS working set than without;
@@ -53,11 +53,13 @@ REQUEST_MIB = 64
 WINDOW = int(os.environ.get("KOORD_V2_PROACTIVE_SWAP_SECONDS", "120"))
 SWAP_CONFIG = "memorySwap:\n  swapBehavior: LimitedSwap\n"
 BE_SWAP_PERCENT = 50
-# The anonymous flood: what the node has available less this margin, so that without swap the
-# kernel must drop page cache (the LS pod's among it) and never needs to OOM-kill. Sized on the
-# first run and the same on the second: a fixed size fitted in free memory on one node (nothing
-# to compare) and not on another, by how much the node happened to hold.
-ANON_FLOOD_MARGIN_MIB = 64
+# The anonymous flood: the node's free memory and all its page cache but this much, so that
+# without swap the kernel must drop page cache down to it whichever pages it takes first (the
+# LS pod's 160 MiB among them: it cannot keep more than this). Sized on the first run and the
+# same on the second. A fixed size fitted in free memory on one node and not on another, and a
+# flood of the available memory less a margin left the kernel the choice of other cache first
+# (the LS pod kept 100% in one run, 4% in the next).
+ANON_FLOOD_LEAVES_MIB = 96
 ANON_FLOOD_MAX_MIB = 1500  # under the BE container's 1600Mi limit
 ANON_FLOOD: dict[str, int] = {}
 # C0 without swap under the anonymous flood kept less than this share of the LS working set: the
@@ -142,14 +144,16 @@ def meminfo(h) -> dict[str, int]:
 
 
 def anon_flood_mib(h) -> int:
-    """The anonymous flood's size, MiB: MemAvailable less the margin, measured the first time."""
+    """The anonymous flood's size, MiB: free memory and page cache less what it leaves, measured
+    the first time."""
     m = meminfo(h)
     log(f"before the anonymous flood: free {m['MemFree']} MiB, available {m['MemAvailable']} MiB, "
         f"file active {m['Active(file)']} inactive {m['Inactive(file)']} MiB, anon "
         f"{m['AnonPages']} MiB, shmem {m['Shmem']} MiB")
     if "mib" not in ANON_FLOOD:
-        ANON_FLOOD["mib"] = min(ANON_FLOOD_MAX_MIB, m["MemAvailable"] - ANON_FLOOD_MARGIN_MIB)
-        ANON_FLOOD["available"] = m["MemAvailable"]
+        room = m["MemFree"] + m["Active(file)"] + m["Inactive(file)"]
+        ANON_FLOOD["mib"] = min(ANON_FLOOD_MAX_MIB, room - ANON_FLOOD_LEAVES_MIB)
+        ANON_FLOOD["room"] = room
     return ANON_FLOOD["mib"]
 
 
@@ -293,8 +297,8 @@ def protection_with_swap(h) -> dict:
     kubelet_share = 64 * MIB * int(h.guest("awk '/^SwapTotal:/ {print $2}' /proc/meminfo")) // int(
         h.guest("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
     flood = ANON_FLOOD
-    line = (f"protection C0, anonymous flood of {flood['mib']} MiB (the node had "
-            f"{flood['available']} MiB available), with swap (the "
+    line = (f"protection C0, anonymous flood of {flood['mib']} MiB (the node's free "
+            f"memory and page cache {flood['room']} MiB less {ANON_FLOOD_LEAVES_MIB}), with swap (the "
             f"BE container granted {window.swap_max / MIB:.0f} MiB of swap, "
             f"{window.swap / MIB:.0f} MiB used, memory.swap.max {int(window.after) / MIB:.0f} MiB "
             f"once the applier exited; BE-first reclaimed {c0as['be_first_mib']:.0f} MiB): "
@@ -343,7 +347,7 @@ def publish(s0, s1, floor: int, swap_total: int, be_swap: dict, failed: list[str
     c0, c0s = be_swap["c0"], be_swap["c0s"]
     rows += ["", "The protection proof's C0 (the reference's `enable: true`, `memory.min` 0) with\n"
              f"a BE pod allocating {ANON_FLOOD.get('mib', 0)} MiB of anonymous memory, "
-             f"the node's available memory less {ANON_FLOOD_MARGIN_MIB} MiB, before "
+             f"its free memory and page cache less {ANON_FLOOD_LEAVES_MIB} MiB, before "
              f"swap is on\nand with swap on and `--be-swap-percent {BE_SWAP_PERCENT}`:", "",
              "| C0, anonymous flood | LS working set kept | refaults on the LS re-read | BE "
              "`memory.swap.max` | BE in swap | BE-first reclaimed | OOM kills |",
