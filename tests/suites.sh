@@ -42,8 +42,11 @@ v2() {
     lanes+=("node-v2 $!")
     # The systemd part in two guests: proactive reclaim on one, everything else on the other
     # (the two filters are each other's complement; install runs on both).
+    # The protection window samples at 10 Hz and counts the time its guest was not scheduled
+    # as unobserved (at most 5% of it): beside two guests, the host suites and the Rust lane
+    # (load 9 on 2 cores) its guest stalled 5.3% of the window, so its lane runs ahead of them.
     KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_V2_SLOT=1 \
-        KOORD_NODE_V2_ONLY='^(?!proactive)' step node-v2-systemd "$here/node-v2/run" &
+        KOORD_NODE_V2_ONLY='^(?!proactive)' step node-v2-systemd nice -n -5 "$here/node-v2/run" &
     lanes+=("node-v2-systemd $!")
     KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_V2_SLOT=2 \
         KOORD_NODE_V2_ONLY='^(install:|proactive)' step node-v2-reclaim "$here/node-v2/run" &
