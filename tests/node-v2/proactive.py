@@ -365,23 +365,21 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
     check(not failed, "; ".join(failed))
 
 
-def published_head(node: str) -> str:
-    """The line above a published table: the run, the machine, NODE, the loop's parameters and
-    the command that reruns it."""
+def published_head(node: str, block: str) -> str:
+    """The line above the published table BLOCK: the run, the machine, NODE, the loop's
+    parameters and the command that reruns it (the registry's)."""
     return textwrap.fill(
         f"Written by the run of {datetime.now(timezone.utc):%Y-%m-%d} that asserted it "
         f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; {node}, interval "
-        f"{INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; `KOORD_V2_KUBELET_CGROUP_ROOT=/ "
-        f"KOORD_NODE_V2_PART=systemd KOORD_V2_SLOT=1 "
-        f"KOORD_NODE_V2_ONLY='^(node:|install:|protection|proactive)' tests/node-v2/run`):", 100,
-        break_on_hyphens=False, break_long_words=False)
+        f"{INTERVAL_S} s, steps {STEP_PERMILL / 10:.0f}%; `{published.SCENARIOS[block][1]}`):",
+        100, break_on_hyphens=False, break_long_words=False)
 
 
 def publish(s0, s1, points, p99, batch0, batch1, redis_stall, failed: list[str]) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     head = published_head(f"the systemd-driver cgroup v2 node, 6.12 kernel; A and B the same "
-                          f"{WINDOW} s")
+                          f"{WINDOW} s", "proactive-reclaim")
     if failed:
         head += "\n\n" + textwrap.fill(f"**Not held** in this run: {'; '.join(failed)}.", 100,
                                          break_on_hyphens=False)

@@ -335,7 +335,8 @@ def publish(s0, s1, floor: int, swap_total: int, be_swap: dict, failed: list[str
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     head = published_head(f"the systemd-driver cgroup v2 node with {swap_total / MIB:.0f} MiB "
-                          f"of swap, the kubelet in LimitedSwap; {WINDOW} s")
+                          f"of swap, the kubelet in LimitedSwap; {WINDOW} s",
+                          "proactive-reclaim-swap")
     if failed:
         head += "\n\n" + textwrap.fill(f"**Not held** in this run: {'; '.join(failed)}.", 100,
                                          break_on_hyphens=False)

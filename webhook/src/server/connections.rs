@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::Metrics;
+use crate::server::body_budget::BodyBudget;
 
 /// Limits of a connection, as configured.
 #[derive(Debug, Clone, Copy)]
@@ -59,11 +60,13 @@ const STALLED_AFTER: Duration = Duration::from_secs(1);
 pub struct GuardedAcceptor {
     guard: Guard,
     idle_timeout: Duration,
+    /// Each connection's budget of gathered body bytes ([`BodyBudget`]).
+    body_budget_bytes: usize,
     metrics: Metrics,
 }
 
 impl GuardedAcceptor {
-    pub fn new(limits: ConnectionLimits, metrics: Metrics) -> Self {
+    pub fn new(limits: ConnectionLimits, body_budget_bytes: usize, metrics: Metrics) -> Self {
         GuardedAcceptor {
             guard: Guard::new(Limits {
                 max: limits.max_connections,
@@ -72,6 +75,7 @@ impl GuardedAcceptor {
                 stalled_after: STALLED_AFTER,
             }),
             idle_timeout: limits.idle_timeout,
+            body_budget_bytes,
             metrics,
         }
     }
@@ -89,6 +93,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let (guard, idle_timeout, metrics) =
             (self.guard.clone(), self.idle_timeout, self.metrics.clone());
+        let body_budget_bytes = self.body_budget_bytes;
         Box::pin(async move {
             let source: IpAddr = stream.peer_addr()?.ip();
             let held = match guard.admit(source).await {
@@ -114,6 +119,7 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
             let service = Answered {
                 inner: service,
                 slot: held.slot().clone(),
+                budget: BodyBudget::new(body_budget_bytes),
             };
             let stream = GuardedStream {
                 inner: stream,
@@ -134,16 +140,18 @@ impl<S: Send + 'static> Accept<TcpStream, S> for GuardedAcceptor {
 /// its answer (a connection making progress on a request is never evicted; one answered before
 /// and idle now may be, by a newcomer of its own address, and one whose request has stalled
 /// for [`STALLED_AFTER`] as a last resort). Two atomic adds and at most two clock reads per
-/// request, no allocation.
+/// request, no allocation. Each request carries the connection's [`BodyBudget`] in its
+/// extensions.
 #[derive(Clone)]
 pub struct Answered<S> {
     inner: S,
     slot: Arc<Slot>,
+    budget: BodyBudget,
 }
 
-impl<S, R> tower_service::Service<R> for Answered<S>
+impl<S, B> tower_service::Service<http::Request<B>> for Answered<S>
 where
-    S: tower_service::Service<R>,
+    S: tower_service::Service<http::Request<B>>,
     S::Future: Unpin,
 {
     type Response = S::Response;
@@ -154,7 +162,8 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: R) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.budget.clone());
         self.slot.request_started();
         InFlight {
             answer: self.inner.call(request),

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use koord_runtime::logging::LineBudget;
 use kube::Api;
 
-use axum::body::{Body, Bytes};
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -27,6 +27,7 @@ use crate::admission::{
     Decision, OperationLabel, ReviewContext, Reviewed, admission_span, allow_unresolved, review,
 };
 use crate::live::state::{AppState, NOT_OPTED_IN, has_opt_in_label};
+use crate::server::body_budget::{BodyBudget, Held};
 
 fn json(body: Vec<u8>) -> Response {
     let mut resp = Response::new(Body::from(body));
@@ -55,49 +56,77 @@ fn declared_length(req: &Request) -> Option<u64> {
 
 /// Reads the body within `limit` bytes: a `Content-Length` above it is refused before a byte
 /// is read, and a body that streams past it (chunked, or a lying length) is cut off there, so
-/// no request buffers more than the limit.
+/// no request buffers more than the limit. A body that comes in one frame (the apiserver's,
+/// and nearly every other) is kept as it came, without a copy; one in several is gathered by
+/// [`gather`].
 async fn read_body(
     mut body: Body,
     declared: Option<u64>,
     limit: usize,
+    held: Held,
 ) -> Result<Bytes, ReadError> {
     if let Some(length) = declared.filter(|l| *l > limit as u64) {
         return Err(ReadError::Body(format!(
             "request body of {length} bytes is above the {limit}-byte limit"
         )));
     }
-    // A body that comes in one frame (the apiserver's, and nearly every other) is kept as
-    // it came, without a copy; one in several frames is gathered into one buffer of the
-    // announced size (no growth).
-    let capacity = declared.map_or(8 * 1024, |l| l as usize);
-    let mut first: Option<Bytes> = None;
-    let mut gathered = Vec::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            ReadError::Body(format!(
-                "request body unreadable or above {limit} bytes: {e}"
-            ))
-        })?;
-        if let Ok(data) = frame.into_data() {
-            total += data.len();
-            if total > limit {
-                return Err(ReadError::Body(format!(
-                    "request body unreadable or above {limit} bytes: length limit exceeded"
-                )));
-            }
-            match first.take() {
-                None if gathered.is_empty() => first = Some(data),
-                None => gathered.extend_from_slice(&data),
-                Some(earlier) => {
-                    gathered.reserve(capacity.max(total));
-                    gathered.extend_from_slice(&earlier);
-                    gathered.extend_from_slice(&data);
+    let first = loop {
+        match body.frame().await {
+            None => return Ok(Bytes::new()),
+            Some(frame) => {
+                if let Ok(data) = frame.map_err(|e| unreadable(limit, e))?.into_data() {
+                    break data;
                 }
             }
         }
+    };
+    if first.len() > limit {
+        return Err(unreadable(limit, "length limit exceeded"));
+    }
+    if body.is_end_stream() {
+        return Ok(first);
+    }
+    // Boxed: rare, and inline it would grow every admission's future.
+    Box::pin(gather(body, first, declared, limit, held)).await
+}
+
+/// The rest of a body after its `first` frame, gathered into one buffer of the announced size
+/// (no growth), each frame holding its bytes of the connection's budget in `held` first (a
+/// frame waits until it fits).
+async fn gather(
+    mut body: Body,
+    first: Bytes,
+    declared: Option<u64>,
+    limit: usize,
+    mut held: Held,
+) -> Result<Bytes, ReadError> {
+    let capacity = declared.map_or(8 * 1024, |l| l as usize);
+    let mut total = first.len();
+    let mut first = Some(first);
+    let mut gathered = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|e| unreadable(limit, e))?.into_data() else {
+            continue;
+        };
+        total += data.len();
+        if total > limit {
+            return Err(unreadable(limit, "length limit exceeded"));
+        }
+        held.hold(first.as_ref().map_or(0, Bytes::len) + data.len())
+            .await;
+        if let Some(earlier) = first.take() {
+            gathered.reserve(capacity.max(total));
+            gathered.extend_from_slice(&earlier);
+        }
+        gathered.extend_from_slice(&data);
     }
     Ok(first.unwrap_or_else(|| Bytes::from(gathered)))
+}
+
+fn unreadable(limit: usize, why: impl std::fmt::Display) -> ReadError {
+    ReadError::Body(format!(
+        "request body unreadable or above {limit} bytes: {why}"
+    ))
 }
 
 /// Keeps `koord_webhook_inflight_admissions` right even when the client goes away and the
@@ -128,13 +157,14 @@ pub fn mutate_pod(
     // Only the body and its announced length go into the future: the head (headers, URI,
     // extensions) is dropped here, so the future the runtime moves and stores stays small.
     let declared = declared_length(&req);
+    let budget = req.extensions().get::<BodyBudget>().cloned();
     let closing = state.readiness.draining().then(|| Closing::of(&req));
     let body = req.into_body();
     async move {
         let span = admission_span();
         let metrics = &state.metrics;
         let inflight = InFlight::enter(&metrics.inflight);
-        let reviewed = admit(&state, body, declared, start, &span)
+        let reviewed = admit(&state, body, declared, budget, start, &span)
             .instrument(span.clone())
             .await;
         drop(inflight);
@@ -192,14 +222,17 @@ async fn admit(
     state: &Arc<AppState>,
     body: Body,
     declared: Option<u64>,
+    budget: Option<BodyBudget>,
     start: Instant,
     span: &Span,
 ) -> Reviewed {
     let limit = state.limits.max_body_bytes;
     // A large (or unannounced) body waits for the large-body lane before it is read, so one
-    // client streaming bodies at the limit holds one lane, not every worker.
+    // client streaming bodies at the limit holds one lane, not every worker (and not the
+    // connection's budget, which it may be larger than).
     let large = declared.is_none_or(|l| l > LARGE_BODY_BYTES as u64 && l <= limit as u64);
-    let mut read = std::pin::pin!(read_body(body, declared, limit));
+    let held = Held::of(budget.filter(|_| !large));
+    let mut read = std::pin::pin!(read_body(body, declared, limit, held));
     if !large && let Ok(permit) = state.permits.try_acquire() {
         match futures::poll!(read.as_mut()) {
             Poll::Ready(Ok(body)) => {

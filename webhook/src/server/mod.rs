@@ -5,6 +5,7 @@
 //! [`WebhookServer::run`].
 
 mod args;
+pub mod body_budget;
 pub mod connections;
 mod handler;
 mod handshake_turns;
@@ -448,7 +449,11 @@ impl WebhookServer {
         tracing::info!(%addr, "serving /mutate-pod over TLS");
         let settings = self.config.connections;
         let tls = TlsAcceptor::new(
-            GuardedAcceptor::new(settings.limits, self.state.metrics.clone()),
+            GuardedAcceptor::new(
+                settings.limits,
+                settings.http2.connection_window_bytes as usize,
+                self.state.metrics.clone(),
+            ),
             self.tls,
             settings.tls_handshake_timeout,
             settings.http2.max_connections,
