@@ -243,13 +243,19 @@ async fn attack_and_admit(check_rss: bool, server_args: &[&str]) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let review = Arc::new(fixture("pod-create.json"));
-    let mut tallies = Vec::new();
+    let tallies: Vec<_> = scale
+        .attacks
+        .iter()
+        .map(|(attack, connections)| (*attack, *connections, Arc::new(Tally::default())))
+        .collect();
     let mut attackers = tokio::task::JoinSet::new();
-    for (attack, connections) in &scale.attacks {
-        let tally = Arc::new(Tally::default());
-        tallies.push((*attack, *connections, tally.clone()));
-        let connector = server.connector(b"h2");
-        for _ in 0..*connections {
+    let connector = server.connector(b"h2");
+    // One connection of each attack in turn: under the cap the first HTTP/2 slots go to the
+    // first connections made, and attack by attack they all went to the first attack (the
+    // 200 KiB stalled bodies, which took the server past 64 MiB, never had one).
+    let most = tallies.iter().map(|(_, n, _)| *n).max().unwrap_or(0);
+    for round in 0..most {
+        for (attack, _, tally) in tallies.iter().filter(|(_, n, _)| round < *n) {
             attackers.spawn(h2_attacker::run(
                 server.addr,
                 connector.clone(),
