@@ -1,7 +1,7 @@
 # The commands of the README, and the steps CI runs (.ci/run calls `make test`).
 CARGO ?= cargo
 
-.PHONY: run check style test lint unit perf perf-counts perf-latency suites e2e numa node node-v2 scale images release-images bench
+.PHONY: run check style test lint unit attack perf perf-counts perf-latency suites e2e numa node node-v2 scale images release-images bench
 
 ## Run the webhook on its embedded defaults: standalone, self-signed TLS, no API server.
 run:
@@ -52,13 +52,17 @@ lint: style
 ## features differently and compiles them again. First the alerting rules and dashboards, offline:
 ## generated files up to date, `promtool check rules` and `promtool test rules`
 ## (tests/monitoring/check.sh; promtool is Debian's prometheus package, required under CI).
+# The attack tests need the machine to themselves (webhook/tests/attack/main.rs: latency bounds on
+# a server under hundreds of hostile connections). `make test` runs `make unit UNIT_ATTACK=0` beside
+# the suites and `make attack` alone at the end; a plain `make unit` runs them too.
+ATTACK_TESTS = log_flood:: reresolve_memory:: server_abuse server_drain:: server_lockout::
 unit:
 	tests/monitoring/check.sh
 	python3 tests/lib/test_koordtest.py
 	python3 tests/lib/test_module_graph.py
 	python3 tests/lib/module_graph.py
 	python3 tests/lib/stamps.py
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace $(if $(filter 0,$(UNIT_ATTACK)),-- $(addprefix --skip ,$(ATTACK_TESTS)))
 	HELM=$$(tests/e2e/helm.sh build) && HELM=$$HELM $(CARGO) test --workspace --test it -- manifests:: --ignored
 	CARGO=$(CARGO) applier/scripts/machine-tests.sh
 
@@ -95,6 +99,10 @@ perf-latency:
 	  $(CARGO) test -q --workspace --test attack -- --ignored --exact --nocapture \
 	  server_abuse_h2::http2_attackers_stay_under_64_mib || exit 1; done
 	webhook/benches/soak.sh 60
+
+## The attack tests' small forms (webhook/tests/attack), which need the machine to themselves.
+attack:
+	$(CARGO) test --workspace --test attack
 
 e2e:
 	tests/e2e/run

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The real-cluster suites of `make test`, in lanes:
 #
-#   v2:          three cgroup v2 nodes in User-Mode Linux guests (their own kernel, tap,
-#                addresses and ports, one slot each; nothing shared with the host but the cached
-#                Kubernetes build), side by side:
+#   v2:          two cgroup v2 nodes in User-Mode Linux guests (their own kernel, tap, addresses
+#                and ports, one slot each; nothing shared with the host but the cached Kubernetes
+#                build), side by side:
 #                  node-v2          tests/node-v2/run, the cgroupfs-driver node (slot 0);
 #                  node-v2-systemd  its systemd part, systemd as PID 1 and the kubelet's systemd
 #                                   driver on its default gates, cgroupRoot / (kubepods.slice:
 #                                   the production shape) (slot 1): the protection proof (A, B,
-#                                   C0, C) and every systemd scenario but proactive reclaim;
-#                  node-v2-reclaim  the same systemd node shape (slot 2): proactive reclaim,
-#                                   with and without swap (half the systemd part's time, run
-#                                   beside the other half);
+#                                   C0, C), every systemd scenario, proactive reclaim with and
+#                                   without swap. (Proactive reclaim in a third guest beside
+#                                   them saved ten minutes but loaded 2 cores to 22: the
+#                                   protection window's guest stalled 5.3% of it, the async
+#                                   reclaim comparison missed its bound.)
 #   host:        tests/e2e/run, then tests/node/run, then the NUMA guest, then the scale suite's
 #                short size (100 kwok nodes); one at a time, because e2e and the v1 node both make
 #                host kubepods cgroups and bind their own fixed ports, and the scale suite loads
@@ -40,24 +41,18 @@ v2() {
     local lanes=() lane
     KOORD_V2_SLOT=0 step node-v2 "$here/node-v2/run" &
     lanes+=("node-v2 $!")
-    # The systemd part in two guests: proactive reclaim on one, everything else on the other
-    # (the two filters are each other's complement; install runs on both).
-    # The protection window samples at 10 Hz and counts the time its guest was not scheduled
-    # as unobserved (at most 5% of it): beside two guests, the host suites and the Rust lane
-    # (load 9 on 2 cores) its guest stalled 5.3% of the window, so its lane runs ahead of them.
     KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_V2_SLOT=1 \
-        KOORD_NODE_V2_ONLY='^(?!proactive)' step node-v2-systemd nice -n -5 "$here/node-v2/run" &
+        step node-v2-systemd "$here/node-v2/run" &
     lanes+=("node-v2-systemd $!")
-    KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_V2_SLOT=2 \
-        KOORD_NODE_V2_ONLY='^(install:|proactive)' step node-v2-reclaim "$here/node-v2/run" &
-    lanes+=("node-v2-reclaim $!")
     for lane in "${lanes[@]}"; do
         wait "${lane#* }" || failed+=("${lane% *}")
     done
 }
 
 host() {
-    run e2e "$here/e2e/run"
+    # Ahead of the v2 lanes, which boot and install their guests meanwhile: e2e holds 1,000
+    # pods re-resolved within 30 s (21 s beside them, 31 s once beside three guests starting).
+    run e2e nice -n -5 "$here/e2e/run"
     run node "$here/node/run"
     run numa env KOORD_APPLIER_PROFILE=release "$here/numa/run-two-node-guest.sh"
     run scale "$here/scale/run"
