@@ -6,12 +6,12 @@
 #
 #   1. what the v2 nodes need, and only that: Kubernetes, etcd and containerd 2 (tests/build.sh
 #      nodes) and the User-Mode Linux kernel (tests/node-v2/uml/kernel.sh), niced, beside
-#      `make images` (the release binaries and the images every node suite installs), then
-#      `make unit UNIT_ATTACK=0` (its compile niced; the attack tests left for the end);
+#      `make images` (the release binaries and the images every node suite installs), then the
+#      Rust lane: `make unit UNIT_ATTACK=0` (its compile niced; the attack tests left for the
+#      end), `make lint` and `make perf-counts` (niced);
 #   2. tests/suites.sh v2 (two guests) in the background; beside it the host: helm, the cargo
-#      tools and kwok (tests/build.sh tools), then two lanes: rust (`make lint` and `make
-#      perf-counts`, niced: instruction counts and CPU seconds, which a busy machine does not
-#      change) and tests/suites.sh host (e2e, v1 node, NUMA guest, scale);
+#      tools and kwok (tests/build.sh tools), then tests/suites.sh host (e2e, v1 node, NUMA
+#      guest, scale);
 #   3. alone, on a quiet machine: tests/suites.sh quiet (colocation, a latency figure), `make
 #      attack` (the attack tests' small forms: latency bounds under hostile connections; beside
 #      the suites a lock-out test missed its bound) and `make perf-latency` (the HTTP/2
@@ -38,13 +38,15 @@ builds=$!
 step kernel nice -n 10 "$here/node-v2/uml/kernel.sh" build &
 kernel=$!
 step images "$MAKE" --no-print-directory images
-# The unit tests before the suites: run beside them (once, by hand; load 12), the unit and
-# machine tests left the systemd node's protection window 32% unobserved (bound 5%).
+# The Rust lane before the suites: beside them (load 7 to 12 on 2 cores) the guests' protection
+# window and async reclaim comparison missed their bounds.
 step unit-build nice -n 10 "${CARGO:-cargo}" test --workspace --no-run -q
 step unit "$MAKE" --no-print-directory unit UNIT_ATTACK=0
+step lint nice -n 10 "$MAKE" --no-print-directory lint
+step perf-counts nice -n 10 "$MAKE" --no-print-directory perf-counts
 wait "$builds" "$kernel"
 
-# 2. The v2 lanes, then the host's two lanes beside them. A lane whose inputs failed to build
+# 2. The v2 lanes, then the host suites beside them. A lane whose inputs failed to build
 # does not run (the failed build is the run's failure).
 v2=
 if ok 'builds-nodes|kernel|images'; then
@@ -54,18 +56,12 @@ else
     echo "all: not running the v2 suites: $(lanes_failed)failed" >&2
 fi
 step builds-tools nice -n 10 "$here/build.sh" tools
-rust_lane() {
-    step lint nice -n 10 "$MAKE" --no-print-directory lint
-    step perf-counts nice -n 10 "$MAKE" --no-print-directory perf-counts
-}
-rust_lane &
-rust=$!
 if ok 'builds-nodes|builds-tools|images'; then
     "$here/suites.sh" host
 else
     echo "all: not running the host suites: $(lanes_failed)failed" >&2
 fi
-wait "$rust" ${v2:+"$v2"}
+[[ -z $v2 ]] || wait "$v2"
 
 # 3. Alone.
 if ok 'builds-nodes|images'; then

@@ -39,14 +39,10 @@ run() { # NAME CMD...: a step of this part
 
 v2() {
     local lanes=() lane
-    # The guests ahead of the host suites (nice -5): their scenarios time what a starved guest
-    # cannot (the 10 Hz samplers count a guest's stalls as unobserved, at most 5% of a window;
-    # the batch capacity follows the guest's CPU use). Beside the host suites at the same
-    # priority (load 12 on 2 cores) both BE suppression scenarios failed.
-    KOORD_V2_SLOT=0 step node-v2 nice -n -5 "$here/node-v2/run" &
+    KOORD_V2_SLOT=0 step node-v2 "$here/node-v2/run" &
     lanes+=("node-v2 $!")
     KOORD_NODE_V2_PART=systemd KOORD_V2_KUBELET_CGROUP_ROOT=/ KOORD_V2_SLOT=1 \
-        step node-v2-systemd nice -n -5 "$here/node-v2/run" &
+        step node-v2-systemd "$here/node-v2/run" &
     lanes+=("node-v2-systemd $!")
     for lane in "${lanes[@]}"; do
         wait "${lane#* }" || failed+=("${lane% *}")
@@ -59,9 +55,7 @@ host() {
     run e2e nice -n -5 "$here/e2e/run"
     run node "$here/node/run"
     run numa env KOORD_APPLIER_PROFILE=release "$here/numa/run-two-node-guest.sh"
-    # As high as the guests: the scale suite's bursts count admissions the webhook answered
-    # too late for the apiserver (failed open).
-    run scale nice -n -5 "$here/scale/run"
+    run scale "$here/scale/run"
 }
 
 quiet() {
