@@ -136,7 +136,7 @@ fn bench(c: &mut Criterion) {
     // What `run` does every `--ancestors-check-ms` (0.25 s) between passes: the files the last
     // pass left read again, none moved (asserted).
     g.bench_function("ancestors_drift_check", |b| {
-        b.iter(|| assert_eq!(ancestors.drifted(), None))
+        b.iter(|| assert_eq!(ancestors.put_back_moved(), None))
     });
     // Where a resync's time goes: the pure part (parse, validate, build) and the file reads.
     g.bench_function("plan_only_1000_pods_x2", |b| {

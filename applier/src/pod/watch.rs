@@ -161,13 +161,44 @@ async fn next_nudge(rx: &mut Option<mpsc::Receiver<Nudge>>) -> Option<Nudge> {
     }
 }
 
-/// The next tick of the ancestors check; never, when it is off.
-async fn next_check(check: &mut Option<tokio::time::Interval>) {
-    match check {
-        Some(i) => {
-            i.tick().await;
+/// The ancestors check, beside the watch loop (never behind a pod's pass or a busy systemd):
+/// every `every`, the files the last ancestors pass left are re-read and any that moved is put
+/// back at once; then the loop is told, for a pass that decides again.
+async fn put_back_moved(
+    ancestors: Arc<MemoryAncestors>,
+    metrics: Option<Arc<Metrics>>,
+    every: Duration,
+    ready: Arc<AtomicBool>,
+    moved: Arc<tokio::sync::Notify>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !ready.load(Ordering::Relaxed) {
+            continue;
         }
-        None => std::future::pending().await,
+        let a = ancestors.clone();
+        let Ok(Some(path)) = tokio::task::spawn_blocking(move || a.put_back_moved()).await else {
+            continue;
+        };
+        tracing::info!(
+            file = %path.display(),
+            "QoS-level memory protection changed outside the applier; put back, reconciling now"
+        );
+        if let Some(m) = &metrics {
+            m.qos_protection_repairs.inc();
+        }
+        moved.notify_one();
+    }
+}
+
+/// Stops a task when dropped (the watch's check ends with the watch).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -226,21 +257,6 @@ impl Watch {
             tokio::spawn(async move { link.send_updates(updates).await });
         }
         changed
-    }
-
-    /// Whether a file the last ancestors pass left has moved since (logged and counted).
-    fn ancestors_moved(&self) -> bool {
-        let Some(path) = self.ancestors.as_ref().and_then(|a| a.drifted()) else {
-            return false;
-        };
-        tracing::info!(
-            file = %path.display(),
-            "QoS-level memory protection changed outside the applier; reconciling now"
-        );
-        if let Some(m) = &self.metrics {
-            m.qos_protection_repairs.inc();
-        }
-        true
     }
 
     /// One ancestors pass, then the Event of each pod in `told` (see
@@ -329,13 +345,18 @@ impl Watch {
         let mut stream = std::pin::pin!(stream);
         let mut resync = tokio::time::interval(self.resync);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut check = self
+        let moved = Arc::new(tokio::sync::Notify::new());
+        let _check = self
             .ancestors_check
-            .filter(|_| self.ancestors.is_some())
-            .map(|period| {
-                let mut i = tokio::time::interval(period);
-                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                i
+            .zip(self.ancestors.clone())
+            .map(|(every, ancestors)| {
+                AbortOnDrop(tokio::spawn(put_back_moved(
+                    ancestors,
+                    self.metrics.clone(),
+                    every,
+                    self.ready.clone(),
+                    moved.clone(),
+                )))
             });
         let mut known: HashSet<String> = HashSet::new();
         let mut due = AncestorsDue::default();
@@ -393,10 +414,8 @@ impl Watch {
                 () = sleep_until_due(due_at), if due_at.is_some() && self.ready.load(Ordering::Relaxed) => {
                     self.protect_ancestors(due.take()).await;
                 }
-                () = next_check(&mut check), if self.ready.load(Ordering::Relaxed) => {
-                    if self.ancestors_moved() {
-                        self.protect_ancestors(due.take()).await;
-                    }
+                () = moved.notified() => {
+                    self.protect_ancestors(due.take()).await;
                 }
                 Some((ns, name)) = next_nudge(&mut nudges) => {
                     // The runtime started the pod's sandbox: its pod cgroup exists, so the

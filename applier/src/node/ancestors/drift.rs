@@ -3,7 +3,8 @@
 //! when it starts with its `MemoryQoS` gate on (the 1.37 default), and through systemd on the
 //! systemd driver; `systemctl daemon-reload` re-applies what systemd stores. Waiting for the
 //! next resync leaves every pod below unprotected for up to its period (60 s); reading the
-//! few files the pass owns every second notices within one. Pure: the caller reads.
+//! few files the pass owns every 0.25 s notices within one check, and the value the pass left
+//! goes back at once, before the next pass decides again. Pure: the caller reads and writes.
 
 use std::path::{Path, PathBuf};
 
@@ -20,18 +21,25 @@ pub struct Left {
     pub value: Option<Protection>,
 }
 
-/// The first file whose content no longer reads as the value the pass left (as the writer
-/// compares: memcg keeps pages), or that parses now where the pass could not parse it, if any.
-/// A file that cannot be read or parsed now is not counted (the pass reports it, and a removed
-/// cgroup is the kubelet's business).
-pub fn first_drift(left: &[Left], read: impl Fn(&Path) -> Option<String>) -> Option<&Left> {
-    left.iter().find(|l| {
-        read(&l.path).is_some_and(|text| {
-            Protection::parse(&text).is_ok()
-                && l.value
-                    .is_none_or(|v| !readback::matches(v.expect(), &text))
+/// Every file whose content no longer reads as the value the pass left (as the writer
+/// compares: memcg keeps pages), or that parses now where the pass could not parse it, in the
+/// pass's order. A file that cannot be read or parsed now is not counted (the pass reports it,
+/// and a removed cgroup is the kubelet's business).
+pub fn moved(left: &[Left], read: impl Fn(&Path) -> Option<String>) -> Vec<&Left> {
+    left.iter()
+        .filter(|l| {
+            read(&l.path).is_some_and(|text| {
+                Protection::parse(&text).is_ok()
+                    && l.value
+                        .is_none_or(|v| !readback::matches(v.expect(), &text))
+            })
         })
-    })
+        .collect()
+}
+
+/// The first of [`moved`], if any.
+pub fn first_drift(left: &[Left], read: impl Fn(&Path) -> Option<String>) -> Option<&Left> {
+    moved(left, read).into_iter().next()
 }
 
 #[cfg(test)]
@@ -111,6 +119,33 @@ mod tests {
                 "{files:?}"
             );
         }
+    }
+
+    /// Every moved file, in the pass's order: the check puts each back, not only the first.
+    #[test]
+    fn every_moved_file_is_found() {
+        let pass = [
+            left("kubepods/memory.min", "1073741824"),
+            left("kubepods/memory.low", "1073741824"),
+            left("kubepods/burstable/memory.min", "1073741824"),
+        ];
+        let now: HashMap<&str, &str> = [
+            ("kubepods/memory.min", "0\n"),
+            ("kubepods/memory.low", "1073741824\n"),
+            ("kubepods/burstable/memory.min", "0\n"),
+        ]
+        .into_iter()
+        .collect();
+        let got: Vec<&str> = moved(&pass, |p| {
+            now.get(p.to_str().expect("utf-8")).map(|s| (*s).to_owned())
+        })
+        .iter()
+        .map(|l| l.path.to_str().expect("utf-8"))
+        .collect();
+        assert_eq!(
+            got,
+            ["kubepods/memory.min", "kubepods/burstable/memory.min"]
+        );
     }
 
     /// A file the pass found mid-write (empty) decided nothing: it is watched until it parses,

@@ -9,7 +9,7 @@
 //! one `pread` (as the pod pass keeps its knobs, `cgroup::writer::KeptKnob`), so a resync's
 //! ancestors pass costs a directory listing and two reads per pod.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +22,7 @@ use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::writer::{CgroupDir, CgroupWriter, KeptKnob, KeptRead};
 use koord_translator::cgroup::{Controller, Outcome};
 
-use super::drift::{Left, first_drift};
+use super::drift::{Left, moved};
 use super::plan::{KubeletMemoryQos, Level, Protection, ProtectionFile, decide};
 use super::report::{AncestorReport, AncestorsReport};
 use crate::metrics::Metrics;
@@ -39,8 +39,14 @@ pub struct MemoryAncestors {
     kept: Mutex<HashMap<PathBuf, KeptPair>>,
     /// On the systemd driver: the slices' values are also stored as their units' properties.
     systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
-    /// The files the last pass left at the sum (not the kubelet's), for [`Self::drifted`].
+    /// The files the last pass left at the sum (not the kubelet's), for [`Self::put_back_moved`].
     left: Mutex<Vec<Left>>,
+    /// Held while a pass writes its files and while the check puts one back: a value the check
+    /// found moved never lands over a newer one a pass is writing.
+    writing: Mutex<()>,
+    /// The files the check put back since the last pass: their units are called again, so
+    /// that systemd stores the sums over what the mover stored (the kubelet writes through it).
+    put_back: Mutex<HashSet<PathBuf>>,
 }
 
 /// A child's two files (`ProtectionFile::BOTH` order), each kept open when the fd budget allows.
@@ -78,6 +84,8 @@ impl MemoryAncestors {
             kept: Mutex::default(),
             systemd: None,
             left: Mutex::default(),
+            writing: Mutex::default(),
+            put_back: Mutex::default(),
         }
     }
 
@@ -133,6 +141,7 @@ impl MemoryAncestors {
             cgroups: Vec::with_capacity(6),
         };
         let mut held_by_class: Vec<(OsString, [Option<Protection>; 2])> = Vec::new();
+        let writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         // Children not seen by this pass (deleted pods) drop their files.
         let mut old = std::mem::take(&mut *kept);
@@ -148,13 +157,21 @@ impl MemoryAncestors {
             units.extend(unit);
         }
         drop(kept);
+        *self.left.lock().unwrap_or_else(PoisonError::into_inner) = self.left_by(&report);
+        let put_back =
+            std::mem::take(&mut *self.put_back.lock().unwrap_or_else(PoisonError::into_inner));
+        drop(writing);
+        for unit in &mut units {
+            for (file, _, differs) in unit.wants.iter_mut().flatten() {
+                *differs |= put_back.contains(&unit.dir.join(file));
+            }
+        }
         // Every file first, then systemd: a repair is in force at once, and a call that waits
         // on a busy systemd (the kubelet restarting) cannot hold the next level's file back.
         for unit in &units {
             self.store_on_unit(unit);
         }
         self.account(&report);
-        *self.left.lock().unwrap_or_else(PoisonError::into_inner) = self.left_by(&report);
         report
     }
 
@@ -184,13 +201,35 @@ impl MemoryAncestors {
             .collect()
     }
 
-    /// A file the last pass left at its value that reads otherwise now (the kubelet's restart,
-    /// a daemon-reload): the next pass is due at once. A few small reads, no pass.
-    pub fn drifted(&self) -> Option<PathBuf> {
-        // Held while reading: only the pass writes it, and the pass and this check take turns
-        // in the watch loop; no copy of the list at every check.
+    /// Puts back at once every file the last pass left at its value that reads otherwise now
+    /// (the kubelet's restart writes 0, a daemon-reload re-applies what systemd stores), without
+    /// waiting for a pass: the sums were right a moment ago, and the pass the caller then asks
+    /// for decides again (and stores the sums through systemd). Returns the first file found
+    /// moved, if any. A few small reads when nothing moved.
+    pub fn put_back_moved(&self) -> Option<PathBuf> {
+        let _writing = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
         let left = self.left.lock().unwrap_or_else(PoisonError::into_inner);
-        first_drift(&left, |p| std::fs::read_to_string(p).ok()).map(|l| l.path.clone())
+        let found = moved(&left, |p| std::fs::read_to_string(p).ok());
+        for l in &found {
+            let (Some(v), Some(dir), Some(name)) = (
+                l.value,
+                l.path.parent(),
+                l.path.file_name().and_then(|n| n.to_str()),
+            ) else {
+                continue;
+            };
+            let cg = CgroupDir::open(Arc::from(dir));
+            let r = self
+                .writer
+                .apply(&cg, name, &v.text(self.layout.version), v.expect());
+            if r.outcome == Outcome::Written {
+                self.put_back
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(l.path.clone());
+            }
+        }
+        found.first().map(|l| l.path.clone())
     }
 
     /// One ancestor's two files; also the values they hold afterwards (`None`: no such file) and
