@@ -70,6 +70,7 @@ fi
 step attack "$MAKE" --no-print-directory attack
 step perf-latency "$MAKE" --no-print-directory perf-latency
 lanes_timeline
+lanes_why
 failed=$(lanes_failed)
 if [[ -n $failed ]]; then
     echo "all: FAILED: $failed(logs in $LANES_LOG_DIR)"

@@ -4,6 +4,7 @@
 #
 #   step NAME CMD...        run CMD as step NAME (foreground); returns its exit code
 #   lanes_failed            the names of the failed steps so far (one line)
+#   lanes_why               the first lines saying why, for each failed step
 #   lanes_timeline          the table of steps: start offset, wall time, CPU, exit code, and
 #                           how busy the machine's cores were over the run
 
@@ -52,6 +53,18 @@ step() { # NAME CMD...
 lanes_failed() {
     [[ -f $LANES_LOG_DIR/failed ]] && tr '\n' ' ' <"$LANES_LOG_DIR/failed"
     return 0
+}
+
+# Why each failed step failed, in a few lines after the timeline (a CI page that shows only the
+# end of the output still names the cause): its first FAIL, FATAL, panic or error lines, cut.
+lanes_why() {
+    [[ -f $LANES_LOG_DIR/failed ]] || return 0
+    local name
+    while read -r name; do
+        echo "why $name failed (first lines of $LANES_LOG_DIR/$name.log that say):"
+        grep -E -m 4 '^(FAIL|FATAL)|panicked|^error|: error|^test .* FAILED' "$LANES_LOG_DIR/$name.log" |
+            cut -c1-400 | sed 's/^/  /' || true
+    done <"$LANES_LOG_DIR/failed"
 }
 
 lanes_timeline() {
