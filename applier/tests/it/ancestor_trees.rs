@@ -562,3 +562,32 @@ fn kept_child_files_see_new_values_and_replaced_children() {
     pass.reconcile();
     assert_eq!(held(&burstable), (32 * MIB, 48 * MIB));
 }
+
+/// The check between passes: what moved behind the pass (the kubelet's restart zeroes
+/// `kubepods` and the Burstable class's `memory.low`) goes back to the value the last pass left,
+/// without a pass; what did not move is not written; a second check finds nothing.
+#[test]
+fn the_check_puts_moved_values_back_without_a_pass() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let redis = node(&l, Kernel::MainlineV2);
+    let [burstable, _, kubepods] = ancestor_dirs(&l);
+    Applier::new(l.clone(), false, None).apply(&redis);
+    let ancestors = MemoryAncestors::new(l.clone(), false, KubeletMemoryQos::Off, None);
+    ancestors.reconcile();
+    let before = (held(&burstable), held(&kubepods));
+    assert_eq!(ancestors.put_back_moved(), None, "nothing moved yet");
+
+    for f in ["memory.min", "memory.low"] {
+        std::fs::write(kubepods.join(f), "0\n").expect("zero");
+    }
+    std::fs::write(burstable.join("memory.low"), "0\n").expect("zero");
+    let first = ancestors.put_back_moved().expect("a moved file");
+    assert_eq!(
+        first,
+        burstable.join("memory.low"),
+        "the pass's order: bottom-up"
+    );
+    assert_eq!((held(&burstable), held(&kubepods)), before);
+    assert_eq!(ancestors.put_back_moved(), None, "all put back");
+}
