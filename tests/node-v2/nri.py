@@ -366,8 +366,9 @@ def register(scenario, applied_event) -> None:
             h.delete_pods(NS, name)
 
     @scenario("NRI fallback: containerd restarted with NRI disabled -> the applier says watch "
-              "mode and still applies a new pod's values (after its start); NRI enabled again "
-              "-> the applier registers by itself and the next pod has them at creation")
+              "mode and still applies a new pod's values (no NRI answer: the watch path); NRI "
+              "enabled again -> the applier registers by itself and the next pod has them at "
+              "creation")
     def s_nri_fallback(h) -> None:
         protected_namespace(h)
         image = h.env["WORKLOAD_IMAGE"]
