@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use koord_applier::cpu_list::{format_slice, parse_vec};
 use koord_applier::node::colocation::capacity::{
-    CapacityInput, Resources, UpdateDecision, advertised, batch_capacity, committed, degraded,
-    moved, system_usage, update_decision,
+    CapacityInput, Resources, UpdateDecision, advertised, at_least, batch_capacity, committed,
+    degraded, lowers, moved, system_usage, update_decision,
 };
 use koord_applier::node::colocation::config::{
     ColocationConfig, ConfigState, MemoryPolicy, SuppressPolicy, parse_colocation, parse_threshold,
@@ -509,6 +509,37 @@ fn never_less_than_the_batch_requests_already_bound() {
         assert_eq!(advertised(&cfg, input.as_ref(), age, floor), want, "{what}");
     }
     assert_eq!(committed(&[]), Resources::ZERO);
+}
+
+#[test]
+fn a_lowering_patch_is_held_at_the_pods_bound_since_the_cache_was_read() {
+    let on_node = Resources::new(400, GI);
+    // (what, on the Node, new, lowers)
+    let cases = [
+        (
+            "nothing on the Node yet",
+            None,
+            Resources::new(100, GI),
+            false,
+        ),
+        ("same", Some(on_node), on_node, false),
+        ("both up", Some(on_node), Resources::new(500, 2 * GI), false),
+        ("cpu down", Some(on_node), Resources::new(100, 2 * GI), true),
+        (
+            "memory down",
+            Some(on_node),
+            Resources::new(500, GI / 2),
+            true,
+        ),
+    ];
+    for (what, old, new, want) in cases {
+        assert_eq!(lowers(old, new), want, "{what}");
+    }
+    // The cache had one BE pod (100m); the scheduler bound a second (50m) on the old 400m.
+    let new = Resources::new(120, GI / 2);
+    let bound_now = committed(&[Resources::new(100, GI / 4), Resources::new(50, GI / 8)]);
+    assert_eq!(at_least(new, bound_now), Resources::new(150, GI / 2));
+    assert_eq!(at_least(new, Resources::ZERO), new);
 }
 
 #[test]

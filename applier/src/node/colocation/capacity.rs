@@ -170,13 +170,24 @@ pub fn advertised(
 ) -> Resources {
     match input {
         Some(i) if cfg.enable && !degraded(cfg, usage_age) => {
-            let lendable = batch_capacity(cfg, i);
-            Resources {
-                cpu_milli: lendable.cpu_milli.max(committed.cpu_milli),
-                memory_bytes: lendable.memory_bytes.max(committed.memory_bytes),
-            }
+            at_least(batch_capacity(cfg, i), committed)
         }
         _ => Resources::ZERO,
+    }
+}
+
+/// Whether advertising `new` takes back capacity the Node shows now (either resource lower).
+/// Such a patch races the scheduler: a pod it placed on the old value may be bound after the
+/// applier's pod cache was read, so the floor is re-read from the API server first.
+pub fn lowers(on_node: Option<Resources>, new: Resources) -> bool {
+    on_node.is_some_and(|old| new.cpu_milli < old.cpu_milli || new.memory_bytes < old.memory_bytes)
+}
+
+/// `new` raised to `committed` in each resource: the floor of [`advertised`].
+pub fn at_least(new: Resources, committed: Resources) -> Resources {
+    Resources {
+        cpu_milli: new.cpu_milli.max(committed.cpu_milli),
+        memory_bytes: new.memory_bytes.max(committed.memory_bytes),
     }
 }
 

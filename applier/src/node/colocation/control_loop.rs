@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::Store;
 use tracing::Instrument as _;
 
@@ -150,14 +150,39 @@ impl Colocation {
                 return;
             }
         };
-        let Some((new, decision, degraded)) = self.decide(engine, &node, cfg, pods, reporter)
+        let Some((mut new, decision, degraded)) = self.decide(engine, &node, cfg, pods, reporter)
         else {
             return;
         };
+        let withdrawn = !cfg.colocation.enable || degraded;
+        if decision.patch()
+            && !withdrawn
+            && capacity::lowers(node_status::advertised_on_node(&node), new)
+        {
+            // The cache may lag a bind the scheduler made on the old value: a quorum read of
+            // the pods bound here now keeps the kubelet from rejecting that pod.
+            match self.bound_now().await {
+                Ok(committed) => new = capacity::at_least(new, committed),
+                Err(e) => {
+                    tracing::warn!(error = %e, "colocation: cannot list this node's pods; Node left as is");
+                    return;
+                }
+            }
+        }
         if decision.patch() {
             self.patch_node(nodes, new, decision, degraded, reporter)
                 .await;
         }
+    }
+
+    /// The batch requests of the pods bound to this node, read from the API server (not the
+    /// cache).
+    async fn bound_now(&self) -> Result<Resources, kube::Error> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node_name));
+        let pods = api.list(&params).await?;
+        let facts: Vec<PodFacts> = pods.items.iter().filter_map(PodFacts::from_pod).collect();
+        Ok(capacity::committed(facts.iter().map(|p| &p.batch_request)))
     }
 
     /// What the Node should advertise and whether to patch it; `None` when there is nothing to

@@ -126,15 +126,17 @@ impl FakeObjects {
             name.as_ref()
                 .is_none_or(|n| obj["metadata"]["name"].as_str() == Some(n.as_str()))
         };
-        let (version, items): (u64, Vec<Value>) = {
+        // Subscribed under the lock `put` sends under: every change is either in the snapshot
+        // or in `rx`, never lost between the two (as the real apiserver's watch cache).
+        let (version, items, rx) = {
             let o = self.inner.lock().expect("lock");
-            let items = o
+            let items: Vec<Value> = o
                 .objects
                 .iter()
                 .filter(|((r, _), obj)| r == resource && matches(obj))
                 .map(|(_, v)| v.clone())
                 .collect();
-            (o.version, items)
+            (o.version, items, self.events.subscribe())
         };
         if !is_watch(&q) {
             return list("List", "v1", version, items);
@@ -145,7 +147,6 @@ impl FakeObjects {
             .filter(|obj| newer_than(obj, since))
             .map(|obj| (resource.to_owned(), "MODIFIED", obj))
             .collect();
-        let rx = self.events.subscribe();
         watch_response(futures::stream::iter(replay).chain(changes(rx)).filter_map(
             move |(r, kind, obj)| {
                 let keep = r == resource && matches(&obj);
