@@ -83,6 +83,21 @@ class Runner(unittest.TestCase):
         self.assertEqual(h.torn_down, (["first passes", "fourth passes after failures"],
                                        ["second fails a check", "third raises KeyError"], False))
 
+    def test_a_dead_node_fails_the_rest_at_once_with_its_cause(self):
+        suite = self.make()
+        h = FakeHarness()
+        h.node_dead = lambda: "Kernel panic - not syncing: Kernel mode fault"
+        passed, failed = [], []
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            suite.run_scenarios(h, passed, failed)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(passed, ["first passes"])
+        self.assertEqual(failed, ["second fails a check", "third raises KeyError",
+                                  "fourth passes after failures"])
+        self.assertEqual(lines[2], "FAIL third raises KeyError: not run, the node died: "
+                                   "Kernel panic - not syncing: Kernel mode fault")
+
     def test_only_filter_skips(self):
         rc, lines, _ = run_suite(self.make(), env={"KOORD_TEST_ONLY": "first|fourth"})
         self.assertEqual(rc, 0)

@@ -108,6 +108,18 @@ class Harness(NodeHarness):
         check(len(vals) == len(paths), f"read {len(vals)} of {len(paths)} files")
         return {p: (None if v == "\1" else v.strip()) for p, v in zip(paths, vals)}
 
+    def node_dead(self) -> str | None:
+        """The guest kernel's panic line when the User-Mode Linux guest died (seen once: a UML
+        6.12 fault in flush_tlb_mm during a fork flood), else None."""
+        if not self.node_started:
+            return None
+        log_file = self.node_dir / "logs" / "linux.uml.log"
+        try:
+            lines = log_file.read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        return next((ln.strip() for ln in lines if "Kernel panic" in ln), None)
+
     def after_failure(self, name: str) -> None:
         """Says whether the node itself is still alive after a failed scenario (a kubelet or
         containerd that died or hangs fails every later scenario too): the guest's processes,

@@ -87,7 +87,14 @@ class Suite:
         only = os.environ.get(self.only_env)
         pattern = re.compile(only) if only else None
         run_full = bool(self.full_env) and os.environ.get(self.full_env) == "1"
+        dead: str | None = None
         for name, fn, full, base in self.scenarios:
+            if dead:
+                # A node that died fails what is left at once, with the cause, instead of each
+                # scenario timing out against it.
+                failed.append(name)
+                print(f"FAIL {name}: not run, the node died: {dead}", flush=True)
+                continue
             if pattern and not pattern.search(name) and not base:
                 print(f"SKIP {name} ({self.only_env})", flush=True)
                 skipped.append(name)
@@ -120,6 +127,8 @@ class Suite:
                         diagnose(name)
                     except Exception as d:  # noqa: BLE001 - a diagnosis is best effort
                         print(f"(the diagnosis after {name} failed too: {d})", file=sys.stderr)
+                node_dead = getattr(h, "node_dead", None)
+                dead = node_dead() if node_dead else None
                 continue
             passed.append(name)
             print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
