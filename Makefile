@@ -40,7 +40,6 @@ style:
 ## style, plus what the product may link (deny.toml: licenses, banned crates, sources; no
 ## advisory database, so no network beyond crates.io) and no unused dependency (cargo-shear).
 ## tests/rust-tools.sh installs both from their prebuilt binaries on PyPI (cached by version).
-## tests/rust-tools.sh builds both tools once (cached by version).
 lint: style
 	PATH=$$(tests/rust-tools.sh build):$$PATH && $(CARGO) deny check licenses bans sources && $(CARGO) shear
 
