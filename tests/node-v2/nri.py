@@ -253,7 +253,7 @@ def register(scenario, applied_event) -> None:
               "container read their own memory.min/low/high as their first act: the annotation's "
               "values, before the first instruction; the Event says so")
     def s_nri_first_instruction(h) -> None:
-        h.namespace(NS)
+        protected_namespace(h)  # ack-slo-config too, which ColocationOff reads
         with ColocationOff(h):
             first_instruction(h)
 
