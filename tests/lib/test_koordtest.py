@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import koordtest  # noqa: E402
 from koordtest import Check, Fatal, Harness, Suite, check  # noqa: E402
-from koordtest.harness import container_id, container_leaf, kubelet_cgroup, kubepods_path  # noqa: E402
+from koordtest.harness import (batch_requests, container_id, container_leaf,  # noqa: E402
+                               kubelet_cgroup, kubepods_path)
 from koordtest.metrics import (histogram_quantile, metric_sum, paired_ratio_median,  # noqa: E402
                                parse_metrics, percentile)
 from koordtest import prometheus as promlib  # noqa: E402
@@ -271,6 +272,54 @@ class Kubelet(unittest.TestCase):
         self.assertEqual(container_leaf("ab"), "ab")
         with self.assertRaises(Check):
             kubelet_cgroup([], "systemdd")
+
+
+class BatchRoom(unittest.TestCase):
+    def test_requests_as_the_kubelet_sums_them(self):
+        def c(**req):
+            return {"resources": {"requests": {f"kubernetes.io/batch-{k}": v
+                                               for k, v in req.items()}}}
+        pod = {"spec": {"containers": [c(cpu="100", memory="64Mi"), c(cpu="10"), {}],
+                        "initContainers": [c(cpu="250"), c(memory="16Mi")]}}
+        self.assertEqual(batch_requests(pod), (250.0, 64 * 2**20))
+        self.assertEqual(batch_requests({"spec": {"containers": [{}]}}), (0, 0))
+
+    def test_waits_for_room_seen_twice(self):
+        """The pod is created only after two reads with room; a node that never has it fails
+        with the figures."""
+        class Node(Harness):
+            POD_TIMEOUT = 0.5
+
+            def __init__(self, free):  # no temporary directory: nothing here needs one
+                self.free, self.applied = list(free), []
+
+            def kubectl(self, *args, input=None, **kw):
+                spec = json.loads(input)
+                spec["spec"]["containers"][0]["resources"] = {"requests": {
+                    "kubernetes.io/batch-cpu": "10"}}
+                return subprocess.CompletedProcess(args, 0, json.dumps(spec), "")
+
+            def batch_free(self):
+                return self.free.pop(0) if len(self.free) > 1 else self.free[0]
+
+            def apply_obj(self, obj, ns=None):
+                self.applied.append(obj["metadata"]["name"])
+        spec = {"metadata": {"name": "be"}, "spec": {"containers": [{"name": "c"}]}}
+        sleeps = []
+        real_sleep = time.sleep
+        time.sleep = sleeps.append
+        try:
+            n = Node([(5, 0), (10, 0), (12, 0)])
+            n.apply_batch_pod(spec)
+            self.assertEqual((n.applied, sleeps), (["be"], [1, 2]))
+            n = Node([(5, 0)])
+            n.POD_TIMEOUT = -1
+            with self.assertRaises(Check) as e:
+                n.apply_batch_pod(spec)
+            self.assertIn("no room on the node for be's batch requests (10.0, 0.0)", str(e.exception))
+            self.assertEqual(n.applied, [])
+        finally:
+            time.sleep = real_sleep
 
 
 class Metrics(unittest.TestCase):

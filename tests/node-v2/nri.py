@@ -270,7 +270,7 @@ def register(scenario, applied_event) -> None:
         be = probe_pod("nri-be", image, 0, "64Mi", "400Mi")
         be["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
         for p in (ls, be):
-            h.apply_obj(p)
+            h.apply_batch_pod(p)
         seen = []
         try:
             for name in ("nri-ls", "nri-be"):
@@ -330,7 +330,7 @@ def register(scenario, applied_event) -> None:
         c = pod["spec"]["containers"][0]
         c["command"] = ["koord-stress", "--vm", "1", "--vm-bytes", f"{BE_ALLOC_MIB}M",
                         "--vm-hang", "100000"]
-        h.apply_obj(pod)
+        h.apply_batch_pod(pod)
         try:
             p = h.wait_running(NS, name)
             want = container_values(p, "c")["memory.high"]

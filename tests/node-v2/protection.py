@@ -237,7 +237,7 @@ def run_config(h, name: str, window=None, anonymous=None) -> None:
 
     # The LS pod's file pages (its working set), MiB, once a second: the plot's line.
     sampler = Sampler(lambda: memstat(h, ls_cg)["file"] / 2**20, 1.0)
-    h.apply_obj(be_pod(h.env["WORKLOAD_IMAGE"], anonymous(h) if anonymous else 0), NS)
+    h.apply_batch_pod(be_pod(h.env["WORKLOAD_IMAGE"], anonymous(h) if anonymous else 0), NS)
     be = h.wait_running(NS, "be-flood")
     be_cg, be_ed = h.pod_cgroup(None, be), emptydir(be)
     if window:

@@ -570,7 +570,7 @@ def start_batch_pod(h: Harness, spec: dict) -> dict:
     def settled() -> dict | None:
         p = h.pod(ns, name)
         return p if p.get("status", {}).get("phase") in ("Running", "Failed") else None
-    h.apply_obj(spec)
+    h.apply_batch_pod(spec)
     pod = wait_until(f"pod {ns}/{name} Running or rejected", settled, h.POD_TIMEOUT, 0.5)
     status = pod["status"]
     check(status["phase"] == "Running", f"{name} {status['phase']} "
@@ -627,7 +627,7 @@ def be_batch(h: Harness) -> None:
             json.loads(h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
                                  input=json.dumps(spec)).stdout)["metadata"]["annotations"][RESOLVED]),
             60, 1)
-        h.apply_obj(spec)
+        h.apply_batch_pod(spec)
     h.need("be-batch", start)
 
 

@@ -285,7 +285,7 @@ def be_pod(h: Harness) -> dict:
         wait_until("the webhook to resolve batch resources", lambda: "batch" in json.loads(json.loads(
             h.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json", input=json.dumps(spec)).stdout)
             ["metadata"]["annotations"][v2.RESOLVED]), 60, 1)
-        h.apply_obj(spec)
+        h.apply_batch_pod(spec)
         return h.wait_running(NS_BATCH, "be-batch")
     return h.need("be", start)
 
