@@ -569,6 +569,7 @@ def s_daemon_reload(h: Harness) -> None:
           "cpu.max holds a quota, stored by systemd as the slice's CPUQuotaPerSecUSec, and at "
           "10 Hz across a kubelet minute no reset to max stands longer than 1 s")
 def s_be_suppress(h: Harness) -> None:
+    be_pod(h)  # colocation on and its namespace: be-burn asks batch resources
     h.applier_args(add="--be-suppress-min-cpus=0.05")
     v2.patch_slo_key(h, "resource-threshold-config", {"clusterStrategy": {
         "enable": True, "cpuSuppressThresholdPercent": 65, "cpuSuppressPolicy": "cfsQuota"}})
