@@ -30,6 +30,7 @@ use koord_translator::pod::plan::NodeCaps;
 
 use crate::event_sink::SinkMsg;
 use crate::metrics::Metrics;
+use crate::node::writer::NodeWriter;
 
 /// The shared parts of `run`, built once.
 #[derive(Clone)]
@@ -55,6 +56,9 @@ pub struct RunContext {
     /// On the systemd driver (cgroup v2): the connection that sets unit values through
     /// systemd; `None` = cgroup files only.
     pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
+    /// The one writer of the features' lasting cgroup values; `run` puts back what it still
+    /// holds after the features have stopped.
+    pub writer: Arc<NodeWriter>,
 }
 
 /// Why a feature could not start; `run` stops with it.

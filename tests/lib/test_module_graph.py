@@ -241,7 +241,7 @@ FAKE_RULE = module_graph.FeatureRule(
     parent="node",
     features={"a": "a", "b": "b", "b_io": "b"},
     shared={"shared"},
-    writers={("fake", "writer"), ("other", "writer")},
+    writers={("fake", "writer"), ("fake", "node::writer"), ("other", "writer")},
 )
 
 ACROSS = "rule: a module inside one node feature imports no module inside another"
@@ -302,6 +302,19 @@ class FeatureRuleTest(unittest.TestCase):
                         "the writer writer imports node feature b:",
                         "fake/src/writer.rs:1 (writer -> node::b)",
                         "rule: the writer imports no node feature",
+                    ]
+                ],
+            ),
+            (
+                "a writer under node/ is placed; it imports shared, never a feature",
+                {
+                    "node/mod.rs": FEATURES["node/mod.rs"] + "pub mod writer;\n",
+                    "node/writer.rs": "use crate::node::shared::helper;\nuse crate::node::a::A;\n",
+                },
+                [
+                    [
+                        "the writer node::writer imports node feature a:",
+                        "fake/src/node/writer.rs:2 (node::writer -> node::a)",
                     ]
                 ],
             ),

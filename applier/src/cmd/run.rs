@@ -24,6 +24,7 @@ use crate::event_sink;
 use crate::feature::{FeatureError, RunContext, start_all, stop_all};
 use crate::metrics::Metrics;
 use crate::node::qos_parents::detect_caps;
+use crate::node::writer::NodeWriter;
 use crate::pod::watch::Watch;
 use crate::server;
 
@@ -92,6 +93,7 @@ pub async fn run_with_client(
         events,
         metrics,
         systemd,
+        writer: Arc::new(NodeWriter::new(config.dry_run)),
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     let (features, handovers) = node_features(&config, &run);
@@ -138,6 +140,15 @@ pub async fn run_with_client(
         () = koord_runtime::shutdown_signal() => tracing::info!("signalled; exiting"),
     }
     stop_all(running);
+    // What a feature left held (it stopped without letting go) goes back too.
+    let left = ctx.writer.release_all();
+    if left.released > 0 || left.errors > 0 {
+        tracing::info!(
+            files = left.released,
+            errors = left.errors,
+            "cgroup values put back at exit"
+        );
+    }
     Ok(())
 }
 

@@ -5,8 +5,8 @@
 //! BE-first reclaim ([`reclaim`]), proactive reclaim ([`proactive`]), swap for BE containers
 //! ([`be_swap`]), colocation (batch capacity, BE CPU suppression:
 //! [`colocation`]), memory locality ([`numa`]), the PSI and CPI collectors ([`collectors`]) and
-//! resctrl ([`resctrl`]). What several of them read is in [`shared`]: no feature imports
-//! another.
+//! resctrl ([`resctrl`]). What several of them read is in [`shared`]; the lasting values they
+//! want in cgroup files are written by [`writer`]: no feature imports another.
 
 pub mod ancestors;
 pub mod be_swap;
@@ -19,3 +19,4 @@ pub mod qos_parents;
 pub mod reclaim;
 pub mod resctrl;
 pub mod shared;
+pub mod writer;

@@ -4,6 +4,7 @@
 //! touched, a pod that stops being BE and the applier's exit put the values back.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::node::be_swap::grant::NodeMemory;
@@ -51,7 +52,7 @@ fn be_containers_get_their_share_and_give_it_back() {
     let ls_dirs = seed(&l, tmp.path(), &ls);
     let (ffmpeg, uploader) = (&be_dirs[0], &be_dirs[1]);
     assert!(ffmpeg.ends_with("1111111111111111111111111111111111111111111111111111111111111111"));
-    let mut grants = SwapGrants::new(50, l, None);
+    let mut grants = SwapGrants::new(50, l, Arc::default(), None);
 
     // 50% of ffmpeg's 22Gi is past the node's 4 GiB of swap; uploader: 50% of its 1Gi.
     let r = grants.pass([&be, &ls], NODE);
@@ -137,7 +138,7 @@ fn a_grant_whose_container_is_gone_is_forgotten() {
     let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
     let be = with_runtime(fixture("be-transcode.json"), "containerd");
     let dirs = seed(&l, tmp.path(), &be);
-    let mut grants = SwapGrants::new(10, l, None);
+    let mut grants = SwapGrants::new(10, l, Arc::default(), None);
     assert_eq!(grants.pass([&be], NODE).granted, 2);
     for d in &dirs {
         std::fs::remove_dir_all(d).expect("rm");

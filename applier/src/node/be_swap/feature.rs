@@ -49,6 +49,7 @@ impl NodeFeature for BeSwap {
         let grants = Arc::new(Mutex::new(SwapGrants::new(
             settings.percent,
             ctx.layout.clone(),
+            ctx.writer.clone(),
             Some(metrics),
         )));
         let (store, looped) = (ctx.pods.clone(), grants.clone());
