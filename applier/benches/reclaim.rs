@@ -36,7 +36,8 @@ fn tree(root: &Path) -> Arc<AsyncReclaim> {
         proc_root: "/proc".into(),
         write_slice: koord_applier::node::shared::reclaim_slice::WRITE_SLICE,
     };
-    let reclaim = AsyncReclaim::detect(&layout, settings, None).expect("memory.reclaim");
+    let reclaim =
+        AsyncReclaim::detect(&layout, settings, Default::default(), None).expect("memory.reclaim");
     for i in 0..CONTAINERS {
         let dir = kubepods.join(format!("burstable/pod{i:04}/c{i:04}"));
         std::fs::create_dir_all(&dir).expect("mkdir");

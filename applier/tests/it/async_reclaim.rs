@@ -12,6 +12,7 @@ use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
 use koord_applier::node::reclaim::{AsyncReclaim, Settings, held};
+use koord_applier::node::writer::NodeWriter;
 use koord_translator::cgroup::Outcome;
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
@@ -90,8 +91,8 @@ fn a_reclaim_is_written_in_slices() {
         write_slice: MIB,
         ..settings()
     };
-    let reclaim =
-        AsyncReclaim::detect(&l, sliced, Some(metrics.clone())).expect("memory.reclaim is there");
+    let reclaim = AsyncReclaim::detect(&l, sliced, Arc::default(), Some(metrics.clone()))
+        .expect("memory.reclaim is there");
     reclaim.start().expect("worker");
     let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
     applier.apply(&v);
@@ -122,7 +123,8 @@ fn a_container_above_wmark_high_is_reclaimed_to_wmark_low_until_its_pod_goes() {
     std::fs::write(redis.join("memory.current"), format!("{}\n", 81 * MIB)).expect("seed");
     std::fs::write(redis.join("memory.reclaim"), "").expect("seed");
 
-    let reclaim = AsyncReclaim::detect(&l, settings(), None).expect("memory.reclaim is there");
+    let reclaim = AsyncReclaim::detect(&l, settings(), Arc::default(), None)
+        .expect("memory.reclaim is there");
     reclaim.start().expect("worker");
     let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
     let r = applier.apply(&v);
@@ -191,7 +193,7 @@ fn off_or_without_memory_reclaim_the_knob_stays_unsupported() {
         PodSpecView::from_pod(&with_runtime(fixture("ls-redis.json"), "containerd")).expect("view");
     make_pod_tree(&l, Kernel::MainlineV2, &v);
     // A kernel before 5.19: no memory.reclaim.
-    assert!(AsyncReclaim::detect(&l, settings(), None).is_none());
+    assert!(AsyncReclaim::detect(&l, settings(), Arc::default(), None).is_none());
     std::fs::write(tmp.path().join("kubepods/memory.reclaim"), "").expect("seed");
     // Turned off.
     let off = Settings {
@@ -199,7 +201,7 @@ fn off_or_without_memory_reclaim_the_knob_stays_unsupported() {
         be_first: false,
         ..settings()
     };
-    assert!(AsyncReclaim::detect(&l, off, None).is_none());
+    assert!(AsyncReclaim::detect(&l, off, Arc::default(), None).is_none());
     let r = Applier::new(l, false, None).apply(&v);
     assert!(r.emulated.is_empty());
     assert!(
@@ -305,8 +307,9 @@ impl Node {
         };
         let l = layout(self.tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
         // As `run` starts: the throttles a crashed applier left go back first.
-        koord_applier::node::reclaim::release_left_throttles(&l);
-        let reclaim = AsyncReclaim::detect(&l, settings, None).expect("memory.reclaim is there");
+        koord_applier::node::reclaim::release_left_throttles(&l, &NodeWriter::default());
+        let reclaim = AsyncReclaim::detect(&l, settings, Arc::default(), None)
+            .expect("memory.reclaim is there");
         reclaim.start().expect("worker");
         let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
         let r = applier.apply(&self.ls);
@@ -397,7 +400,7 @@ fn needs_user_xattrs(dir: &Path) {
     if let Err(e) = held::record(dir, "max") {
         panic!("cannot run: no user xattrs on {}: {e}", dir.display());
     }
-    held::restore(dir).expect("the probe record put back");
+    held::drop_record(dir).expect("the probe record dropped");
 }
 
 #[test]

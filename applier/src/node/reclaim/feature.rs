@@ -28,12 +28,14 @@ impl NodeFeature for AsyncReclaimFeature {
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
         // Before the first pod pass (every feature starts before the watch), whatever the
         // reclaim settings now: a BE throttle an earlier applier died holding goes back.
-        release_left_throttles(&ctx.layout);
+        release_left_throttles(&ctx.layout, &ctx.writer);
         let Self { settings, pod_pass } = *self;
         let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
         let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);
         let (wmark, be_first, throttle) = (settings.enabled, settings.be_first, settings.throttle);
-        let Some(reclaim) = AsyncReclaim::detect(&ctx.layout, settings, Some(metrics)) else {
+        let Some(reclaim) =
+            AsyncReclaim::detect(&ctx.layout, settings, ctx.writer.clone(), Some(metrics))
+        else {
             return Ok(None);
         };
         reclaim.start().map_err(|source| FeatureError::Thread {

@@ -7,10 +7,12 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::XattrFlags;
 
 use crate::node::shared::limit::parse_limit;
+use crate::node::writer::{Key, NodeWriter};
 
 /// The attribute's name; its value is `memory.high` as the file held it (`max` or bytes).
 pub const XATTR: &str = "user.koord-qos.memory.high.before";
@@ -29,16 +31,31 @@ pub fn recorded(dir: &Path) -> Option<String> {
     parse_limit(v).is_ok().then(|| v.to_owned())
 }
 
-/// Puts the kept value back into `memory.high` and drops the record; returns the value
-/// (`None`: nothing was recorded). The record goes only once the value is back.
-pub fn restore(dir: &Path) -> io::Result<Option<String>> {
+/// Drops the record once the value before is back (or its cgroup is gone).
+pub fn drop_record(dir: &Path) -> io::Result<()> {
+    match rustix::fs::removexattr(dir, XATTR) {
+        Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Puts the kept value back into `memory.high` through the node writer and drops the record;
+/// returns the value (`None`: nothing was recorded). The record goes only once the value is
+/// back.
+pub fn restore(dir: &Path, writer: &NodeWriter) -> io::Result<Option<String>> {
     let Some(prior) = recorded(dir) else {
         return Ok(None);
     };
-    std::fs::write(dir.join("memory.high"), &prior)?;
-    match rustix::fs::removexattr(dir, XATTR) {
-        Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(Some(prior)),
-        Err(e) => Err(e.into()),
+    writer.put_back(&high_key(dir.into()), &prior)?;
+    drop_record(dir)?;
+    Ok(Some(prior))
+}
+
+/// A container's `memory.high`, as the node writer names it.
+pub fn high_key(dir: Arc<Path>) -> Key {
+    Key {
+        dir,
+        file: "memory.high",
     }
 }
 
@@ -50,12 +67,12 @@ const TREE_DEPTH: usize = 6;
 /// that died while throttling left. Run once at start, before the first pod pass: after it every
 /// record on the node is this process's own, so nothing else looks for strays. Returns each
 /// directory that held a record with the value put back, or why it could not be.
-pub fn restore_tree(root: &Path) -> Vec<(PathBuf, io::Result<String>)> {
+pub fn restore_tree(root: &Path, writer: &NodeWriter) -> Vec<(PathBuf, io::Result<String>)> {
     let mut found = Vec::new();
     let mut stack = vec![(root.to_path_buf(), 0)];
     while let Some((dir, depth)) = stack.pop() {
         if recorded(&dir).is_some() {
-            let r = restore(&dir).map(Option::unwrap_or_default);
+            let r = restore(&dir, writer).map(Option::unwrap_or_default);
             found.push((dir.clone(), r));
         }
         if depth == TREE_DEPTH {
@@ -89,13 +106,14 @@ mod tests {
         }
         assert_eq!(recorded(dir).as_deref(), Some("max"));
         std::fs::write(dir.join("memory.high"), "734003200").expect("throttle");
-        assert_eq!(restore(dir).expect("restore").as_deref(), Some("max"));
+        let w = NodeWriter::default();
+        assert_eq!(restore(dir, &w).expect("restore").as_deref(), Some("max"));
         assert_eq!(
             std::fs::read_to_string(dir.join("memory.high")).expect("read"),
             "max"
         );
         assert_eq!(recorded(dir), None, "the record is dropped");
-        assert_eq!(restore(dir).expect("nothing recorded"), None);
+        assert_eq!(restore(dir, &w).expect("nothing recorded"), None);
         // Not a memory.high value: never written back.
         rustix::fs::setxattr(dir, XATTR, b"rm -rf", XattrFlags::empty()).expect("set");
         assert_eq!(recorded(dir), None);
@@ -117,7 +135,7 @@ mod tests {
         record(&c, "209715200").expect("record");
         // A link to a recorded directory is not followed (it is not the tree's own).
         std::os::unix::fs::symlink(&a, root.join("link")).expect("symlink");
-        let mut got: Vec<_> = restore_tree(root)
+        let mut got: Vec<_> = restore_tree(root, &NodeWriter::default())
             .into_iter()
             .map(|(d, r)| (d, r.expect("restored")))
             .collect();
@@ -136,7 +154,7 @@ mod tests {
         );
         assert_eq!((recorded(&a), recorded(&c)), (None, None));
         assert!(
-            restore_tree(root).is_empty(),
+            restore_tree(root, &NodeWriter::default()).is_empty(),
             "a second sweep finds nothing"
         );
     }

@@ -10,8 +10,9 @@
 //! ([`pace`]); and when the node's free memory nears the kernel's watermarks it reclaims from
 //! the containers with a positive `memory.wmark_min_adj` (BE) first ([`be_first`],
 //! [`zoneinfo`]) and holds their growth with `memory.high` while the pressure lasts
-//! ([`throttle`]; the value before is kept on the cgroup, [`held`]). `memory.reclaim` reclaims
-//! in the writer's context, so the worker is its own thread: the pod watch, the resync and the
+//! ([`throttle`]; written and put back by the node writer, the value before also kept on the
+//! cgroup for a successor after a crash, [`held`]). `memory.reclaim` reclaims in the context
+//! of the thread that writes it, so the worker is its own thread: the pod watch, the resync and the
 //! NRI answers never wait for it. It is bounded per write (a chunk), per second (a CPU budget)
 //! and per container (back-off when the kernel finds nothing to take). Nothing is left behind:
 //! a reclaim changes no setting, a throttle is released when the pressure goes, when the
@@ -43,6 +44,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use koord_translator::cgroup::layout::Layout;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
+use crate::node::writer::{NodeWriter, Owner};
+
 pub use feature::AsyncReclaimFeature;
 pub use metrics::ReclaimMetrics;
 pub use settings::Settings;
@@ -50,6 +53,8 @@ pub use worker::Worker;
 
 /// What emulates the knobs, as the Event and the metrics name it.
 pub const EMULATED_BY: &str = "memory.reclaim";
+/// The BE throttle, as the node writer names the owner of the `memory.high` it holds.
+const THROTTLE_OWNER: Owner = "BE throttle";
 /// The knobs async reclaim realizes.
 pub const ASYNC_KNOBS: [&str; 2] = [
     koord_api::knobs::MEMORY_WMARK_RATIO,
@@ -93,20 +98,22 @@ pub struct AsyncReclaim {
     throttled: Mutex<BTreeMap<Key, Arc<Path>>>,
     /// Set on exit: the throttles are released and no new one is set.
     closing: AtomicBool,
+    /// Writes the throttles and puts the values before back.
+    writer: Arc<NodeWriter>,
     metrics: Option<ReclaimMetrics>,
 }
 
 /// The throttles an applier that died while throttling left on this node, put back: once at
 /// start, before the first pod pass, whatever the settings now (the throttle may have been turned
 /// off since). Only cgroup v2 has them.
-pub fn release_left_throttles(layout: &Layout) {
+pub fn release_left_throttles(layout: &Layout, writer: &NodeWriter) {
     if layout.version != CgroupVersion::V2 {
         return;
     }
     let Ok(root) = layout.dir(&layout.kubepods_dir(), Controller::Memory) else {
         return;
     };
-    for (dir, r) in held::restore_tree(&root) {
+    for (dir, r) in held::restore_tree(&root, writer) {
         match r {
             Ok(v) => {
                 tracing::info!(dir = %dir.display(), value = %v, "memory.high restored: a BE throttle left by an earlier run")
@@ -123,6 +130,7 @@ impl AsyncReclaim {
     pub fn detect(
         layout: &Layout,
         settings: Settings,
+        writer: Arc<NodeWriter>,
         metrics: Option<ReclaimMetrics>,
     ) -> Option<Arc<Self>> {
         if !settings.any() {
@@ -138,10 +146,10 @@ impl AsyncReclaim {
             );
             return None;
         }
-        Some(Arc::new(Self::new(settings, metrics)))
+        Some(Arc::new(Self::new(settings, writer, metrics)))
     }
 
-    fn new(settings: Settings, metrics: Option<ReclaimMetrics>) -> Self {
+    fn new(settings: Settings, writer: Arc<NodeWriter>, metrics: Option<ReclaimMetrics>) -> Self {
         Self {
             settings,
             targets: Mutex::default(),
@@ -149,6 +157,7 @@ impl AsyncReclaim {
             generation: AtomicU64::new(0),
             throttled: Mutex::default(),
             closing: AtomicBool::new(false),
+            writer,
             metrics,
         }
     }
@@ -254,11 +263,8 @@ impl AsyncReclaim {
         self.closing.store(true, Ordering::Release);
         let held = std::mem::take(&mut *self.lock_throttled());
         for dir in held.values() {
-            match held::restore(dir) {
-                Ok(Some(v)) => {
-                    tracing::info!(dir = %dir.display(), value = %v, "BE throttle released on exit")
-                }
-                Ok(None) => {}
+            match self.release(dir) {
+                Ok(()) => tracing::info!(dir = %dir.display(), "BE throttle released on exit"),
                 Err(e) => {
                     tracing::warn!(dir = %dir.display(), error = %e, "could not release the BE throttle on exit")
                 }
@@ -267,6 +273,18 @@ impl AsyncReclaim {
         if let Some(m) = &self.metrics {
             m.throttled.set(0);
         }
+    }
+
+    /// The throttle's `memory.high` back to the value before, through the writer, then its
+    /// record dropped (only once the value is back: a record left is put back at next start).
+    fn release(&self, dir: &Arc<Path>) -> std::io::Result<()> {
+        let r = self
+            .writer
+            .release(THROTTLE_OWNER, held::high_key(dir.clone()));
+        if r.errors > 0 {
+            return Err(std::io::Error::other("memory.high not put back"));
+        }
+        held::drop_record(dir)
     }
 
     fn lock_throttled(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Path>>> {
@@ -328,6 +346,7 @@ mod tests {
     fn registry() -> AsyncReclaim {
         AsyncReclaim::new(
             Settings::default(),
+            Arc::default(),
             Some(ReclaimMetrics::register(&prometheus::Registry::new()).expect("metrics")),
         )
     }

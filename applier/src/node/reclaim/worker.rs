@@ -11,19 +11,23 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
+
+use koord_translator::cgroup::readback::Expect;
 
 use super::be_first::{BeFirst, share};
 use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step, slices};
 use super::throttle::{self, Decision, Pressure, Seen};
 use super::watermarks::Watermarks;
 use super::zoneinfo::parse_zoneinfo;
-use super::{AsyncReclaim, Key, Registration, held};
+use super::{AsyncReclaim, Key, Registration, THROTTLE_OWNER, held};
 use crate::node::reclaim::metrics::ReclaimMetrics;
 use crate::node::shared::limit::{limit_bytes, parse_limit};
+use crate::node::writer::{NodeWriter, Want};
 
 /// The limits are re-read this often.
 const LIMITS_EVERY: Duration = Duration::from_secs(1);
@@ -141,11 +145,9 @@ impl<'a> Worker<'a> {
     }
 
     /// Puts the value before back and tells the registry.
-    fn release(&self, key: &Key, dir: &std::path::Path, why: &str) {
-        match held::restore(dir) {
-            Ok(_) => tracing::debug!(dir = %dir.display(), why, "BE throttle released"),
-            // The cgroup is gone with its record: nothing to put back.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    fn release(&self, key: &Key, dir: &Arc<Path>, why: &str) {
+        match self.shared.release(dir) {
+            Ok(()) => tracing::debug!(dir = %dir.display(), why, "BE throttle released"),
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "could not release the BE throttle")
             }
@@ -266,7 +268,7 @@ impl<'a> Worker<'a> {
                     if t.throttle.is_none() && !t.start_throttle(seen, key, self.shared) {
                         continue;
                     }
-                    t.write_throttle(v);
+                    t.write_throttle(v, &self.shared.writer);
                 }
             }
         }
@@ -282,7 +284,7 @@ impl<'a> Worker<'a> {
 /// A container's throttle in force.
 #[derive(Debug, Clone, Copy)]
 struct Throttle {
-    /// What `memory.high` holds now (written by the worker).
+    /// What `memory.high` holds now (handed to the node writer by the worker).
     value: u64,
     /// What it held before (`u64::MAX`: `max`), recorded on the cgroup.
     prior: u64,
@@ -360,16 +362,18 @@ impl Tracked {
         true
     }
 
-    fn write_throttle(&mut self, value: u64) {
-        match std::fs::write(self.reg.dir.join("memory.high"), value.to_string()) {
-            Ok(()) => {
-                if let Some(th) = self.throttle.as_mut() {
-                    th.value = value;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(dir = %self.reg.dir.display(), error = %e, "memory.high write failed")
-            }
+    /// Hands the throttle's value to the node writer, which writes it if the file differs.
+    fn write_throttle(&mut self, value: u64, writer: &NodeWriter) {
+        let want = Want {
+            text: value.to_string(),
+            expect: Expect::Bytes(i64::try_from(value).unwrap_or(i64::MAX)),
+            or_higher: false,
+        };
+        let r = writer.hold(THROTTLE_OWNER, held::high_key(self.reg.dir.clone()), want);
+        if r.errors > 0 || r.refused > 0 {
+            tracing::debug!(dir = %self.reg.dir.display(), "memory.high write failed");
+        } else if let Some(th) = self.throttle.as_mut() {
+            th.value = value;
         }
     }
 

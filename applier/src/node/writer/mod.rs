@@ -87,6 +87,13 @@ impl NodeWriter {
         report
     }
 
+    /// Writes back a value an earlier run found and recorded (the table holds nothing of it):
+    /// what a crashed applier left, at start.
+    pub fn put_back(&self, key: &Key, text: &str) -> std::io::Result<()> {
+        let dirs = BTreeMap::from([(key.dir.clone(), CgroupDir::open(key.dir.clone()))]);
+        self.write(&dirs, key, text)
+    }
+
     /// The files `owner` holds now, with the value last written.
     pub fn held(&self, owner: Owner) -> Vec<(Key, Want)> {
         self.lock()
