@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
 use koord_translator::cgroup::detect::DetectError;
+use koord_translator::cgroup::{CgroupVersion, Controller};
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::hooks::ContainerHooks;
 
@@ -81,6 +82,7 @@ pub async fn run_with_client(
         config.cpu_idle_fallback,
         config.cpu_idle_qos_parents,
     );
+    let layout_version = layout.version;
     let ctx = RunContext {
         client: client.clone(),
         layout,
@@ -93,9 +95,13 @@ pub async fn run_with_client(
         events,
         metrics,
         systemd,
-        writer: Arc::new(NodeWriter::new(config.dry_run)),
+        writer: Arc::new(NodeWriter::new(
+            config.dry_run,
+            layout_version == CgroupVersion::V2,
+        )),
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
+    put_back_left(&ctx);
     let (features, handovers) = node_features(&config, &run);
     let running = start_all(features, &ctx)?;
     let Handovers {
@@ -189,4 +195,26 @@ async fn serve_metrics(
             .instrument(tracing::info_span!("metrics_server")),
     );
     Ok(())
+}
+
+/// Before any feature writes, whatever the features on now: every value an earlier applier
+/// recorded under `kubepods` and did not put back (it died, or a feature it ran is off now)
+/// goes back.
+fn put_back_left(ctx: &RunContext) {
+    let Ok(root) = ctx
+        .layout
+        .dir(&ctx.layout.kubepods_dir(), Controller::Memory)
+    else {
+        return;
+    };
+    for left in ctx.writer.put_back_left(&root) {
+        match left.put_back {
+            Ok(v) => {
+                tracing::info!(dir = %left.dir.display(), file = left.file, value = %v, "put back: a value an earlier run left")
+            }
+            Err(e) => {
+                tracing::warn!(dir = %left.dir.display(), file = left.file, error = %e, "could not put back a value an earlier run left")
+            }
+        }
+    }
 }

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use crate::common;
 
 use common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
-use koord_applier::node::reclaim::{AsyncReclaim, Settings, held};
-use koord_applier::node::writer::NodeWriter;
+use koord_applier::node::reclaim::{AsyncReclaim, Settings};
+use koord_applier::node::writer::{NodeWriter, record};
 use koord_translator::cgroup::Outcome;
 use koord_translator::cgroup::layout::Layout;
-use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_translator::pod::apply::Applier;
 use koord_translator::pod::events::applied_message;
 use koord_translator::pod::plan::Target;
@@ -306,10 +306,14 @@ impl Node {
             ..settings()
         };
         let l = layout(self.tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
-        // As `run` starts: the throttles a crashed applier left go back first.
-        koord_applier::node::reclaim::release_left_throttles(&l, &NodeWriter::default());
-        let reclaim = AsyncReclaim::detect(&l, settings, Arc::default(), None)
-            .expect("memory.reclaim is there");
+        // As `run` starts: the values a crashed applier left go back first.
+        let writer = Arc::new(NodeWriter::new(false, true));
+        let root = l
+            .dir(&l.kubepods_dir(), Controller::Memory)
+            .expect("kubepods");
+        writer.put_back_left(&root);
+        let reclaim =
+            AsyncReclaim::detect(&l, settings, writer, None).expect("memory.reclaim is there");
         reclaim.start().expect("worker");
         let applier = Applier::new(l, false, None).with_hooks(Some(reclaim.clone()));
         let r = applier.apply(&self.ls);
@@ -383,12 +387,12 @@ fn wait_for_high(dir: &Path, want: &str) {
 /// goes a moment after the file reads the value.
 fn wait_unrecorded(dir: &Path) {
     let until = Instant::now() + Duration::from_secs(5);
-    while held::recorded(dir).is_some() {
+    while record::kept(dir, "memory.high").is_some() {
         assert!(
             Instant::now() < until,
             "{}: still recorded after 5 s: {:?}",
             dir.display(),
-            held::recorded(dir)
+            record::kept(dir, "memory.high")
         );
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -397,10 +401,10 @@ fn wait_unrecorded(dir: &Path) {
 /// A `user.` xattr on the temp dir's filesystem (the record the throttle needs); without one
 /// the test fails naming why, it never passes unrun.
 fn needs_user_xattrs(dir: &Path) {
-    if let Err(e) = held::record(dir, "max") {
+    if let Err(e) = record::keep(dir, "memory.high", "max") {
         panic!("cannot run: no user xattrs on {}: {e}", dir.display());
     }
-    held::drop_record(dir).expect("the probe record dropped");
+    record::forget(dir, "memory.high").expect("the probe record dropped");
 }
 
 #[test]
@@ -418,7 +422,7 @@ fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
     );
     for dir in [ffmpeg, uploader] {
         assert_eq!(high(dir), "max", "not throttled");
-        assert_eq!(held::recorded(dir), None);
+        assert_eq!(record::kept(dir, "memory.high"), None);
     }
     let redis_high = high(redis);
 
@@ -427,7 +431,7 @@ fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
     node.free(15_000);
     wait_for_high(ffmpeg, &(400 * MIB).to_string());
     wait_for_high(uploader, &(32 * MIB).to_string());
-    assert_eq!(held::recorded(ffmpeg).as_deref(), Some("max"));
+    assert_eq!(record::kept(ffmpeg, "memory.high").as_deref(), Some("max"));
     assert!(reclaim.holds_high(&node.be.uid, "ffmpeg"));
     assert_eq!(high(redis), redis_high, "LS is not throttled");
     assert!(!reclaim.holds_high(&node.ls.uid, "redis"));
@@ -463,7 +467,7 @@ fn under_node_pressure_be_growth_is_held_at_its_usage_and_released_after() {
     wait_for_high(ffmpeg, &(300 * MIB).to_string());
     reclaim.release_all();
     assert_eq!(high(ffmpeg), "max");
-    assert_eq!(held::recorded(ffmpeg), None);
+    assert_eq!(record::kept(ffmpeg, "memory.high"), None);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(high(ffmpeg), "max", "nothing set after release_all");
 }
@@ -474,7 +478,7 @@ fn a_throttle_left_by_a_crash_is_released_by_the_next_applier() {
     needs_user_xattrs(node.tmp.path());
     // An applier killed mid-throttle: the file holds the throttle, the cgroup the value before
     // (200 MiB here, not the annotation's max, to tell the two apart).
-    held::record(&node.ffmpeg, "209715200").expect("record");
+    record::keep(&node.ffmpeg, "memory.high", "209715200").expect("record");
     std::fs::write(node.ffmpeg.join("memory.high"), (100 * MIB).to_string()).expect("throttle");
     let (reclaim, _applier, r) = node.start(true);
     // The start sweep put the value before back, then the first pass read and compared it as
@@ -486,7 +490,7 @@ fn a_throttle_left_by_a_crash_is_released_by_the_next_applier() {
         .unwrap_or_else(|| panic!("{r:#?}"));
     assert_eq!(knob.old.as_deref(), Some("209715200"), "{knob:#?}");
     assert_eq!(high(&node.ffmpeg), "max");
-    assert_eq!(held::recorded(&node.ffmpeg), None);
+    assert_eq!(record::kept(&node.ffmpeg, "memory.high"), None);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
         high(&node.ffmpeg),
@@ -539,6 +543,9 @@ fn a_restarted_container_leaves_its_old_throttle_behind_and_gets_its_own() {
     wait_for_high(&node.ffmpeg, "max");
     wait_unrecorded(&node.ffmpeg);
     wait_for_high(&restarted, &(50 * MIB).to_string());
-    assert_eq!(held::recorded(&restarted).as_deref(), Some("max"));
+    assert_eq!(
+        record::kept(&restarted, "memory.high").as_deref(),
+        Some("max")
+    );
     assert!(reclaim.holds_high(&be.uid, "ffmpeg"));
 }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use koord_applier::node::be_swap::grant::NodeMemory;
 use koord_applier::node::be_swap::worker::{PassReport, SwapGrants};
+use koord_applier::node::writer::{NodeWriter, record};
 use koord_translator::cgroup::layout::Layout;
-use koord_translator::cgroup::{CgroupDriver, CgroupVersion};
+use koord_translator::cgroup::{CgroupDriver, CgroupVersion, Controller};
 use koord_translator::pod::spec_view::PodSpecView;
 
 use crate::common::{Kernel, fixture, layout, make_pod_tree, with_runtime};
@@ -152,4 +153,34 @@ fn a_grant_whose_container_is_gone_is_forgotten() {
 fn labels_be(pod: &mut Pod) {
     let labels = pod.metadata.labels.as_mut().expect("labels");
     labels.insert(koord_api::keys::LABEL_QOS_CLASS.to_owned(), "BE".to_owned());
+}
+
+#[test]
+fn grants_left_by_a_crash_go_back_at_the_next_start_without_the_flag() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let l = layout(tmp.path(), CgroupVersion::V2, CgroupDriver::Cgroupfs);
+    let be = with_runtime(fixture("be-transcode.json"), "containerd");
+    let dirs = seed(&l, tmp.path(), &be);
+    let root = l
+        .dir(&l.kubepods_dir(), Controller::Memory)
+        .expect("kubepods");
+    if record::keep(&root, "memory.swap.max", "0").is_err() {
+        panic!("cannot run: no user xattrs on {}", root.display());
+    }
+    record::forget(&root, "memory.swap.max").expect("probe dropped");
+    // An applier with --be-swap-percent 50 grants, then is killed (nothing released).
+    let crashed = Arc::new(NodeWriter::new(false, true));
+    let mut grants = SwapGrants::new(50, l.clone(), crashed, None);
+    assert_eq!(grants.pass([&be], NODE).written, 2);
+    drop(grants);
+    assert_ne!(swap_max(&dirs[0]), "0");
+    // The next one starts without the flag: its start sweep puts the kubelet's 0 back.
+    let restarted = NodeWriter::new(false, true);
+    let left = restarted.put_back_left(&root);
+    assert_eq!(left.len(), 2, "{left:?}");
+    for d in &dirs {
+        assert_eq!(swap_max(d), "0", "{}", d.display());
+        assert_eq!(record::kept(d, "memory.swap.max"), None);
+    }
+    assert!(restarted.put_back_left(&root).is_empty());
 }

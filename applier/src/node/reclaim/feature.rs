@@ -1,5 +1,5 @@
-//! The async reclaim emulation as a node feature of `run`: the sweep of throttles an earlier
-//! applier left, then the emulation with its worker thread when the settings and the kernel
+//! The async reclaim emulation as a node feature of `run`: the emulation with its worker
+//! thread when the settings and the kernel
 //! allow it (never in a dry run: it would reclaim). The pod pass takes part through the
 //! emulation's `ContainerHooks`, so starting it hands `run` the emulation for the pod pass;
 //! at exit every throttle in force is released.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::feature::{FeatureError, Give, NodeFeature, RunContext, Running};
 
-use super::{AsyncReclaim, ReclaimMetrics, Settings, release_left_throttles};
+use super::{AsyncReclaim, ReclaimMetrics, Settings};
 
 pub struct AsyncReclaimFeature {
     pub settings: Settings,
@@ -26,9 +26,6 @@ impl NodeFeature for AsyncReclaimFeature {
     }
 
     fn start(self: Box<Self>, ctx: &RunContext) -> Result<Option<Running>, FeatureError> {
-        // Before the first pod pass (every feature starts before the watch), whatever the
-        // reclaim settings now: a BE throttle an earlier applier died holding goes back.
-        release_left_throttles(&ctx.layout, &ctx.writer);
         let Self { settings, pod_pass } = *self;
         let metrics = ReclaimMetrics::register(ctx.metrics.registry())?;
         let (interval, cpu_percent) = (settings.interval, settings.cpu_percent);

@@ -10,15 +10,14 @@
 //! ([`pace`]); and when the node's free memory nears the kernel's watermarks it reclaims from
 //! the containers with a positive `memory.wmark_min_adj` (BE) first ([`be_first`],
 //! [`zoneinfo`]) and holds their growth with `memory.high` while the pressure lasts
-//! ([`throttle`]; written and put back by the node writer, the value before also kept on the
-//! cgroup for a successor after a crash, [`held`]). `memory.reclaim` reclaims in the context
+//! ([`throttle`]; written and put back by the node writer, which also keeps the value before
+//! on the cgroup for a successor after a crash). `memory.reclaim` reclaims in the context
 //! of the thread that writes it, so the worker is its own thread: the pod watch, the resync and the
 //! NRI answers never wait for it. It is bounded per write (a chunk), per second (a CPU budget)
 //! and per container (back-off when the kernel finds nothing to take). Nothing is left behind:
 //! a reclaim changes no setting, a throttle is released when the pressure goes, when the
 //! container leaves the emulation and on exit ([`AsyncReclaim::release_all`]), and one left by
-//! a crash is released by the next applier's sweep of the tree at start
-//! ([`release_left_throttles`]).
+//! a crash is released by the node writer's sweep of the tree at the next start.
 //!
 //! Detected once at start (cgroup v2 and `memory.reclaim` in `kubepods`) by the node feature
 //! of `run` ([`AsyncReclaimFeature`]); while no container asks for it the worker sleeps on a
@@ -26,7 +25,6 @@
 
 pub mod be_first;
 mod feature;
-pub mod held;
 mod hooks;
 pub mod metrics;
 pub mod pace;
@@ -103,25 +101,11 @@ pub struct AsyncReclaim {
     metrics: Option<ReclaimMetrics>,
 }
 
-/// The throttles an applier that died while throttling left on this node, put back: once at
-/// start, before the first pod pass, whatever the settings now (the throttle may have been turned
-/// off since). Only cgroup v2 has them.
-pub fn release_left_throttles(layout: &Layout, writer: &NodeWriter) {
-    if layout.version != CgroupVersion::V2 {
-        return;
-    }
-    let Ok(root) = layout.dir(&layout.kubepods_dir(), Controller::Memory) else {
-        return;
-    };
-    for (dir, r) in held::restore_tree(&root, writer) {
-        match r {
-            Ok(v) => {
-                tracing::info!(dir = %dir.display(), value = %v, "memory.high restored: a BE throttle left by an earlier run")
-            }
-            Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "could not restore a BE throttle left by an earlier run")
-            }
-        }
+/// A container's `memory.high`, as the node writer names it.
+fn high_key(dir: Arc<Path>) -> crate::node::writer::Key {
+    crate::node::writer::Key {
+        dir,
+        file: "memory.high",
     }
 }
 
@@ -275,16 +259,14 @@ impl AsyncReclaim {
         }
     }
 
-    /// The throttle's `memory.high` back to the value before, through the writer, then its
-    /// record dropped (only once the value is back: a record left is put back at next start).
+    /// The throttle's `memory.high` back to the value before, through the writer (a value
+    /// not put back stays recorded: the next start puts it back).
     fn release(&self, dir: &Arc<Path>) -> std::io::Result<()> {
-        let r = self
-            .writer
-            .release(THROTTLE_OWNER, held::high_key(dir.clone()));
+        let r = self.writer.release(THROTTLE_OWNER, high_key(dir.clone()));
         if r.errors > 0 {
             return Err(std::io::Error::other("memory.high not put back"));
         }
-        held::drop_record(dir)
+        Ok(())
     }
 
     fn lock_throttled(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Arc<Path>>> {

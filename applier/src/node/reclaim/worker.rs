@@ -24,7 +24,7 @@ use super::pace::{Backoff, Bounds, Budget, Pace, Reclaimed, Step, slices};
 use super::throttle::{self, Decision, Pressure, Seen};
 use super::watermarks::Watermarks;
 use super::zoneinfo::parse_zoneinfo;
-use super::{AsyncReclaim, Key, Registration, THROTTLE_OWNER, held};
+use super::{AsyncReclaim, Key, Registration, THROTTLE_OWNER, high_key};
 use crate::node::reclaim::metrics::ReclaimMetrics;
 use crate::node::shared::limit::{limit_bytes, parse_limit};
 use crate::node::writer::{NodeWriter, Want};
@@ -136,7 +136,7 @@ impl<'a> Worker<'a> {
                     }
                 }
                 // First seen by this process (a crashed applier's throttles went back in the
-                // start sweep, `release_left_throttles`).
+                // node writer's start sweep).
                 None => {
                     self.tracked.insert(key, Tracked::new(reg));
                 }
@@ -265,10 +265,16 @@ impl<'a> Worker<'a> {
                 Decision::Leave => {}
                 Decision::Release => released.push((key.clone(), t.reg.dir.clone())),
                 Decision::Set(v) => {
-                    if t.throttle.is_none() && !t.start_throttle(seen, key, self.shared) {
-                        continue;
+                    let starting = t.throttle.is_none();
+                    if starting {
+                        t.start_throttle(seen, key, self.shared);
                     }
-                    t.write_throttle(v, &self.shared.writer);
+                    if !t.write_throttle(v, &self.shared.writer) {
+                        t.throttle = None;
+                        if starting {
+                            released.push((key.clone(), t.reg.dir.clone()));
+                        }
+                    }
                 }
             }
         }
@@ -331,20 +337,9 @@ impl Tracked {
         Some((prior, min))
     }
 
-    /// Records the value before on the cgroup, then tells the registry the pod pass must leave
-    /// `memory.high` alone; false (and never again for this container) when no record can be
-    /// kept: a throttle that a crash could leave behind is not set.
-    fn start_throttle(&mut self, seen: Seen, key: &Key, shared: &AsyncReclaim) -> bool {
-        let prior = if seen.prior == u64::MAX {
-            "max".to_owned()
-        } else {
-            seen.prior.to_string()
-        };
-        if let Err(e) = held::record(&self.reg.dir, &prior) {
-            tracing::warn!(dir = %self.reg.dir.display(), error = %e, "cannot record memory.high on the cgroup (user xattrs): this container is reclaimed first under node pressure, not throttled");
-            self.unrecordable = true;
-            return false;
-        }
+    /// Tells the registry the pod pass must leave `memory.high` alone; the node writer records
+    /// the value before on the cgroup with the first write.
+    fn start_throttle(&mut self, seen: Seen, key: &Key, shared: &AsyncReclaim) {
         self.throttle = Some(Throttle {
             value: seen.prior,
             prior: seen.prior,
@@ -359,27 +354,34 @@ impl Tracked {
             m.throttled
                 .set(i64::try_from(held.len()).unwrap_or(i64::MAX));
         }
-        true
     }
 
     /// Hands the throttle's value to the node writer, which writes it if the file differs.
-    fn write_throttle(&mut self, value: u64, writer: &NodeWriter) {
+    /// False when the writer could not record the value before (no user xattrs): a throttle
+    /// a crash could leave behind is not set, and never again for this container.
+    fn write_throttle(&mut self, value: u64, writer: &NodeWriter) -> bool {
         let want = Want {
             text: value.to_string(),
             expect: Expect::Bytes(i64::try_from(value).unwrap_or(i64::MAX)),
             or_higher: false,
         };
-        let r = writer.hold(THROTTLE_OWNER, held::high_key(self.reg.dir.clone()), want);
+        let r = writer.hold(THROTTLE_OWNER, high_key(self.reg.dir.clone()), want);
+        if r.unrecorded > 0 {
+            tracing::warn!(dir = %self.reg.dir.display(), "cannot record memory.high on the cgroup (user xattrs): this container is reclaimed first under node pressure, not throttled");
+            self.unrecordable = true;
+            return false;
+        }
         if r.errors > 0 || r.refused > 0 {
             tracing::debug!(dir = %self.reg.dir.display(), "memory.high write failed");
         } else if let Some(th) = self.throttle.as_mut() {
             th.value = value;
         }
+        true
     }
 
     /// Once a second while throttled: a value someone else wrote (systemd re-applying its
-    /// own, the kubelet resizing) is the value to restore from now on; the throttle is then
-    /// written again by the next step.
+    /// own, the kubelet resizing) is the value to restore from now on (the writer records it
+    /// at its next write); the throttle is then written again by the next step.
     fn check_throttle(&mut self) {
         let Some(th) = self.throttle.as_mut() else {
             return;
@@ -387,15 +389,7 @@ impl Tracked {
         let now = std::fs::read_to_string(self.reg.dir.join("memory.high"))
             .ok()
             .and_then(|t| limit_bytes(&t));
-        let Some(now) = now.filter(|v| *v != th.value) else {
-            return;
-        };
-        let text = if now == u64::MAX {
-            "max".to_owned()
-        } else {
-            now.to_string()
-        };
-        if held::record(&self.reg.dir, &text).is_ok() {
+        if let Some(now) = now.filter(|v| *v != th.value) {
             th.prior = now;
             th.value = now;
         }

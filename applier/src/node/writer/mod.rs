@@ -4,11 +4,15 @@
 //! translator's `cgroup::writer`, and puts the value it found back when no feature wants the
 //! file any more (the feature let it go, the pod is gone, the applier exits:
 //! [`NodeWriter::release_all`]). What to write and what to put back is decided by [`plan`]
-//! (pure); this module only reads the files, performs the steps and keeps the table.
+//! (pure); this module only reads the files, performs the steps and keeps the table. On
+//! cgroup v2 the value found is also kept on the cgroup ([`record`]) before the first write,
+//! so an applier that died, or came back without the feature, puts it back at start
+//! ([`NodeWriter::put_back_left`]); a value that cannot be recorded is not written.
 //!
 //! It imports no feature: every feature writes through it (`tests/lib/module_graph.py`).
 
 pub mod plan;
+pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,8 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use koord_translator::cgroup::writer::CgroupDir;
 
+use plan::{Held, Read, Step, Table};
 pub use plan::{Key, Owner, Want};
-use plan::{Read, Step, Table};
 
 /// What one call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +34,8 @@ pub struct Report {
     pub errors: usize,
     /// Files another feature holds: not written.
     pub refused: usize,
+    /// Values not written because the value found could not be recorded (no user xattrs).
+    pub unrecorded: usize,
 }
 
 /// The node's one writer of lasting values; shared by every feature (`RunContext`).
@@ -37,15 +43,26 @@ pub struct Report {
 pub struct NodeWriter {
     /// Reads and compares but writes nothing.
     dry_run: bool,
+    /// Keeps the value found on the cgroup before the first write (cgroup v2).
+    records: bool,
     table: Mutex<Table>,
 }
 
 impl NodeWriter {
-    pub fn new(dry_run: bool) -> Self {
+    pub fn new(dry_run: bool, records: bool) -> Self {
         Self {
             dry_run,
+            records,
             table: Mutex::default(),
         }
+    }
+
+    /// Every value recorded under `root` put back: once at start, before any feature writes.
+    pub fn put_back_left(&self, root: &Path) -> Vec<record::Left> {
+        if !self.records {
+            return Vec::new();
+        }
+        record::sweep(root, self.dry_run)
     }
 
     /// `owner` wants exactly `wants` now: each written where the file does not hold it, and
@@ -85,13 +102,6 @@ impl NodeWriter {
             report.errors += r.errors;
         }
         report
-    }
-
-    /// Writes back a value an earlier run found and recorded (the table holds nothing of it):
-    /// what a crashed applier left, at start.
-    pub fn put_back(&self, key: &Key, text: &str) -> std::io::Result<()> {
-        let dirs = BTreeMap::from([(key.dir.clone(), CgroupDir::open(key.dir.clone()))]);
-        self.write(&dirs, key, text)
     }
 
     /// The files `owner` holds now, with the value last written.
@@ -135,7 +145,11 @@ impl NodeWriter {
         }
         for step in plan::plan(table, owner, wants, &reads) {
             match step {
-                Step::Write(key, held) => match self.write(&dirs, &key, &held.wrote.text) {
+                Step::Write(key, held) => match self
+                    .keep_found(table.get(&key), &key, &held.found)
+                    .inspect_err(|_| report.unrecorded += 1)
+                    .and_then(|()| self.write(&dirs, &key, &held.wrote.text))
+                {
                     Ok(()) => {
                         report.written += 1;
                         table.insert(key, held);
@@ -151,7 +165,10 @@ impl NodeWriter {
                 Step::PutBack(key, found) => {
                     table.remove(&key);
                     match self.write(&dirs, &key, &found) {
-                        Ok(()) => report.released += 1,
+                        Ok(()) => {
+                            self.forget_found(&key);
+                            report.released += 1;
+                        }
                         // The cgroup went with its value: nothing to put back.
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => report.released += 1,
                         Err(e) => {
@@ -162,6 +179,7 @@ impl NodeWriter {
                 }
                 Step::Forget(key) => {
                     table.remove(&key);
+                    self.forget_found(&key);
                     report.released += 1;
                 }
                 Step::Refused(key, holder) => {
@@ -171,6 +189,22 @@ impl NodeWriter {
             }
         }
         report
+    }
+
+    /// Records the value found before the first write of a file, or when it changed (someone
+    /// else's value is what goes back now).
+    fn keep_found(&self, held: Option<&Held>, key: &Key, found: &str) -> std::io::Result<()> {
+        if !self.records || self.dry_run || held.is_some_and(|h| h.found == found) {
+            return Ok(());
+        }
+        record::keep(&key.dir, key.file, found)
+    }
+
+    fn forget_found(&self, key: &Key) {
+        if self.records && !self.dry_run {
+            // Gone with its cgroup, or left for the next start's sweep.
+            let _ = record::forget(&key.dir, key.file);
+        }
     }
 
     fn write(
@@ -220,7 +254,7 @@ mod tests {
             file: "memory.high",
         };
         let read = || std::fs::read_to_string(dir.join("memory.high")).expect("read");
-        let w = NodeWriter::new(false);
+        let w = NodeWriter::new(false, false);
         assert_eq!(w.hold("a", key.clone(), high(4096)).written, 1);
         assert_eq!(read(), "4096");
         assert_eq!(w.hold("a", key.clone(), high(4096)).written, 0);
@@ -231,7 +265,7 @@ mod tests {
         assert_eq!(read(), "max");
         assert!(w.held("a").is_empty());
         // A dry run reads and plans, never writes.
-        let dry = NodeWriter::new(true);
+        let dry = NodeWriter::new(true, false);
         assert_eq!(dry.hold("a", key, high(4096)).written, 1);
         assert_eq!(read(), "max");
     }
