@@ -82,7 +82,10 @@ pub async fn run_with_client(
         config.cpu_idle_fallback,
         config.cpu_idle_qos_parents,
     );
-    let layout_version = layout.version;
+    let node_writer = Arc::new(
+        NodeWriter::new(config.dry_run, layout.version == CgroupVersion::V2)
+            .with_systemd(systemd.clone()),
+    );
     let ctx = RunContext {
         client: client.clone(),
         layout,
@@ -95,10 +98,7 @@ pub async fn run_with_client(
         events,
         metrics,
         systemd,
-        writer: Arc::new(NodeWriter::new(
-            config.dry_run,
-            layout_version == CgroupVersion::V2,
-        )),
+        writer: node_writer,
     };
     ctx.metrics.set_cgroup_layout(&ctx.layout);
     put_back_left(&ctx);

@@ -78,7 +78,7 @@ fn start(
         },
         metrics: metrics.clone(),
         pods: store,
-        systemd: None,
+        writer: std::sync::Arc::default(),
     };
     let task = tokio::spawn(c.run());
     (api, metrics, task)

@@ -650,7 +650,10 @@ fn be_suppression_sets_the_slice_quota() {
     std::fs::write(be.join("cpu.max"), "max 100000\n").expect("seed");
     s.fake.unit_dir("kubepods-besteffort.slice", &be);
     let mut parent = BeParent::new(&s.layout).expect("be parent");
-    parent.systemd = Some(s.units.clone());
+    parent.writer = Arc::new(
+        koord_applier::node::writer::NodeWriter::new(false, false)
+            .with_systemd(Some(s.units.clone())),
+    );
     let applied = parent.set_quota(150_000).expect("quota");
     assert!(applied.changed);
     assert_eq!(read(&be.join("cpu.max")), "150000 100000");

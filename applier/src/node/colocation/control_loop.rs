@@ -32,8 +32,8 @@ pub struct Colocation {
     pub metrics: ColocationMetrics,
     /// The applier's pod cache (this node's pods), shared with its watch.
     pub pods: Store<Pod>,
-    /// On the systemd driver: the BE slice's quota is set through systemd.
-    pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
+    /// What the BE slice's quota is written through.
+    pub writer: Arc<crate::node::writer::NodeWriter>,
 }
 
 fn facts(store: &Store<Pod>) -> Vec<PodFacts> {
@@ -73,7 +73,7 @@ impl Colocation {
             &self.proc_root,
             self.settings.be_suppress_min_milli,
         ) {
-            Ok(e) => Arc::new(Mutex::new(e.with_systemd(self.systemd.clone()))),
+            Ok(e) => Arc::new(Mutex::new(e.with_writer(self.writer.clone()))),
             Err(e) => {
                 tracing::error!(error = %e, "colocation cannot read the node's CPUs; colocation off");
                 return;

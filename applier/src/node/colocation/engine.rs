@@ -74,12 +74,9 @@ impl Engine {
         })
     }
 
-    /// Sets the BE slice's quota through systemd on its driver ([`koord_translator::cgroup::systemd`]).
-    pub fn with_systemd(
-        mut self,
-        units: Option<std::sync::Arc<koord_translator::cgroup::systemd::Units>>,
-    ) -> Self {
-        self.be_parent.systemd = units;
+    /// The node writer the BE parent's quota goes through (shared with every feature).
+    pub fn with_writer(mut self, writer: std::sync::Arc<crate::node::writer::NodeWriter>) -> Self {
+        self.be_parent.writer = writer;
         self
     }
 

@@ -66,7 +66,7 @@ impl NodeFeature for ColocationFeature {
             settings: self.settings,
             metrics: ColocationMetrics::register(ctx.metrics.registry())?,
             pods: ctx.pods.clone(),
-            systemd: ctx.systemd.clone(),
+            writer: ctx.writer.clone(),
         };
         Ok(Some(Running::task(tokio::spawn(
             c.run().instrument(tracing::info_span!("colocation")),

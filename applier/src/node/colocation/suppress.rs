@@ -16,9 +16,11 @@ use rustix::io::Errno;
 
 use koord_translator::cgroup::file;
 use koord_translator::cgroup::layout::{KubeQos, Layout, LayoutError};
+use koord_translator::cgroup::readback::Expect;
 use koord_translator::cgroup::{CgroupVersion, Controller};
 
 use crate::cpu_list::{format_slice, parse_vec};
+use crate::node::writer::{Key, NodeWriter, Owner, Want};
 
 /// Inputs of one suppression round (CPU in milli-cores, usage over the last interval).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,10 +100,14 @@ pub struct BeParent {
     pub cpu_dir: PathBuf,
     /// v1: `<root>/cpuset/<rel>`; v2: same as `cpu_dir`.
     pub cpuset_dir: PathBuf,
-    /// On the systemd driver (v2): the CFS quota is set as the slice's `CPUQuotaPerSecUSec`
-    /// through systemd first, so that the kubelet's next QoS update does not lift it.
-    pub systemd: Option<Arc<koord_translator::cgroup::systemd::Units>>,
+    /// Writes the v2 quota and puts the value found back when it is lifted (on the systemd
+    /// driver as the slice's `CPUQuotaPerSecUSec` too, so the kubelet's next QoS update does not
+    /// lift it).
+    pub writer: Arc<NodeWriter>,
 }
+
+/// The suppression, as the node writer names the owner of the BE parent's `cpu.max`.
+const OWNER: Owner = "BE suppression";
 
 /// All cgroup directories below `dir` (excluding it), parents before children. One removed
 /// while walked is left out; any other listing error fails the walk.
@@ -139,23 +145,8 @@ impl BeParent {
             version: layout.version,
             cpu_dir: layout.dir(&rel, Controller::Cpu)?,
             cpuset_dir: layout.dir(&rel, Controller::Cpuset)?,
-            systemd: None,
+            writer: Arc::default(),
         })
-    }
-
-    /// Gives systemd the BE slice's `cpu.max` (see [`koord_translator::cgroup::systemd`]); whether it took it.
-    /// `false` off the systemd driver and while systemd is unreachable.
-    fn store_on_unit(&self, want: &str, differs: bool) -> bool {
-        let Some(units) = &self.systemd else {
-            return false;
-        };
-        let w = koord_translator::cgroup::systemd::plan::Want {
-            dir: &self.cpu_dir,
-            file: "cpu.max",
-            text: want,
-            differs,
-        };
-        units.store(&[w]).first().copied().unwrap_or(false)
     }
 
     /// The CFS period of the BE parent (µs), 100000 when it cannot be read.
@@ -213,28 +204,35 @@ impl BeParent {
             }
             CgroupVersion::V2 => {
                 let file = self.cpu_dir.join("cpu.max");
-                let old = file::read_existing(&file)?;
-                let period = old.split_whitespace().nth(1).unwrap_or("100000").to_owned();
-                let want = if quota < 0 {
-                    format!("max {period}")
-                } else {
-                    format!("{quota} {period}")
+                let key = Key {
+                    dir: self.cpu_dir.as_path().into(),
+                    file: "cpu.max",
                 };
-                let held = self.store_on_unit(&want, old != want);
-                if old == want {
-                    return Ok(Applied {
-                        value: old,
-                        changed: false,
-                        lowered: Vec::new(),
-                    });
-                }
-                // systemd wrote it (read back), or the file is written here.
-                if !held || file::read_existing(&file)? != want {
-                    file::write(&file, &want)?;
+                let report = if quota < 0 {
+                    self.writer.release(OWNER, key)
+                } else {
+                    let old = file::read_existing(&file)?;
+                    let period = old
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(100_000);
+                    let want = Want {
+                        text: format!("{quota} {period}"),
+                        expect: Expect::CpuMax {
+                            quota: Some(quota),
+                            period,
+                        },
+                        or_higher: false,
+                    };
+                    self.writer.hold(OWNER, key, want)
+                };
+                if report.errors > 0 || report.refused > 0 {
+                    return Err(io::Error::other(format!("{}: not written", file.display())));
                 }
                 Ok(Applied {
-                    value: want,
-                    changed: true,
+                    value: file::read_existing(&file)?,
+                    changed: report.written + report.released > 0,
                     lowered: Vec::new(),
                 })
             }

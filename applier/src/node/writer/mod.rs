@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use koord_translator::cgroup::systemd::Units;
+use koord_translator::cgroup::systemd::plan::Want as SystemdWant;
 use koord_translator::cgroup::writer::CgroupDir;
 
 use plan::{Held, Read, Step, Table};
@@ -45,6 +47,9 @@ pub struct NodeWriter {
     dry_run: bool,
     /// Keeps the value found on the cgroup before the first write (cgroup v2).
     records: bool,
+    /// On the systemd driver: every value (put back ones too) is stored on its unit first, so
+    /// that systemd's next re-apply of the unit keeps it rather than undoes it.
+    systemd: Option<Arc<Units>>,
     table: Mutex<Table>,
 }
 
@@ -53,8 +58,14 @@ impl NodeWriter {
         Self {
             dry_run,
             records,
+            systemd: None,
             table: Mutex::default(),
         }
+    }
+
+    /// Stores the values on their systemd units too (the systemd driver).
+    pub fn with_systemd(self, systemd: Option<Arc<Units>>) -> Self {
+        Self { systemd, ..self }
     }
 
     /// Every value recorded under `root` put back: once at start, before any feature writes.
@@ -143,7 +154,9 @@ impl NodeWriter {
             };
             reads.insert(key, read);
         }
-        for step in plan::plan(table, owner, wants, &reads) {
+        let steps = plan::plan(table, owner, wants, &reads);
+        self.store_on_units(&steps);
+        for step in steps {
             match step {
                 Step::Write(key, held) => match self
                     .keep_found(table.get(&key), &key, &held.found)
@@ -191,6 +204,31 @@ impl NodeWriter {
         report
     }
 
+    /// The values about to be written (and put back) stored on their units first, in one
+    /// call per unit; a value systemd cannot take is written as a file only.
+    fn store_on_units(&self, steps: &[Step]) {
+        let Some(units) = self.systemd.as_ref().filter(|_| !self.dry_run) else {
+            return;
+        };
+        let wants: Vec<SystemdWant<'_>> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Write(k, h) => Some((k, h.wrote.text.as_str())),
+                Step::PutBack(k, found) => Some((k, found.as_str())),
+                _ => None,
+            })
+            .map(|(k, text)| SystemdWant {
+                dir: &k.dir,
+                file: k.file,
+                text,
+                differs: true,
+            })
+            .collect();
+        if !wants.is_empty() {
+            units.store(&wants);
+        }
+    }
+
     /// Records the value found before the first write of a file, or when it changed (someone
     /// else's value is what goes back now).
     fn keep_found(&self, held: Option<&Held>, key: &Key, found: &str) -> std::io::Result<()> {
@@ -215,6 +253,15 @@ impl NodeWriter {
     ) -> std::io::Result<()> {
         match dirs.get(&key.dir) {
             Some(_) if self.dry_run => Ok(()),
+            // systemd wrote it already (read back): not written twice.
+            Some(dir)
+                if self.systemd.is_some()
+                    && dir
+                        .read(key.file)
+                        .is_ok_and(|v| v.is_some_and(|v| v.trim() == text.trim())) =>
+            {
+                Ok(())
+            }
             Some(dir) => dir.write(key.file, text),
             None => Err(std::io::ErrorKind::NotFound.into()),
         }

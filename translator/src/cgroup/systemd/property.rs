@@ -53,6 +53,7 @@ fn memory_property(file: &str) -> Option<&'static str> {
         "memory.low" => "MemoryLow",
         "memory.high" => "MemoryHigh",
         "memory.max" => "MemoryMax",
+        "memory.swap.max" => "MemorySwapMax",
         _ => return None,
     })
 }
@@ -152,6 +153,7 @@ mod tests {
             ),
             ("memory.low", "0", props(&[("MemoryLow", 0)])),
             ("memory.high", "max", props(&[("MemoryHigh", INFINITY)])),
+            ("memory.swap.max", "0", props(&[("MemorySwapMax", 0)])),
             (
                 "memory.max",
                 "536870912\n",
