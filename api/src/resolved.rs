@@ -500,7 +500,8 @@ pub struct ProactiveReclaimParams {
     /// The stall (microseconds of `some` in `memory.pressure`) one interval may hold before the
     /// loop backs off.
     pub stall_target_micros: i64,
-    /// The most one step asks, in thousandths of the container's `memory.current`.
+    /// The reference step, in thousandths of the container's `memory.current`: the loop starts
+    /// a container at 1/32 of it and doubles it per step nothing came back from, up to a tenth.
     pub step_permill: i64,
     /// The floor's share of the container's memory request, in percent (below `memory.min`
     /// counts as `memory.min`).

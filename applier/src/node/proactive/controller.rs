@@ -12,6 +12,16 @@
 //! The floor is enforced here (the ask never passes `memory.current - floor`) because the
 //! kernel does not: a cgroup's own `memory.min`/`memory.low` do not protect it from a
 //! `memory.reclaim` written to that cgroup (see [`super::cgroup`]).
+//!
+//! Where we part from senpai's fixed step: the refault signal paces the loop. A container's
+//! first step is small (`stepPermill / 32`); a step whose next interval was clean (no stall
+//! at the target, less than an eighth of it faulted back) doubles the next one, past
+//! `stepPermill`, up to a tenth of the container's memory per interval. An idle container's
+//! cold memory goes in minutes instead of senpai's hours of 1% steps, while a hot one pays
+//! for small probes only: any fault-back, stall or `EAGAIN` returns to the first step, and a
+//! container that faulted back half a step is probed less and less often (1, 4, 16, then 64
+//! intervals apart; a stall's back-off stops at 8). Google's far-memory bound, promotions at
+//! most 0.2% of the working set a minute, is what the first step and that spacing keep.
 
 use std::time::Duration;
 
@@ -19,8 +29,18 @@ use koord_api::ProactiveReclaimParams;
 
 /// The memcg page: an ask below one is not worth a write.
 const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
-/// The longest back-off, in intervals (1, 2, 4, then 8 for as long as the stall stays high).
-pub const MAX_BACKOFF_INTERVALS: u32 = 8;
+/// The highest back-off level: a stall's back-off is `2^(level-1)` intervals (1, 2, 4, 8), a
+/// refault's `4^(level-1)` (1, 4, 16, 64).
+const MAX_LEVEL: u32 = 4;
+/// The longest back-off, in intervals (a refault's at the highest level).
+pub const MAX_BACKOFF_INTERVALS: u32 = 1 << (2 * (MAX_LEVEL - 1));
+/// The first step is `stepPermill / 2^FIRST_STEP_SHIFT`: 1/32, so five clean steps reach
+/// `stepPermill`.
+const FIRST_STEP_SHIFT: u32 = 5;
+/// The grown step's ceiling, per mille of `memory.current` per interval: a tenth.
+const MAX_GROWN_STEP_PERMILL: u128 = 100;
+/// A step is clean when less than this share of it (1/8) faulted back in the next interval.
+const CLEAN_REFAULT_SHARE_DIVISOR: u64 = 8;
 /// The share of the last step the container may fault back in one interval before the loop
 /// takes it for memory in use and backs off: a half.
 const HOT_REFAULT_SHARE_DIVISOR: u64 = 2;
@@ -40,6 +60,9 @@ pub struct LoopState {
     pub last_refaults: Option<u64>,
     /// What the last interval's reclaim took, bytes (0 when it did not reclaim).
     pub took: u64,
+    /// Clean steps in a row: the next step is `stepPermill × 2^clean / 32`, up to
+    /// [`MAX_GROWN_STEP_PERMILL`].
+    pub clean: u32,
 }
 
 /// What the loop read this interval.
@@ -105,11 +128,13 @@ fn stall_per_interval(delta: u64, elapsed: Duration, interval: Duration) -> u64 
 /// - In a back-off: [`Action::Wait`] (the totals still move on, so the next probe measures
 ///   one interval).
 /// - Stall at or above the target: [`Action::BackOff`] for 1, 2, 4, then 8 intervals.
-/// - The container faulted back half of the last step: [`Action::Refaulted`], escalating as a
-///   stall does.
-/// - Under the target: a step of `current × stepPermill / 1000`, scaled by
-///   `(target - stall) / target`, capped at `current - floor` and cut to whole pages; the
-///   back-off level is reset once a step proved safe (the interval after it quiet).
+/// - The container faulted back half of the last step: [`Action::Refaulted`] for 1, 4, 16,
+///   then 64 intervals.
+/// - Under the target: a step of `current × stepPermill × 2^clean / 32 / 1000` (the growth
+///   capped at a tenth of `current`), scaled by `(target - stall) / target`, capped at
+///   `current - floor` and cut to whole pages; the back-off level is reset once a step proved
+///   safe (the interval after it quiet), and `clean` counts the steps less than an eighth of
+///   which faulted back (any more returns it to 0).
 pub fn next_step(
     state: &LoopState,
     sample: Sample,
@@ -152,14 +177,21 @@ pub fn next_step(
         return (decide(Action::Wait), next);
     }
     let target = as_u64(params.stall_target_micros).max(1);
+    // What came back since the last sample, bytes; `None` without both counts (no refault
+    // signal: the stall alone decides, and the step does not grow).
     let refaulted = match (state.last_refaults, sample.refault_pages) {
-        (Some(before), Some(now)) => now.saturating_sub(before).saturating_mul(PAGE),
-        _ => 0,
+        (Some(before), Some(now)) => Some(now.saturating_sub(before).saturating_mul(PAGE)),
+        _ => None,
     };
-    let hot = state.took > 0 && refaulted >= state.took / HOT_REFAULT_SHARE_DIVISOR;
+    let hot =
+        state.took > 0 && refaulted.is_some_and(|r| r >= state.took / HOT_REFAULT_SHARE_DIVISOR);
     if stall >= target || hot {
-        next.level = state.level.saturating_add(1).min(4);
-        let intervals = (1u32 << (next.level - 1)).min(MAX_BACKOFF_INTERVALS);
+        next.level = state.level.saturating_add(1).min(MAX_LEVEL);
+        next.clean = 0;
+        // A stall is the workload's moment: probe again soon. A refault says the memory is in
+        // use: probe four times less often at each level.
+        let per_level = if stall >= target { 1 } else { 2 };
+        let intervals = 1u32 << (per_level * (next.level - 1));
         // The back-off's own interval is the first of them.
         next.wait = intervals - 1;
         let action = if stall >= target {
@@ -175,11 +207,18 @@ pub fn next_step(
     // is.
     if state.took > 0 {
         next.level = 0;
+        next.clean = match refaulted {
+            Some(r) if r.saturating_mul(CLEAN_REFAULT_SHARE_DIVISOR) < state.took => {
+                state.clean.saturating_add(1)
+            }
+            Some(_) => 0,
+            // No refault signal: the stall alone grows the step to `stepPermill`, senpai's.
+            None => state.clean.saturating_add(1).min(FIRST_STEP_SHIFT),
+        };
     }
     let current = sample.current_bytes;
     let room = current.saturating_sub(floor);
-    let step = u128::from(current) * u128::from(as_u64(params.step_permill)) / 1000
-        * u128::from(target - stall)
+    let step = step_bytes(current, params.step_permill, next.clean) * u128::from(target - stall)
         / u128::from(target);
     let ask = u64::try_from(step).unwrap_or(u64::MAX).min(room);
     let ask = ask - ask % PAGE;
@@ -191,15 +230,22 @@ pub fn next_step(
     (decide(action), next)
 }
 
+/// The step of `current` bytes after `clean` clean steps: `stepPermill / 32` doubled per
+/// clean step, never above a tenth of `current` by growth (a `stepPermill` above it stays as
+/// set).
+fn step_bytes(current: u64, step_permill: i64, clean: u32) -> u128 {
+    let current = u128::from(current);
+    let base = current * u128::from(as_u64(step_permill)) / 1000;
+    let ceiling = base.max(current * MAX_GROWN_STEP_PERMILL / 1000);
+    ((base << clean.min(FIRST_STEP_SHIFT + 10)) >> FIRST_STEP_SHIFT).min(ceiling)
+}
+
 impl LoopState {
     fn with_total(mut self, total: u64) -> Self {
         self.last_total = Some(total);
         self
     }
 
-    /// After a `memory.reclaim` the kernel answered `EAGAIN` (it found less to take than
-    /// asked): nothing cold is left for now, so a light back-off, one interval skipped,
-    /// without raising the level a stall would.
     /// After this interval's reclaim took `bytes`: the next interval compares the
     /// container's refaults with it.
     pub fn after_reclaim(self, bytes: u64) -> Self {
@@ -209,9 +255,13 @@ impl LoopState {
         }
     }
 
+    /// After a `memory.reclaim` the kernel answered `EAGAIN` (it found less to take than
+    /// asked): nothing cold is left for now, so a light back-off, one interval skipped,
+    /// without raising the level a stall would; the growth starts again from the base step.
     pub fn after_short(self) -> Self {
         Self {
             wait: self.wait.max(1),
+            clean: 0,
             ..self
         }
     }
@@ -245,6 +295,8 @@ mod tests {
             wait: 0,
             last_refaults: None,
             took: 0,
+            // Grown to the whole `stepPermill`.
+            clean: FIRST_STEP_SHIFT,
         }
     }
 
@@ -394,10 +446,10 @@ mod tests {
                 Action::Refaulted(1),
             ),
             (
-                "a fifth faulted back: the next step",
+                "a fifth faulted back: back to the first step, 1/32 of the whole",
                 took(Some(100), 10 * MIB),
                 with(Some(100 + PAGES_5_MIB / 2)),
-                Action::Reclaim(10 * MIB),
+                Action::Reclaim(10 * MIB / 32),
             ),
             (
                 "refaults without a step before (another cause): the step",
@@ -417,14 +469,18 @@ mod tests {
             assert_eq!(next.took, 0, "{name}: the worker sets what a reclaim took");
             assert_eq!(next.last_refaults, sample.refault_pages, "{name}");
         }
-        // A hot container: every step faulted back. The back-offs grow 1, 2, 4, 8, 8 as a
-        // stall's do (the probes after each wait keep the level), so the loop takes a step
-        // every ninth interval at most.
-        let mut state = took(Some(0), 0);
+        // A hot container: every step faulted back. The back-offs grow 1, 4, 16, then 64
+        // intervals (the probes after each wait keep the level), and each probe is the first
+        // step: at the defaults 0.03% of the working set per probe, 0.1% in the first minute
+        // (three probes), then one per 6.5 minutes.
+        let mut state = LoopState {
+            clean: 0,
+            ..took(Some(0), 0)
+        };
         let mut refaults = 0;
         let mut backoffs = Vec::new();
         let mut steps = 0;
-        for _ in 0..40 {
+        for _ in 0..400 {
             let (d, next) = next_step(&state, with(Some(refaults)), &P, 0);
             state = next;
             match d.action {
@@ -439,11 +495,76 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             }
         }
-        assert_eq!(&backoffs[..5], [1, 2, 4, 8, 8]);
-        assert!(
-            steps <= 8,
-            "{steps} steps in 40 intervals of a hot container"
+        assert_eq!(&backoffs[..6], [1, 4, 16, 64, 64, 64]);
+        // Four probes in the first 89 intervals, then one every 65, each the first step.
+        assert_eq!(steps, 9, "steps in 400 intervals of a hot container");
+        assert_eq!(
+            refaults * PAGE,
+            9 * 10 * MIB / 32,
+            "what the hot container faulted back"
         );
+    }
+
+    /// An idle container: every step clean (nothing faulted back), so the step doubles from
+    /// 1/32 of `stepPermill` (0.03% of `memory.current` at the defaults) past it (1%) to a tenth
+    /// in ten intervals; a step an eighth of which came back returns to the first step without
+    /// a back-off; without a refault count the step grows to `stepPermill`, not past it.
+    #[test]
+    fn clean_steps_grow_to_a_tenth_and_a_fault_back_returns_to_the_first_step() {
+        const KIB: u64 = 1 << 10;
+        let run = |refaults: Option<u64>, n: usize| {
+            let mut state = LoopState {
+                last_refaults: refaults,
+                ..LoopState::default().with_total(0)
+            };
+            let mut asks = Vec::new();
+            for _ in 0..n {
+                let s = Sample {
+                    refault_pages: refaults,
+                    ..sample(0, 1000 * MIB)
+                };
+                let (d, next) = next_step(&state, s, &P, 0);
+                let Action::Reclaim(bytes) = d.action else {
+                    panic!("{d:?}");
+                };
+                asks.push(bytes / KIB);
+                state = next.after_reclaim(bytes);
+            }
+            (asks, state)
+        };
+        let (asks, state) = run(Some(0), 11);
+        assert_eq!(
+            asks,
+            [
+                320, 640, 1280, 2560, 5120, 10240, 20480, 40960, 81920, 102400, 102400
+            ]
+        );
+        let (asks, _) = run(None, 8);
+        assert_eq!(asks, [320, 640, 1280, 2560, 5120, 10240, 10240, 10240]);
+        // An eighth of the 100 MiB step faulted back: the first step, no back-off.
+        let warm = Sample {
+            refault_pages: Some(100 * MIB / 8 / PAGE),
+            ..sample(0, 1000 * MIB)
+        };
+        let (d, next) = next_step(&state, warm, &P, 0);
+        assert_eq!((d.action, next.clean), (Action::Reclaim(320 * KIB), 0));
+        // The stall still scales a grown step (half the target: half of 40 MiB).
+        let grown = LoopState {
+            clean: 7,
+            took: 0,
+            ..state
+        };
+        let half = Sample {
+            refault_pages: state.last_refaults,
+            ..sample(5_000, 1000 * MIB)
+        };
+        let (d, _) = next_step(&grown, half, &P, 0);
+        assert_eq!(d.action, Action::Reclaim(20 * MIB));
+        // A stepPermill above the ceiling stays as set; below it, growth stops at a tenth.
+        assert_eq!(step_bytes(1000, 200, 12), 200);
+        assert_eq!(step_bytes(1000, 10, 12), 100);
+        // The kernel's EAGAIN (nothing cold left) starts the growth again.
+        assert_eq!(grown.after_short().clean, 0);
     }
 
     /// The stall stays high: back-offs of 1, 2, 4, 8, 8 intervals, with no reclaim in
@@ -488,15 +609,16 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(probe, Some(Action::Reclaim(10 * MIB)));
+        // After a back-off, the first step (1/32 of the whole).
+        assert_eq!(probe, Some(Action::Reclaim(10 * MIB / 32)));
         assert_eq!(
             state.level, 4,
             "a probe keeps the level until its step proves safe"
         );
-        // The step taken, the next interval quiet: the level resets.
-        state = state.after_reclaim(10 * MIB);
+        // The step taken, the next interval quiet: the level resets, the step doubles.
+        state = state.after_reclaim(10 * MIB / 32);
         let (d, next) = next_step(&state, sample(total, 1000 * MIB), &P, 0);
-        assert_eq!(d.action, Action::Reclaim(10 * MIB));
+        assert_eq!(d.action, Action::Reclaim(10 * MIB / 16));
         assert_eq!(next.level, 0, "a safe step resets the back-off");
         total += 50_000;
         let (d, _) = next_step(&next, sample(total, 1000 * MIB), &P, 0);
@@ -515,11 +637,10 @@ mod tests {
         assert_eq!((state.level, state.wait), (0, 1));
         let (d, state) = next_step(&state, sample(0, 990 * MIB), &P, 0);
         assert_eq!(d.action, Action::Wait);
+        // Then the first step again: nothing cold was left.
         let (d, _) = next_step(&state, sample(0, 990 * MIB), &P, 0);
-        assert_eq!(
-            d.action,
-            Action::Reclaim(9_900 * MIB / 1000 - (9_900 * MIB / 1000) % PAGE)
-        );
+        let first = 9_900 * MIB / 1000 / 32;
+        assert_eq!(d.action, Action::Reclaim(first - first % PAGE));
         // A longer back-off in force is not shortened by a short reclaim.
         let long = LoopState {
             last_total: Some(0),
