@@ -669,10 +669,11 @@ def s_kubelet_restart(h: Harness) -> None:
                     f"(bound {LONGEST_BELOW} s): {lines}; {load_note(h)}")
 
 
-@scenario("proactive reclaim (memory.pressure-driven, opted in per namespace; CI's short form: "
-          "2-s intervals, 5% steps): an idle pod's active file cache goes back to the node and "
-          "batch-memory follows; Redis, a hot pod and a pod's floor keep theirs; memory.reclaim "
-          "ignores a cgroup's own memory.min on this kernel")
+@scenario(f"proactive reclaim (memory.pressure-driven, opted in per namespace; the {proactive.FORM} "
+          f"form: {proactive.INTERVAL_S}-s intervals, the defaults' step): an idle pod's active file "
+          "cache goes back to the node and batch-memory follows; Redis, a hot pod (promotions at "
+          "most 0.2% of its working set per 10 intervals) and a pod's floor keep theirs; "
+          "memory.reclaim ignores a cgroup's own memory.min on this kernel")
 def s_proactive(h: Harness) -> None:
     installed(h)
     proactive.run(h)

@@ -32,6 +32,10 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
     "proactive-reclaim": (("tests/node-v2/proactive.py",),
                           f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 "
                           "KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run"),
+    "proactive-reclaim-defaults": (("tests/node-v2/proactive.py",),
+                                   f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 KOORD_V2_PROACTIVE_FORM=defaults "
+                                   "KOORD_NODE_V2_ONLY='^(node:|install:|proactive reclaim \\()' "
+                                   "tests/node-v2/run"),
     # C0 with and without swap is the protection proof's run_config (protection.py).
     "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py", "tests/node-v2/protection.py"),
                                f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 "

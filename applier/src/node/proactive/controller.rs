@@ -93,7 +93,7 @@ pub enum Action {
     /// The stall reached the target: no reclaim, and the next probe in this many intervals.
     BackOff(u32),
     /// The container faulted back at least half of what the last step took (the step took
-    /// memory in use): no reclaim, and the next probe in this many intervals, as for a stall.
+    /// memory in use): no reclaim, and the next probe in this many intervals (a stall or not).
     Refaulted(u32),
     /// Waiting out a back-off.
     Wait,
@@ -127,9 +127,10 @@ fn stall_per_interval(delta: u64, elapsed: Duration, interval: Duration) -> u64 
 /// - First sample: [`Action::Record`].
 /// - In a back-off: [`Action::Wait`] (the totals still move on, so the next probe measures
 ///   one interval).
-/// - Stall at or above the target: [`Action::BackOff`] for 1, 2, 4, then 8 intervals.
 /// - The container faulted back half of the last step: [`Action::Refaulted`] for 1, 4, 16,
-///   then 64 intervals.
+///   then 64 intervals, whatever the stall.
+/// - Otherwise a stall at or above the target: [`Action::BackOff`] for 1, 2, 4, then 8
+///   intervals.
 /// - Under the target: a step of `current × stepPermill × 2^clean / 32 / 1000` (the growth
 ///   capped at a tenth of `current`), scaled by `(target - stall) / target`, capped at
 ///   `current - floor` and cut to whole pages; the back-off level is reset once a step proved
@@ -188,16 +189,17 @@ pub fn next_step(
     if stall >= target || hot {
         next.level = state.level.saturating_add(1).min(MAX_LEVEL);
         next.clean = 0;
-        // A stall is the workload's moment: probe again soon. A refault says the memory is in
-        // use: probe four times less often at each level.
-        let per_level = if stall >= target { 1 } else { 2 };
+        // A refault says the step took memory in use (whatever stall it caused): probe four
+        // times less often at each level. A stall alone is the workload's moment: probe
+        // again soon.
+        let per_level = if hot { 2 } else { 1 };
         let intervals = 1u32 << (per_level * (next.level - 1));
         // The back-off's own interval is the first of them.
         next.wait = intervals - 1;
-        let action = if stall >= target {
-            Action::BackOff(intervals)
-        } else {
+        let action = if hot {
             Action::Refaulted(intervals)
+        } else {
+            Action::BackOff(intervals)
         };
         return (decide(action), next);
     }
@@ -456,6 +458,15 @@ mod tests {
                 took(Some(100), 0),
                 with(Some(100 + 10 * PAGES_5_MIB)),
                 Action::Reclaim(10 * MIB),
+            ),
+            (
+                "half faulted back with a stall: a refault's back-off",
+                took(Some(100), 10 * MIB),
+                Sample {
+                    refault_pages: Some(100 + PAGES_5_MIB),
+                    ..sample(20_000, 1000 * MIB)
+                },
+                Action::Refaulted(1),
             ),
             (
                 "no refault count: the stall alone",
