@@ -241,6 +241,7 @@ def run(h) -> None:
         patch_pod_config(h, "proactive-reclaim", None)
         for ns, pods in specs.items():
             h.delete_pods(ns, *(p["metadata"]["name"] for p in pods))
+        h.delete_pods(v2.NS_BATCH, "be-waits")
         cfg = slo_with_class_params()
         del cfg["clusterStrategy"]["lsClass"]["proactiveReclaim"]
         protection.set_slo(h, cfg)
@@ -273,6 +274,7 @@ def measure(h, specs: dict[str, list[dict]]) -> None:
     check(s0["idle-b"]["file"] >= FILE_MIB * MIB * 0.8,
           f"idle B holds {s0['idle-b']['file'] / MIB:.0f} MiB of file, not its {FILE_MIB} MiB")
 
+    waiting = Waiting(h)
     t0 = time.monotonic()
     samples = Sampler(cg.read, SAMPLE_S, t0)
     batches = Sampler(lambda: v2.node_batch(h)[1], SAMPLE_S, t0)
@@ -301,10 +303,11 @@ def measure(h, specs: dict[str, list[dict]]) -> None:
     m = h.applier_metrics()
     log(f"Node batch-memory over the window (MiB): "
         f"{[round(v / MIB) for _, v in batch_points][::4]}")
-    verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m)
+    capacity = waiting.placed_and_kept(pods["idle-b"], cg, t0 + on_at)
+    verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m, capacity)
 
 
-def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> None:
+def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m, capacity) -> None:
     idle0, idle1 = s0["idle-b"], s1["idle-b"]
     cold = idle0["file"]
     fell, ws_fell = idle0["current"] - idle1["current"], idle0["ws"] - idle1["ws"]
@@ -348,6 +351,7 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
         f"{s1['floor-b']['current'] / MIB:.0f} MiB, lowest {floor_low / MIB:.1f} MiB (floor "
         f"{floor_bytes / MIB:.0f}); the applier reclaimed {reclaimed / MIB:.0f} MiB in all",
         promo["line"],
+        capacity["line"],
     ]
     for line in lines:
         log(line)
@@ -375,11 +379,119 @@ def verdict(h, s0, s1, batch0, batch1, points, p99, floor_bytes, on_at, m) -> No
          f"the floor pod stayed at {s1['floor-b']['current'] / MIB:.0f} MiB, not reclaimed to its "
          f"floor {floor_bytes / MIB:.0f} MiB"),
     ]
-    failed = [why for ok, why in held if not ok]
+    failed = [why for ok, why in held if not ok] + capacity["failed"]
     # Published held or not (what did not hold named in it), then asserted: a figure a run
     # could not hold is reported as not held, never left to an older run.
-    publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo["line"], failed)
+    publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo["line"], capacity["line"],
+            failed)
     check(not failed, "; ".join(failed))
+
+
+# The BE pod that waits for the memory the loop gives back: its batch-memory request is this
+# much above what the Node has free before the window; it allocates WAITING_USES_MIB.
+WAITING_ABOVE_MIB = 48
+WAITING_USES_MIB = 128
+# After it is placed, the idle LS pod reads its whole file again (its page cache back) and the
+# node is watched this long for an OOM kill, an eviction, the BE pod's end.
+AFTER_S = 60
+
+
+class Waiting:
+    """A BE pod asking more batch-memory than the Node has free: Pending (the scheduler's
+    Insufficient) when the loop starts, placed once the idle pods' memory came back, and kept
+    (no OOM kill, no eviction) while the LS pod takes its memory back."""
+
+    def __init__(self, h) -> None:
+        self.h = h
+        free = h.batch_free()[1]
+        self.want_mib = int(free // MIB) + WAITING_ABOVE_MIB
+        cmd = ["sh", "-c", f"koord-stress -m 1 --vm-bytes {WAITING_USES_MIB}M --vm-hang 1000000 "
+               f"-t 1000000"]
+        # Created without waiting for room: not fitting is the point.
+        self.spec = v2.be_batch_pod("be-waits", h.env["WORKLOAD_IMAGE"], cmd, cpu=("10m", "100m"),
+                                    mem=(f"{self.want_mib}Mi", f"{self.want_mib + 64}Mi"))
+        h.apply_obj(self.spec)
+        self.free_mib = free / MIB
+        self.rejected: list[str] = []
+
+        def unschedulable() -> str | None:
+            conds = {c["type"]: c for c in self.pod().get("status", {}).get("conditions", [])}
+            c = conds.get("PodScheduled", {})
+            return c.get("message") if c.get("reason") == "Unschedulable" else None
+        self.why = wait_until("be-waits Unschedulable", unschedulable, 60, 1)
+        check("batch-memory" in self.why, f"be-waits unschedulable for another reason: {self.why}")
+
+    def pod(self) -> dict:
+        return self.h.pod(v2.NS_BATCH, "be-waits")
+
+    def placed(self) -> tuple[dict, list[str]]:
+        """The pod once Running. A pod the kubelet rejected for batch capacity it had not seen
+        yet (the scheduler placed it on the raise, the kubelet's copy of the Node was an update
+        behind: decisions.md, batch capacity) is made again, as its controller would, at most
+        twice, and counted."""
+        for _ in range(3):
+            try:
+                pod = wait_until("be-waits placed and Running or rejected", lambda: (
+                    lambda p: p if p.get("status", {}).get("phase") in ("Running", "Failed")
+                    else None)(self.pod()), 120, 1)
+            except Check as e:
+                return self.pod(), [f"the BE pod asking {self.want_mib} MiB of batch-memory was "
+                                    f"never placed: {e}; Node batch {v2.node_batch(self.h)}"]
+            st = pod["status"]
+            if st["phase"] == "Running" or not st.get("reason", "").startswith("OutOf"):
+                return pod, []
+            self.rejected.append(st.get("message", st["reason"]))
+            self.h.delete_pods(v2.NS_BATCH, "be-waits")
+            self.h.apply_obj(self.spec)
+        return pod, [f"the BE pod rejected {len(self.rejected)} times: {self.rejected}"]
+
+    def placed_and_kept(self, ls: dict, cg, on_at: float) -> dict:
+        h = self.h
+        pod, failed = self.placed()
+        st = pod.get("status", {})
+        sched = next((c for c in st.get("conditions", []) if c["type"] == "PodScheduled"), {})
+        placed_at = (datetime.fromisoformat(sched["lastTransitionTime"].replace("Z", "+00:00"))
+                     .timestamp() if sched.get("status") == "True" else None)
+        if st.get("phase") != "Running":
+            failed.append(f"the BE pod asking {self.want_mib} MiB of batch-memory: phase "
+                          f"{st.get('phase')} ({st.get('reason', '')}: {st.get('message', '')})")
+            return {"line": f"the BE pod waiting for batch-memory not running: {failed[-1]}",
+                    "failed": failed}
+        after_opt_in = (placed_at - (time.time() - (time.monotonic() - on_at))
+                        if placed_at else float("nan"))
+        # The LS pod takes its memory back: its whole file read again, charged to it.
+        before = cg.read()["idle-b"]["current"]
+        oom0 = int(h.guest("awk '/^oom_kill / {print $2}' /proc/vmstat").strip() or 0)
+        be_cg = h.container_cgroup(None, pod, "work")
+        ev0 = events(h.read(f"{be_cg}/memory.events"))
+        # A shell moved into the pod's container cgroup: the page cache it reads is the pod's.
+        ls_cg, ed = h.container_cgroup(None, ls, "app"), protection.emptydir(ls)
+        h.guest(f"sh -c 'echo $$ > {ls_cg}/cgroup.procs; cat {ed}/f >/dev/null'", timeout=120)
+        time.sleep(AFTER_S)
+        took_back = cg.read()["idle-b"]["current"] - before
+        oom = int(h.guest("awk '/^oom_kill / {print $2}' /proc/vmstat").strip() or 0) - oom0
+        ev = {k: v - ev0.get(k, 0) for k, v in events(h.read(f"{be_cg}/memory.events")).items()}
+        evicted = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in h.kjson(
+            "get", "pods", "-A", "--field-selector", f"spec.nodeName={h.env['NODE_NAME']}")["items"]
+            if p.get("status", {}).get("reason") == "Evicted"]
+        phase = self.pod().get("status", {}).get("phase")
+        line = (f"a BE pod asking {self.want_mib} MiB of batch-memory ({WAITING_ABOVE_MIB} MiB "
+                f"more than the {self.free_mib:.0f} MiB free before the window; the scheduler: "
+                f"{self.why.split(':')[0]}) was placed {after_opt_in:.0f} s after the opt-in and "
+                f"ran (rejected first by a kubelet an update behind: {len(self.rejected)}); then the idle LS pod read its file again and took back "
+                f"{took_back / MIB:.0f} MiB: in {AFTER_S} s, {oom} OOM kills, evicted "
+                f"{evicted or 'none'}, the BE pod {phase} (its memory.events high +{ev.get('high', 0)}"
+                f", max +{ev.get('max', 0)}), Node batch-memory {v2.node_batch(h)[1] / MIB:.0f} MiB")
+        failed += [why for ok, why in [
+            (oom == 0, f"{oom} OOM kills after the LS pod took its memory back: {line}"),
+            (not evicted, f"pods evicted after the LS pod took its memory back: {line}"),
+            (phase == "Running", f"the BE pod {phase} after the LS pod took its memory back: {line}"),
+        ] if not ok]
+        return {"line": line, "failed": failed}
+
+
+def events(text: str | None) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in (text or "").splitlines())}
 
 
 def promotion(s0: dict, s1: dict, points: list, loop_s: float) -> dict:
@@ -412,7 +524,7 @@ def published_head(node: str, block: str) -> str:
         100, break_on_hyphens=False, break_long_words=False)
 
 
-def publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo: str,
+def publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo: str, capacity: str,
             failed: list[str]) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
@@ -436,7 +548,7 @@ def publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo: str,
                     f"{a['ws'] / MIB:.0f} | {p} | {stall} |")
     rows += ["", f"Redis' GET p99, B over A in each pair of rounds (A first, then B first): "
              f"{', '.join(f'{r:.2f}' for r in ratios)}; median {ratio:.2f}, bound "
-             f"{P99_TOLERANCE}.", "", f"Promotions: {promo}.",
+             f"{P99_TOLERANCE}.", "", f"Promotions: {promo}.", "", f"Capacity: {capacity}.",
              "", f"Node `kubernetes.io/batch-memory`: {batch0 / MIB:.0f} -> {batch1 / MIB:.0f} "
              f"MiB. ![memory.current and stall of the idle pods](img/{BLOCK[FORM]}.svg)"]
     published.replace_between_markers(RESULTS_MD, BLOCK[FORM], "\n".join(rows))
