@@ -15,9 +15,6 @@ anonymous memory once and stay idle: `swap-a` not opted in, `swap-b` opted in by
   the loop's doing, not the kernel's;
 - swap-b never goes below its floor (the annotation's memory.min: the request).
 
-Then a live service's cold part, with the swap disk alone and with zswap in front of it:
-redis_cold.py.
-
 Around it, the protection proof's C0 (protection.py: the reference's ack-slo-config as it
 ships, `memory.min` 0, so what keeps the LS working set is the BE-first reclaim and throttle)
 with an anonymous flood: the BE pod allocates the node's free memory and page cache but 288 MiB
@@ -41,7 +38,6 @@ import time
 from pathlib import Path
 
 import protection
-import redis_cold
 from koordtest import published
 from koordtest.checks import Check, check, wait_until
 from koordtest.harness import log
@@ -197,12 +193,10 @@ def run(h) -> None:
             h.apply_obj(anon_pod(name, image, name == "swap-b"), NS)
         *idle, failed = measure(h, {name[-1]: h.wait_running(NS, name) for name in names}, total)
         h.delete_pods(NS, *names)
-        cold = redis_cold.run(h)
-        failed += [why for r in cold for why in r["failed"]]
         be_swap = protection_with_swap(h)
         failed += be_swap["failed"]
         # Published held or not (what did not hold named in it), then asserted.
-        publish(*idle, total, cold, be_swap, failed)
+        publish(*idle, total, be_swap, failed)
         check(not failed, "; ".join(failed))
     finally:
         h.delete_pods(NS, *names)
@@ -351,8 +345,7 @@ def protection_with_swap(h) -> dict:
             "failed": [why for ok, why in held if not ok]}
 
 
-def publish(s0, s1, floor: int, swap_total: int, cold: list[dict], be_swap: dict,
-            failed: list[str]) -> None:
+def publish(s0, s1, floor: int, swap_total: int, be_swap: dict, failed: list[str]) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
         return
     head = published_head(f"the systemd-driver cgroup v2 node with {swap_total / MIB:.0f} MiB "
@@ -368,21 +361,6 @@ def publish(s0, s1, floor: int, swap_total: int, cold: list[dict], be_swap: dict
         b, a = s0[key], s1[key]
         rows.append(f"| {label} | {b['anon'] / MIB:.0f} -> {a['anon'] / MIB:.0f} | "
                     f"{a['swap'] / MIB:.0f} | {b['swap_max'] / MIB:.0f} | {fl} |")
-    rows += ["", f"A live service's cold part (redis_cold.py): Redis with {redis_cold.KEYS:,} keys of "
-             f"{redis_cold.VALUE_BYTES} bytes, GETs on the first {100 * redis_cold.HOT_SHARE:.0f}% "
-             f"only, B opted in, A not, {redis_cold.WINDOW} s:", "",
-             "| Redis B, swap to | anonymous MiB | cold part MiB | went | in swap MiB | "
-             "zswap holds / pool MiB | GET p99 B/A (median of pairs) | applier CPU |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in cold:
-        b0, b1 = r["s0"]["b"], r["s1"]["b"]
-        went = b0["anon"] - b1["anon"]
-        z = (f"{r['stored'] / MIB:.0f} / {r['pool'] / MIB:.0f}" if r["zswap"] else "—")
-        rows.append(f"| {'zswap, then the disk' if r['zswap'] else 'the swap disk'} | "
-                    f"{b0['anon'] / MIB:.0f} -> {b1['anon'] / MIB:.0f} | {r['cold'] / MIB:.0f} | "
-                    f"{went / MIB:.0f} MiB ({100 * went / r['cold']:.0f}%) | "
-                    f"{b1['swap'] / MIB:.0f} | {z} | {r['ratio']:.2f} ({r['pairs']} pairs) | "
-                    f"{100 * r['cpu_share']:.2f}% of a core |")
     c0, c0s = be_swap["c0"], be_swap["c0s"]
     rows += ["", "The protection proof's C0 (the reference's `enable: true`, `memory.min` 0) with\n"
              f"a BE pod allocating {ANON_FLOOD.get('mib', 0)} MiB of anonymous memory, "

@@ -37,8 +37,7 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], str]] = {
                                    "KOORD_NODE_V2_ONLY='^(node:|install:|proactive reclaim \\()' "
                                    "tests/node-v2/run"),
     # C0 with and without swap is the protection proof's run_config (protection.py).
-    "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py", "tests/node-v2/protection.py",
-                                "tests/node-v2/redis_cold.py"),
+    "proactive-reclaim-swap": (("tests/node-v2/proactive_swap.py", "tests/node-v2/protection.py"),
                                f"{SYSTEMD_NODE} KOORD_V2_SLOT=2 "
                                "KOORD_NODE_V2_ONLY='^(node:|install:|proactive)' tests/node-v2/run"),
     "async-reclaim": (("tests/node-v2/reclaim.py",),
