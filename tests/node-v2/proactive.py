@@ -531,6 +531,10 @@ def published_head(node: str, block: str) -> str:
         100, break_on_hyphens=False, break_long_words=False)
 
 
+def wrap(text: str) -> str:
+    return textwrap.fill(text, 100, break_on_hyphens=False, break_long_words=False)
+
+
 def publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo: str, capacity: str,
             failed: list[str]) -> None:
     if not published.wanted("KOORD_NODE_V2_PUBLISH"):
@@ -555,7 +559,7 @@ def publish(s0, s1, points, p99, batch0, batch1, redis_stall, promo: str, capaci
                     f"{a['ws'] / MIB:.0f} | {p} | {stall} |")
     rows += ["", f"Redis' GET p99, B over A in each pair of rounds (A first, then B first): "
              f"{', '.join(f'{r:.2f}' for r in ratios)}; median {ratio:.2f}, bound "
-             f"{P99_TOLERANCE}.", "", f"Promotions: {promo}.", "", f"Capacity: {capacity}.",
+             f"{P99_TOLERANCE}.", "", wrap(f"Promotions: {promo}."), "", wrap(f"Capacity: {capacity}."),
              "", f"Node `kubernetes.io/batch-memory`: {batch0 / MIB:.0f} -> {batch1 / MIB:.0f} "
              f"MiB. ![memory.current and stall of the idle pods](img/{BLOCK[FORM]}.svg)"]
     published.replace_between_markers(RESULTS_MD, BLOCK[FORM], "\n".join(rows))
