@@ -395,6 +395,9 @@ WAITING_USES_MIB = 128
 # After it is placed, the idle LS pod reads its whole file every 2 s (its page cache back) and the
 # node is watched this long for an OOM kill, an eviction, the BE pod's end.
 AFTER_S = 60
+# How long after the window the BE pod may take to be placed and run (past the scheduler's
+# 5-minute flush of its unschedulable queue, counted from the pod's creation).
+PLACED_WITHIN_S = 300
 
 
 class Waiting:
@@ -432,9 +435,11 @@ class Waiting:
         twice, and counted."""
         for _ in range(3):
             try:
+                # The scheduler may hold it in its unschedulable queue until the periodic
+                # flush (5 minutes after it was last tried), the Node's rise notwithstanding.
                 pod = wait_until("be-waits placed and Running or rejected", lambda: (
                     lambda p: p if p.get("status", {}).get("phase") in ("Running", "Failed")
-                    else None)(self.pod()), 120, 1)
+                    else None)(self.pod()), PLACED_WITHIN_S, 1)
             except Check as e:
                 return self.pod(), [f"the BE pod asking {self.want_mib} MiB of batch-memory was "
                                     f"never placed: {e}; Node batch {v2.node_batch(self.h)}"]
