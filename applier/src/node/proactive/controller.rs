@@ -32,8 +32,6 @@ const PAGE: u64 = koord_api::knobs::PAGE_SIZE.unsigned_abs();
 /// The highest back-off level: a stall's back-off is `2^(level-1)` intervals (1, 2, 4, 8), a
 /// refault's `4^(level-1)` (1, 4, 16, 64).
 const MAX_LEVEL: u32 = 4;
-/// The longest back-off, in intervals (a refault's at the highest level).
-pub const MAX_BACKOFF_INTERVALS: u32 = 1 << (2 * (MAX_LEVEL - 1));
 /// The first step is `stepPermill / 2^FIRST_STEP_SHIFT`: 1/32, so five clean steps reach
 /// `stepPermill`.
 const FIRST_STEP_SHIFT: u32 = 5;
