@@ -37,7 +37,7 @@ sys.dont_write_bytecode = True
 from koordtest import Suite, set_log_tag  # noqa: E402
 from koordtest import monitoring, webhookcfg  # noqa: E402
 from koordtest.checks import Check, Fatal, check, quantity, wait_until  # noqa: E402
-from koordtest.harness import container_id, kubepods_path, log  # noqa: E402
+from koordtest.harness import batch_requests, container_id, kubepods_path, log  # noqa: E402
 from koordtest.metrics import metric_sum, percentile  # noqa: E402
 from koordtest.node import NodeHarness, build_images  # noqa: E402
 from koordtest.sampler import Sampler  # noqa: E402
@@ -589,8 +589,7 @@ def bound_batch_memory(h: Harness) -> tuple[int, list[str]]:
             rejected.append(f"{p['metadata']['name']} ({st['reason']})")
         if st.get("phase") in ("Succeeded", "Failed"):
             continue
-        total += sum(int(quantity(c.get("resources", {}).get("requests", {}).get(BATCH_MEMORY, "0")))
-                     for c in p["spec"]["containers"])
+        total += int(batch_requests(p)[1])
     return total, rejected
 
 
